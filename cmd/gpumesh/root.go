@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses of the gpumesh command.
+const (
+	exitOK    = 0
+	exitError = 1 // the command ran and failed
+	exitUsage = 2 // bad flags, arguments or input: nothing was done
+)
+
+// usageError marks an error in what the user typed or handed in. The command
+// exits with status 2 and prints the message on one line.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError with a formatted message.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitCodeError carries a specific exit status (for example a job's own exit
+// code under `submit --wait`) without printing anything more.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// env is what a command may touch of the outside world: it is built by main and
+// replaced in tests.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// run executes the command line args and returns the process exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runEnv(ctx, args, env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: osGetenv})
+}
+
+func runEnv(ctx context.Context, args []string, e env) int {
+	root := newRootCommand(e)
+	root.SetArgs(args)
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var code exitCodeError
+	if errors.As(err, &code) {
+		return code.code
+	}
+	fmt.Fprintf(e.stderr, "gpumesh: %v\n", err)
+	var usage usageError
+	if errors.As(err, &usage) {
+		return exitUsage
+	}
+	return exitError
+}
+
+func newRootCommand(e env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gpumesh",
+		Short: "A peer-to-peer GPU supply mesh",
+		Long: `gpumesh joins GPU suppliers into a mesh with no central server: every node
+advertises its cards, takes part in an auction that places jobs on cards, runs
+the jobs it wins, and moves work elsewhere when a peer disappears.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newVersionCommand(e),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// noArgs is cobra.NoArgs with a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
