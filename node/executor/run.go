@@ -1,0 +1,296 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// StopReason says why the node stopped an attempt.
+type StopReason string
+
+// Reasons for Stop.
+const (
+	StopCancelled StopReason = "cancelled" // the owner cancelled the job
+	StopFenced    StopReason = "fenced"    // the lease could not be renewed
+	StopPreempted StopReason = "preempted" // on-demand work needed the cards
+	StopShutdown  StopReason = "shutdown"  // the node is stopping
+	StopScaled    StopReason = "scaled"    // the job shrank
+)
+
+// Result is how an attempt ended.
+type Result struct {
+	// ExitCode is the process's exit status, or -1 when a signal ended it.
+	ExitCode  int        `json:"exit_code"`
+	Signal    string     `json:"signal,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   time.Time  `json:"ended_at"`
+	Stopped   StopReason `json:"stopped,omitempty"` // "" when it exited by itself
+}
+
+// Seconds is how long the process ran, the figure billing uses.
+func (r Result) Seconds() float64 { return r.EndedAt.Sub(r.StartedAt).Seconds() }
+
+// Run is one started attempt. Its methods are safe for concurrent use.
+type Run struct {
+	cfg     Config
+	attempt Attempt
+	dir     string
+
+	cmd            *exec.Cmd
+	stdout, stderr *os.File
+	tail           *tailBuffer
+	changed        *notifier
+	startedAt      time.Time
+
+	done chan struct{}
+
+	mu       sync.Mutex
+	stopping StopReason
+	killer   *time.Timer
+	result   Result
+}
+
+func newRun(cfg Config, a Attempt, dir string) *Run {
+	return &Run{
+		cfg:     cfg,
+		attempt: a,
+		dir:     dir,
+		tail:    newTailBuffer(cfg.TailBytes),
+		changed: newNotifier(),
+		done:    make(chan struct{}),
+	}
+}
+
+// Attempt returns what the run was started with (Payload and Checkpoint are
+// consumed and set to nil).
+func (r *Run) Attempt() Attempt {
+	a := r.attempt
+	a.Payload, a.Checkpoint = nil, nil
+	return a
+}
+
+// Dir is the attempt's directory: its logs, work dir and checkpoint dir.
+func (r *Run) Dir() string { return r.dir }
+
+// WorkDir is the job's working directory (and HOME).
+func (r *Run) WorkDir() string { return filepath.Join(r.dir, payloadDirName) }
+
+// CheckpointDir is $GPUMESH_CHECKPOINT_DIR.
+func (r *Run) CheckpointDir() string { return filepath.Join(r.dir, checkpointDirName) }
+
+// StartedAt is when the process started.
+func (r *Run) StartedAt() time.Time { return r.startedAt }
+
+// Done is closed when the process has exited and its output is flushed.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Result is how the attempt ended; valid after Done is closed.
+func (r *Run) Result() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.result
+}
+
+// Tail returns the last bytes of the attempt's combined output (at most
+// Config.TailBytes).
+func (r *Run) Tail() []byte { return r.tail.Bytes() }
+
+// Changed returns a channel closed at the next write of output or at the end
+// of the run; call it again for the write after that.
+func (r *Run) Changed() <-chan struct{} { return r.changed.C() }
+
+// Stop ends the attempt: SIGTERM to its process group, then SIGKILL after the
+// grace period. It returns at once; Done tells when the process is gone. The
+// first reason given is kept.
+func (r *Run) Stop(reason StopReason) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	if r.stopping != "" {
+		return
+	}
+	r.stopping = reason
+	signalGroup(r.cmd, sigTerm)
+	r.killer = time.AfterFunc(r.cfg.Grace, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.result.EndedAt.IsZero() { // not reaped yet: the group id is still ours
+			signalGroup(r.cmd, sigKill)
+		}
+	})
+}
+
+func (r *Run) prepare() error {
+	if err := os.RemoveAll(r.dir); err != nil {
+		return fmt.Errorf("executor: clearing %s: %w", r.dir, err)
+	}
+	for _, d := range []string{r.dir, r.WorkDir(), r.CheckpointDir(), filepath.Join(r.dir, "tmp")} {
+		if err := os.Mkdir(d, attemptDirPerm); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+	}
+	if r.attempt.Payload != nil {
+		if err := unpackTar(r.attempt.Payload, r.WorkDir(), r.cfg.MaxPayload, r.cfg.MaxUnpack); err != nil {
+			return fmt.Errorf("executor: payload: %w", err)
+		}
+	}
+	if r.attempt.Checkpoint != nil {
+		if err := unpackTar(r.attempt.Checkpoint, r.CheckpointDir(), r.cfg.MaxUnpack, r.cfg.MaxUnpack); err != nil {
+			return fmt.Errorf("executor: checkpoint: %w", err)
+		}
+	}
+	r.attempt.Payload, r.attempt.Checkpoint = nil, nil
+	return nil
+}
+
+func (r *Run) start() error {
+	var err error
+	open := func(name string) (*os.File, error) {
+		return os.OpenFile(filepath.Join(r.dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, attemptFilePerm)
+	}
+	if r.stdout, err = open(stdoutFileName); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	if r.stderr, err = open(stderrFileName); err != nil {
+		r.stdout.Close()
+		return fmt.Errorf("executor: %w", err)
+	}
+	a := r.attempt
+	path, err := lookPath(a.Command[0], r.env()["PATH"], r.WorkDir())
+	if err != nil {
+		r.closeFiles()
+		return fmt.Errorf("executor: command %q: %w", a.Command[0], err)
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   a.Command,
+		Dir:    r.WorkDir(),
+		Env:    envList(r.env()),
+		Stdout: &logWriter{file: r.stdout, tail: r.tail, changed: r.changed},
+		Stderr: &logWriter{file: r.stderr, tail: r.tail, changed: r.changed},
+		// Output pipes are drained for this long after the process exits,
+		// in case a stray child still holds them; the group is killed first.
+		WaitDelay: time.Second,
+	}
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		r.closeFiles()
+		return fmt.Errorf("executor: starting %q: %w", a.Command[0], err)
+	}
+	r.cmd = cmd
+	r.startedAt = time.Now()
+	r.cfg.Logger.Info("attempt started", "job", a.JobID, "share", a.Share, "epoch", a.Epoch, "pid", cmd.Process.Pid)
+	return nil
+}
+
+// wait reaps the process, kills what is left of its group, and records the
+// result. It runs on the goroutine the Executor owns for this run.
+func (r *Run) wait() {
+	err := r.cmd.Wait()
+	ended := time.Now()
+	signalGroup(r.cmd, sigKill) // no orphan outlives its attempt
+	r.closeFiles()
+
+	res := Result{ExitCode: r.cmd.ProcessState.ExitCode(), StartedAt: r.startedAt, EndedAt: ended}
+	if sig := exitSignal(r.cmd.ProcessState); sig != "" {
+		res.Signal = sig
+		res.ExitCode = -1
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) && !errors.Is(err, exec.ErrWaitDelay) {
+		r.cfg.Logger.Warn("attempt wait", "job", r.attempt.JobID, "err", err)
+	}
+	r.mu.Lock()
+	if r.killer != nil {
+		r.killer.Stop()
+	}
+	res.Stopped = r.stopping
+	r.result = res
+	r.mu.Unlock()
+	close(r.done)
+	r.changed.Notify()
+	r.cfg.Logger.Info("attempt ended", "job", r.attempt.JobID, "share", r.attempt.Share,
+		"epoch", r.attempt.Epoch, "exit_code", res.ExitCode, "signal", res.Signal, "stopped", string(res.Stopped))
+}
+
+func (r *Run) closeFiles() {
+	if r.stdout != nil {
+		r.stdout.Close()
+	}
+	if r.stderr != nil {
+		r.stderr.Close()
+	}
+}
+
+// env is the attempt's whole environment: the base, the job's own variables,
+// its devices, then gpumesh's variables, which the job cannot override.
+func (r *Run) env() map[string]string {
+	a := r.attempt
+	env := map[string]string{}
+	for k, v := range r.cfg.BaseEnv {
+		env[k] = v
+	}
+	for k, v := range a.Env {
+		env[k] = v
+	}
+	for k, v := range a.DeviceEnv {
+		env[k] = v
+	}
+	env["HOME"] = r.WorkDir()
+	env["TMPDIR"] = filepath.Join(r.dir, "tmp")
+	env["GPUMESH_JOB_ID"] = a.JobID
+	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
+	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)
+	env["GPUMESH_LOCAL_CARDS"] = strconv.Itoa(a.LocalCards)
+	env["GPUMESH_WORK_DIR"] = r.WorkDir()
+	env["GPUMESH_CHECKPOINT_DIR"] = r.CheckpointDir()
+	if g := a.Gang; g != nil {
+		env["NNODES"] = strconv.Itoa(g.NNodes)
+		env["NODE_RANK"] = strconv.Itoa(g.NodeRank)
+		env["MASTER_ADDR"] = g.MasterAddr
+		env["MASTER_PORT"] = strconv.Itoa(g.MasterPort)
+		env["WORLD_SIZE"] = strconv.Itoa(g.WorldSize)
+	}
+	return env
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lookPath finds the command in the job's PATH (not the node's); a name with
+// a slash is taken relative to the work dir.
+func lookPath(name, path, workDir string) (string, error) {
+	if filepath.IsAbs(name) {
+		return name, nil
+	}
+	if filepath.Base(name) != name {
+		return filepath.Join(workDir, name), nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
