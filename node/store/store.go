@@ -1,0 +1,163 @@
+// Package store keeps a node's durable state in one bbolt file under the data
+// dir: the job records it coordinates or replicates, the attempts it runs, and
+// their usage. Writes are grouped into one transaction per Ready, committed
+// with fsync before the node sends anything that depends on them, so what a
+// node acknowledged survives its restart.
+//
+//	st, err := store.Open(filepath.Join(dataDir, "state.db"))
+//	err = st.Apply([]store.Op{store.Put(store.Jobs, id, record)})
+//	err = st.Get(store.Jobs, id, &record)
+//	st.Close()
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names a kind of record.
+type Bucket string
+
+// The buckets of a node's state.
+const (
+	Jobs     Bucket = "jobs"     // job records this node coordinates or replicates
+	Attempts Bucket = "attempts" // attempts this node runs or ran
+	Meta     Bucket = "meta"     // node facts: schema version, first start
+)
+
+// Buckets lists every bucket, created on Open.
+var buckets = []Bucket{Jobs, Attempts, Meta}
+
+const schemaVersion = "1"
+
+// ErrNotFound is returned by Get for a missing key.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrLocked is returned by Open when another process holds the file.
+var ErrLocked = errors.New("store: the data dir is in use by another gpumesh process")
+
+// Store is a node's state file. Its methods are safe for concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens or creates the state file at path (mode 0600). It fails with
+// ErrLocked within a second when another process has it open, and with a
+// clear error when the file is not a gpumesh state file.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%w (%s)", ErrLocked, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket([]byte(Meta))
+		switch v := meta.Get([]byte("schema")); {
+		case v == nil:
+			return meta.Put([]byte("schema"), []byte(schemaVersion))
+		case string(v) != schemaVersion:
+			return fmt.Errorf("state file has schema %q, this gpumesh reads %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Op is one change in an Apply.
+type Op struct {
+	bucket Bucket
+	key    string
+	value  any // nil deletes
+}
+
+// Put returns an Op that stores value (JSON-encoded) under key.
+func Put(b Bucket, key string, value any) Op { return Op{bucket: b, key: key, value: value} }
+
+// Delete returns an Op that removes key.
+func Delete(b Bucket, key string) Op { return Op{bucket: b, key: key} }
+
+// Apply commits ops in one transaction: all of them or none.
+func (s *Store) Apply(ops []Op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	encoded := make([][]byte, len(ops))
+	for i, op := range ops {
+		if op.value == nil {
+			continue
+		}
+		b, err := json.Marshal(op.value)
+		if err != nil {
+			return fmt.Errorf("store: encoding %s/%s: %w", op.bucket, op.key, err)
+		}
+		encoded[i] = b
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for i, op := range ops {
+			b := tx.Bucket([]byte(op.bucket))
+			if b == nil {
+				return fmt.Errorf("store: unknown bucket %q", op.bucket)
+			}
+			if op.key == "" {
+				return fmt.Errorf("store: empty key in bucket %q", op.bucket)
+			}
+			var err error
+			if encoded[i] == nil {
+				err = b.Delete([]byte(op.key))
+			} else {
+				err = b.Put([]byte(op.key), encoded[i])
+			}
+			if err != nil {
+				return fmt.Errorf("store: %s/%s: %w", op.bucket, op.key, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Get decodes the value under key into v.
+func (s *Store) Get(b Bucket, key string, v any) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket([]byte(b)).Get([]byte(key))
+		if raw == nil {
+			return ErrNotFound
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			return fmt.Errorf("store: decoding %s/%s: %w", b, key, err)
+		}
+		return nil
+	})
+}
+
+// ForEach calls fn for every record of a bucket in key order, with the raw
+// JSON value; fn returning an error stops the walk and returns it.
+func (s *Store) ForEach(b Bucket, fn func(key string, value []byte) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(b)).ForEach(func(k, v []byte) error {
+			return fn(string(k), v)
+		})
+	})
+}

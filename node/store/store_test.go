@@ -1,0 +1,96 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+type record struct {
+	ID    string  `json:"id"`
+	State string  `json:"state"`
+	Cost  float64 `json:"cost"`
+}
+
+func TestRecordsSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Apply([]Op{
+		Put(Jobs, "a", record{"a", "running", 1.5}),
+		Put(Jobs, "b", record{"b", "pending", 0}),
+		Put(Attempts, "a-s0-e1", record{"a", "running", 0}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Apply([]Op{Delete(Jobs, "b"), Put(Jobs, "a", record{"a", "succeeded", 3.25})}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	st, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var got record
+	if err := st.Get(Jobs, "a", &got); err != nil || got != (record{"a", "succeeded", 3.25}) {
+		t.Fatalf("Get(a) = %+v, %v", got, err)
+	}
+	if err := st.Get(Jobs, "b", &got); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted record: err = %v", err)
+	}
+	var keys []string
+	st.ForEach(Jobs, func(k string, _ []byte) error { keys = append(keys, k); return nil })
+	if len(keys) != 1 || keys[0] != "a" {
+		t.Errorf("jobs = %v", keys)
+	}
+	fi, _ := os.Stat(path)
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("state file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestApplyIsAllOrNothing(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.Apply([]Op{Put(Jobs, "a", record{ID: "a"}), Put("nosuch", "x", 1)})
+	if err == nil {
+		t.Fatal("an op on an unknown bucket was accepted")
+	}
+	if err := st.Get(Jobs, "a", &record{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a failed Apply left a record behind (err %v)", err)
+	}
+	if err := st.Apply([]Op{Put(Jobs, "", 1)}); err == nil {
+		t.Error("an empty key was accepted")
+	}
+	if err := st.Apply([]Op{Put(Jobs, "bad", func() {})}); err == nil {
+		t.Error("an unencodable value was accepted")
+	}
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := Open(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: err = %v, want ErrLocked", err)
+	}
+}
+
+func TestNotAStateFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	os.WriteFile(path, []byte("this is not a bbolt file, it is a text file of some length"), 0o600)
+	if _, err := Open(path); err == nil {
+		t.Fatal("a garbage file opened as state")
+	}
+}
