@@ -1,0 +1,202 @@
+// Package api is the HTTP+JSON surface of a node: the local API that the CLI
+// and job owners use, the operator endpoints (/healthz, /readyz, /metrics) and
+// the dashboard. It holds the transport concerns — routing, authentication,
+// JSON errors, streaming — and calls a Backend for everything else.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Addr is the listen address, "127.0.0.1:7070" by default. An address
+	// that is not loopback needs Token.
+	Addr string
+	// Token, when set, must be presented as "Authorization: Bearer TOKEN" on
+	// every request except /healthz and /readyz.
+	Token string
+	// Logger receives request errors. Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultAddr is the API's default listen address.
+const DefaultAddr = "127.0.0.1:7070"
+
+// ErrTokenRequired is returned by Listen for an address off loopback with no
+// token.
+var ErrTokenRequired = errors.New("api: listening beyond loopback needs a token (--api-token-file); refusing to start")
+
+// Listen validates the configuration and opens the listener.
+func Listen(cfg Config) (net.Listener, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api: address %q: %w", cfg.Addr, err)
+	}
+	if !isLoopback(host) && cfg.Token == "" {
+		return nil, fmt.Errorf("%w: %s", ErrTokenRequired, cfg.Addr)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	return ln, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Server serves a handler on a listener and stops cleanly.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+	ctx  context.Context
+}
+
+// Serve starts serving h on ln in a goroutine the Server owns. The context
+// passed to handlers (BaseContext) is cancelled by Close, which ends
+// long-lived streams.
+func Serve(ln net.Listener, h http.Handler) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{ln: ln, stop: cancel, ctx: ctx}
+	s.srv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_ = s.srv.Serve(ln)
+	}()
+	return s
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting, ends streams, waits up to 5 s for requests in flight,
+// and returns after the serving goroutine has exited.
+func (s *Server) Close() error {
+	s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+// Error is the JSON body of every error response.
+type Error struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"` // the offending field of a bad request
+}
+
+// HTTPError is an error with a status code, returned by Backend methods to
+// choose the response; any other error is a 500.
+type HTTPError struct {
+	Status int
+	Field  string
+	Err    error
+}
+
+func (e *HTTPError) Error() string { return e.Err.Error() }
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// Errorf returns an HTTPError.
+func Errorf(status int, format string, args ...any) *HTTPError {
+	return &HTTPError{Status: status, Err: fmt.Errorf(format, args...)}
+}
+
+// writeJSON writes v with status code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// writeError maps err to a status and writes it as JSON.
+func writeError(w http.ResponseWriter, err error) {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		writeJSON(w, he.Status, Error{Error: he.Err.Error(), Field: he.Field})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, Error{Error: err.Error()})
+}
+
+// requireToken wraps h so that requests must carry the bearer token, except
+// the probes, which say only whether the process is up.
+func requireToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong API token"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// decodeJSON reads a JSON body of at most max bytes into v, refusing unknown
+// fields and trailing data.
+func decodeJSON(r *http.Request, max int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return Errorf(http.StatusUnsupportedMediaType, "content type %q: want application/json", ct)
+	}
+	body := http.MaxBytesReader(nil, r.Body, max)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return Errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", max)
+		}
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &typ):
+			return &HTTPError{Status: http.StatusBadRequest, Field: typ.Field, Err: fmt.Errorf("field %q: want %s, got %s", typ.Field, typ.Type, typ.Value)}
+		case errors.As(err, &syn):
+			return Errorf(http.StatusBadRequest, "malformed JSON at byte %d: %v", syn.Offset, err)
+		}
+		return Errorf(http.StatusBadRequest, "bad request body: %v", err)
+	}
+	if dec.More() {
+		return Errorf(http.StatusBadRequest, "trailing data after the JSON body")
+	}
+	return nil
+}
