@@ -90,7 +90,9 @@ func parseMThreadsGMI(data []byte) ([]Card, error) {
 		}
 		c.MemoryMiB, c.MemoryFreeMiB = total, total
 		if n, unit, ok := quantity(lookup(mem, "Free")); ok {
-			c.MemoryFreeMiB, _ = toMiB(n, unit, "MiB")
+			if free, ok := toMiB(n, unit, "MiB"); ok {
+				c.MemoryFreeMiB = min(free, total)
+			}
 		} else if n, unit, ok := quantity(lookup(mem, "Used")); ok {
 			if used, _ := toMiB(n, unit, "MiB"); used <= total {
 				c.MemoryFreeMiB = total - used
