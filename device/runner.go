@@ -79,23 +79,28 @@ func (r ExecRunner) Run(ctx context.Context, tool string, args ...string) ([]byt
 	return stdout.Bytes(), nil
 }
 
-// limitedBuffer keeps at most max bytes and remembers that more came.
+// limitedBuffer keeps at most max bytes and remembers that more came. It
+// does not embed bytes.Buffer: io.Copy would use the buffer's ReadFrom and
+// skip the limit.
 type limitedBuffer struct {
-	bytes.Buffer
+	buf  bytes.Buffer
 	max  int
 	over bool
 }
 
 func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); len(p) > room {
+	if room := b.max - b.buf.Len(); len(p) > room {
 		b.over = true
 		if room > 0 {
-			b.Buffer.Write(p[:room])
+			b.buf.Write(p[:room])
 		}
 		return len(p), nil
 	}
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
+
+func (b *limitedBuffer) Bytes() []byte  { return b.buf.Bytes() }
+func (b *limitedBuffer) String() string { return b.buf.String() }
 
 var _ io.Writer = (*limitedBuffer)(nil)
 

@@ -47,6 +47,9 @@ type SpecError struct {
 
 func (e *SpecError) Error() string {
 	msg := fmt.Sprintf("sim spec entry %q: %s", e.Token, e.Reason)
+	if strings.TrimSpace(e.Token) == "" {
+		msg = "sim spec: " + e.Reason
+	}
 	if len(e.Closest) > 0 {
 		msg += "; closest known: " + strings.Join(e.Closest, ", ")
 	}
@@ -68,10 +71,11 @@ func ParseSimSpec(spec string, cat *Catalog) (SimSpec, error) {
 	}
 	var out SimSpec
 	total := 0
-	for _, raw := range strings.Split(spec, ",") {
+	entries := strings.Split(spec, ",")
+	for i, raw := range entries {
 		tok := strings.TrimSpace(raw)
 		if tok == "" {
-			return nil, &SpecError{Token: raw, Reason: "empty entry (a stray comma?)"}
+			return nil, &SpecError{Token: raw, Reason: fmt.Sprintf("entry %d of %d is empty (a stray comma?)", i+1, len(entries))}
 		}
 		key, countText, hasCount := strings.Cut(tok, ":")
 		key = strings.ToLower(strings.TrimSpace(key))

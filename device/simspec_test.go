@@ -51,8 +51,8 @@ func TestParseSimSpecErrorsNameTheToken(t *testing.T) {
 		{"h100-sxm-80g:-1", "h100-sxm-80g:-1", "not a whole number", nil},
 		{"h100-sxm-80g:+2", "h100-sxm-80g:+2", "not a whole number", nil},
 		{"h100-sxm-80g:", "h100-sxm-80g:", "missing count", nil},
-		{"a100-80g:2,,h200-141g:1", "", "empty entry", nil},
-		{"a100-80g:2,", "", "empty entry", nil},
+		{"a100-80g:2,,h200-141g:1", "", "entry 2 of 3 is empty", nil},
+		{"a100-80g:2,", "", "entry 2 of 2 is empty", nil},
 		{"a100-80g:1000,h200-141g:25", "h200-141g:25", "more than 1024 cards in total", nil},
 		{"a100-80g:2:3", "a100-80g:2:3", "not a whole number", nil},
 	}
