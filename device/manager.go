@@ -92,23 +92,15 @@ func open(ctx context.Context, cfg Config, watch bool) (*Manager, error) {
 	return m, nil
 }
 
-// Discover lists the cards of every backend once, without watching, for a
-// command that prints them and exits. The cards are merged as a Manager
-// merges them.
-func Discover(ctx context.Context, backends []Backend, log *slog.Logger) ([]Card, []BackendStatus, error) {
-	m, err := open(ctx, Config{Backends: nonNil(backends), Logger: log}, false)
+// Discover lists the cards of every backend of cfg once, merged as a
+// Manager merges them, and starts nothing: for a command that prints the
+// cards and exits.
+func Discover(ctx context.Context, cfg Config) ([]Card, []BackendStatus, error) {
+	m, err := open(ctx, cfg, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer m.Close()
 	return m.Cards(), m.Statuses(), nil
-}
-
-func nonNil(b []Backend) []Backend {
-	if b == nil {
-		return []Backend{}
-	}
-	return b
 }
 
 // Cards returns the inventory: every card of every present backend, in

@@ -223,7 +223,7 @@ func TestManagerUnreadEvents(t *testing.T) {
 
 func TestDiscoverStartsNothing(t *testing.T) {
 	sim := mustSim(t, "l40s-48g:2", "d")
-	cards, statuses, err := Discover(context.Background(), []Backend{sim}, nil)
+	cards, statuses, err := Discover(context.Background(), Config{Backends: []Backend{sim}})
 	if err != nil || len(cards) != 2 || statuses[0].State != StatePresent {
 		t.Fatalf("Discover = %v, %v, %v", cards, statuses, err)
 	}
@@ -241,7 +241,7 @@ func TestDefaultBackendsCoverEveryVendor(t *testing.T) {
 	}
 	// With no tools installed, every tool backend is absent and says which
 	// tool it looked for.
-	_, statuses, err := Discover(context.Background(), DefaultBackends(r, DefaultCatalog())[1:], nil)
+	_, statuses, err := Discover(context.Background(), Config{Backends: DefaultBackends(r, DefaultCatalog())[1:]})
 	if err != nil {
 		t.Fatal(err)
 	}

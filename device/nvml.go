@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -154,7 +155,7 @@ func (n *NVIDIA) readDevice(i int) Card {
 		c.Telemetry.TemperatureC = t
 	}
 	if mw, ret := d.GetPowerUsage(); optional("GetPowerUsage", ret) {
-		c.Telemetry.PowerW = float64(mw) / 1000
+		c.Telemetry.PowerW = math.Round(float64(mw)/100) / 10 // W, to 0.1 W like the tool backends
 	}
 	return c
 }

@@ -45,6 +45,7 @@ type SpecError struct {
 	Closest []string
 }
 
+// Error returns the one-line message: the entry, the reason, the closest keys.
 func (e *SpecError) Error() string {
 	msg := fmt.Sprintf("sim spec entry %q: %s", e.Token, e.Reason)
 	if strings.TrimSpace(e.Token) == "" {

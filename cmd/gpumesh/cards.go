@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 
@@ -59,8 +58,7 @@ Entries are catalog-key:count (count 1..1024; a key alone means 1).`,
 			} else {
 				backends = device.DefaultBackends(device.ExecRunner{}, cat)
 			}
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			cards, statuses, err := device.Discover(cmd.Context(), backends, log)
+			cards, statuses, err := device.Discover(cmd.Context(), device.Config{Backends: backends})
 			if err != nil {
 				return err
 			}
