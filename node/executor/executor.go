@@ -1,15 +1,24 @@
-// Package executor runs one share of a job on this node as a process group:
-// a private work directory, the job's payload unpacked into it, exactly the
-// environment it needs (its cards, its identity, its gang rendezvous), its
-// output captured to files with a bounded in-memory tail, and a stop that is
-// SIGTERM, a grace period, then SIGKILL.
+// Package executor runs one share of a job on this node: a private work
+// directory, the job's payload unpacked into it, exactly the environment it
+// needs (its cards, its identity, its gang rendezvous), its output captured
+// to files with a bounded in-memory tail, and a stop that is SIGTERM, a grace
+// period, then SIGKILL.
+//
+// How far a job is kept from the node and from other jobs is the
+// Executor's Isolation: a plain process group of the node's user
+// (IsolationProcess), or on Linux as root a sandbox per attempt
+// (IsolationSandbox: own uid, cgroup limits, mount and network namespaces,
+// only its own device nodes). See Isolation for the contract of each.
 //
 // The Executor owns one goroutine per running attempt (the one that waits for
 // the process); Close stops every attempt and returns after those goroutines
 // have exited.
 //
-//	ex, err := executor.New(executor.Config{Root: dataDir + "/attempts"})
-//	run, err := ex.Start(executor.Attempt{JobID: id, Share: 0, Epoch: 1, Command: argv})
+//	ex, err := executor.New(executor.Config{Root: dataDir + "/attempts", Isolation: executor.IsolationAuto,
+//		HideDirs: []string{dataDir}, BlockPorts: []int{apiPort, meshPort}})
+//	limits, err := policy.Cap(spec.Limits)
+//	run, err := ex.Start(executor.Attempt{JobID: id, Share: 0, Epoch: 1, Command: argv,
+//		Limits: executor.Limits{MemoryBytes: limits.MemoryBytes, Devices: executor.CardDevices("", cards)}})
 //	<-run.Done()
 //	res := run.Result()
 //	ex.Close()
@@ -20,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +54,7 @@ const (
 	stdoutFileName    = "stdout.log"
 	stderrFileName    = "stderr.log"
 	checkpointDirName = "checkpoint"
+	tmpDirName        = "tmp"
 )
 
 // ErrClosed is returned by Start after Close.
@@ -72,7 +83,72 @@ type Config struct {
 	BaseEnv map[string]string
 	// Logger receives the executor's logs. Default: discard.
 	Logger *slog.Logger
+
+	// Isolation is how jobs are kept from the node and from each other.
+	// Default (""): IsolationProcess, for compatibility; a node should pass
+	// IsolationAuto.
+	Isolation Isolation
+
+	// The fields below matter only in sandbox mode.
+
+	// UIDMin..UIDMax is the range of uids (and equal gids) given to running
+	// attempts, one each. Ids that /etc/passwd, /etc/group, /etc/subuid or
+	// /etc/subgid use are skipped. Default 200000..265535.
+	UIDMin, UIDMax uint32
+	// LockDir holds one lock file per uid in use, shared by every executor
+	// on the host so that no two running attempts get the same uid. Default
+	// DefaultLockDir.
+	LockDir string
+	// KeepAttemptDirs keeps an attempt's work and tmp directories after it
+	// ends (owned by root from then on), for debugging. Default false:
+	// removed. Logs and the checkpoint directory are always kept.
+	KeepAttemptDirs bool
+	// HideDirs are directories a job must not see (the node's data dir and
+	// keys), covered by an empty read-only tmpfs in its mount namespace.
+	// /root, /home, /run and Root are always hidden, and /tmp, /var/tmp and
+	// /dev/shm are private to the attempt.
+	HideDirs []string
+	// DevDir is where the device nodes named in Limits.Devices are found.
+	// Default "/dev"; tests point it at fake nodes.
+	DevDir string
+	// CgroupRoot is where the cgroup hierarchies are mounted. Default
+	// "/sys/fs/cgroup". cgroup v2 is used when its memory and pids
+	// controllers are available there, else the v1 memory, pids, cpu,
+	// devices and freezer hierarchies.
+	CgroupRoot string
+	// CgroupParent is the cgroup, relative to each hierarchy's root, under
+	// which attempts get theirs ("<parent>/u<uid>"). Default "gpumesh".
+	// Under systemd with cgroup v2, point it at a delegated subtree that
+	// holds no processes.
+	CgroupParent string
+	// BlockPorts are TCP/UDP ports a job on NetworkEgress may not connect
+	// to on any address: the node's API and mesh ports. (The node's own
+	// addresses are refused on every port anyway.)
+	BlockPorts []int
+	// EgressNet is the pool of /31 links between the node and its egress
+	// namespaces: the attempt with uid U gets link U-UIDMin, so a pool of
+	// N addresses serves the N/2 lowest uids of the range (uids are handed
+	// out lowest first). Default DefaultEgressNet (8192 links), inside
+	// link-local space and clear of 169.254.169.0/24.
+	EgressNet netip.Prefix
+	// Nameservers go into the resolv.conf of a job on NetworkEgress.
+	// Default: the node's own nameservers that are public addresses, else
+	// DefaultNameservers.
+	Nameservers []netip.Addr
 }
+
+// Defaults of the sandbox fields of Config.
+const (
+	DefaultUIDMin       = 200000
+	DefaultUIDMax       = 265535
+	DefaultLockDir      = "/run/gpumesh/sandbox"
+	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupParent = "gpumesh"
+	DefaultDevDir       = "/dev"
+)
+
+// DefaultEgressNet is the default Config.EgressNet.
+var DefaultEgressNet = netip.MustParsePrefix("169.254.64.0/18")
 
 func (c Config) withDefaults() Config {
 	if c.Grace <= 0 {
@@ -93,7 +169,63 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Isolation == "" {
+		c.Isolation = IsolationProcess
+	}
+	if c.UIDMin == 0 && c.UIDMax == 0 {
+		c.UIDMin, c.UIDMax = DefaultUIDMin, DefaultUIDMax
+	}
+	if c.LockDir == "" {
+		c.LockDir = DefaultLockDir
+	}
+	if c.DevDir == "" {
+		c.DevDir = DefaultDevDir
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	if !c.EgressNet.IsValid() {
+		c.EgressNet = DefaultEgressNet
+	}
 	return c
+}
+
+// validate checks the fields New cannot default; the error names the field.
+func (c Config) validate() error {
+	if _, err := ParseIsolation(string(c.Isolation)); err != nil {
+		return err
+	}
+	switch {
+	case c.UIDMin == 0 || c.UIDMax < c.UIDMin:
+		return fmt.Errorf("executor: uid range %d..%d: want 0 < UIDMin <= UIDMax", c.UIDMin, c.UIDMax)
+	case c.UIDMax >= 1<<31:
+		return fmt.Errorf("executor: uid range %d..%d: UIDMax must be below 2^31", c.UIDMin, c.UIDMax)
+	case !c.EgressNet.Addr().Is4() || c.EgressNet.Bits() > 30:
+		return fmt.Errorf("executor: egress net %s: want an IPv4 prefix of /30 or wider", c.EgressNet)
+	case !filepath.IsAbs(c.LockDir) || !filepath.IsAbs(c.DevDir) || !filepath.IsAbs(c.CgroupRoot):
+		return fmt.Errorf("executor: LockDir %q, DevDir %q and CgroupRoot %q must be absolute", c.LockDir, c.DevDir, c.CgroupRoot)
+	case filepath.IsAbs(c.CgroupParent) || strings.Contains(c.CgroupParent, ".."):
+		return fmt.Errorf("executor: CgroupParent %q: want a path relative to the hierarchy root", c.CgroupParent)
+	}
+	for _, d := range c.HideDirs {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			return fmt.Errorf("executor: HideDirs: %q: want an absolute path other than /", d)
+		}
+	}
+	for _, p := range c.BlockPorts {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("executor: BlockPorts: %d is not a port", p)
+		}
+	}
+	for _, a := range c.Nameservers {
+		if !a.Is4() {
+			return fmt.Errorf("executor: Nameservers: %s: egress is IPv4 only", a)
+		}
+	}
+	return nil
 }
 
 // Gang carries the rendezvous variables torchrun takes for a job spread over
@@ -124,6 +256,9 @@ type Attempt struct {
 	// Checkpoint, when not nil, is a tar archive of the latest accepted
 	// checkpoint, unpacked into $GPUMESH_CHECKPOINT_DIR before start.
 	Checkpoint io.Reader
+	// Limits is what the attempt may use, already capped by the supplier's
+	// Policy; enforced in sandbox mode only.
+	Limits Limits
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -157,12 +292,13 @@ func (a Attempt) validate() error {
 	if size > maxArgBytes {
 		return fmt.Errorf("executor: command and environment take %d bytes, at most %d", size, maxArgBytes)
 	}
-	return nil
+	return a.Limits.Validate()
 }
 
 // Executor starts attempts and owns their processes.
 type Executor struct {
 	cfg Config
+	iso isolator
 
 	mu     sync.Mutex
 	closed bool
@@ -176,11 +312,32 @@ func New(cfg Config) (*Executor, error) {
 		return nil, errors.New("executor: Root is required")
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.Root, attemptDirPerm); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	return &Executor{cfg: cfg, runs: map[string]*Run{}}, nil
+	// The sandbox mounts the attempt's directories at the same paths in the
+	// job's tree, so they must be absolute and free of links.
+	root, err := filepath.Abs(cfg.Root)
+	if err == nil {
+		root, err = filepath.EvalSymlinks(root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	cfg.Root = root
+	iso, err := newIsolator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{cfg: cfg, iso: iso, runs: map[string]*Run{}}, nil
 }
+
+// Capabilities says what this executor enforces: its isolation mode, and
+// in sandbox mode its cgroup version and the network modes it provides.
+func (e *Executor) Capabilities() Capabilities { return e.iso.capabilities() }
 
 // Start prepares the attempt's directory, unpacks its payload and checkpoint,
 // and starts its process. It returns once the process has started (or failed
@@ -206,11 +363,12 @@ func (e *Executor) Start(a Attempt) (*Run, error) {
 	e.runs[a.Name()] = r
 	e.mu.Unlock()
 
-	if err := r.prepare(); err != nil {
+	if err := r.prepare(e.iso); err != nil {
 		e.forget(r)
 		return nil, err
 	}
 	if err := r.start(); err != nil {
+		r.jail.finish()
 		e.forget(r)
 		return nil, err
 	}

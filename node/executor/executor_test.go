@@ -18,9 +18,34 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newExecutor(t *testing.T, grace time.Duration) *Executor {
+// forEachIsolation runs a behaviour test in process mode and, where this
+// host can provide it, in sandbox mode: what a job sees of its own run must
+// not depend on the isolation.
+func forEachIsolation(t *testing.T, test func(t *testing.T, iso Isolation)) {
+	t.Run("process", func(t *testing.T) { test(t, IsolationProcess) })
+	t.Run("sandbox", func(t *testing.T) {
+		requireSandbox(t)
+		test(t, IsolationSandbox)
+	})
+}
+
+// requireSandbox skips the test when this host cannot run the sandbox,
+// saying why.
+func requireSandbox(t *testing.T) {
 	t.Helper()
-	ex, err := New(Config{Root: t.TempDir(), Grace: grace, TailBytes: 1024})
+	ex, err := New(Config{Root: t.TempDir(), Isolation: IsolationSandbox})
+	if err != nil {
+		if errors.Is(err, ErrSandboxUnavailable) {
+			t.Skipf("sandbox tests need Linux, root, namespaces and cgroups: %v", err)
+		}
+		t.Fatal(err)
+	}
+	ex.Close()
+}
+
+func newExecutor(t *testing.T, iso Isolation, grace time.Duration) *Executor {
+	t.Helper()
+	ex, err := New(Config{Root: t.TempDir(), Grace: grace, TailBytes: 1024, Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,135 +74,145 @@ func readAll(t *testing.T, ex *Executor, name string, s Stream) string {
 }
 
 func TestJobSeesItsEnvironmentAndNotTheNodes(t *testing.T) {
-	t.Setenv("GPUMESH_NODE_SECRET", "do-not-leak")
-	ex := newExecutor(t, time.Second)
-	a := Attempt{
-		JobID: "job-1", Share: 1, Epoch: 3,
-		Command:    []string{"sh", "-c", "env | sort"},
-		Env:        map[string]string{"USER_VAR": "hello", "GPUMESH_EPOCH": "999"},
-		DeviceEnv:  map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-		LocalCards: 2,
-		Gang:       &Gang{NNodes: 2, NodeRank: 1, MasterAddr: "10.0.0.5", MasterPort: 29500, WorldSize: 8},
-	}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := waitDone(t, r, 10*time.Second)
-	if res.ExitCode != 0 {
-		t.Fatalf("exit code %d", res.ExitCode)
-	}
-	out := readAll(t, ex, a.Name(), Stdout)
-	for _, want := range []string{
-		"USER_VAR=hello", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-		"GPUMESH_JOB_ID=job-1", "GPUMESH_SHARE=1", "GPUMESH_EPOCH=3", "GPUMESH_LOCAL_CARDS=2",
-		"NNODES=2", "NODE_RANK=1", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=29500", "WORLD_SIZE=8",
-		"HOME=" + r.WorkDir(), "GPUMESH_CHECKPOINT_DIR=" + r.CheckpointDir(),
-	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("job env lacks %q; got:\n%s", want, out)
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		t.Setenv("GPUMESH_NODE_SECRET", "do-not-leak")
+		ex := newExecutor(t, iso, time.Second)
+		a := Attempt{
+			JobID: "job-1", Share: 1, Epoch: 3,
+			Command:    []string{"sh", "-c", "env | sort"},
+			Env:        map[string]string{"USER_VAR": "hello", "GPUMESH_EPOCH": "999"},
+			DeviceEnv:  map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+			LocalCards: 2,
+			Gang:       &Gang{NNodes: 2, NodeRank: 1, MasterAddr: "10.0.0.5", MasterPort: 29500, WorldSize: 8},
 		}
-	}
-	if strings.Contains(out, "do-not-leak") {
-		t.Errorf("the node's environment leaked into the job:\n%s", out)
-	}
-	fi, err := os.Stat(r.Dir())
-	if err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("attempt dir mode = %v, %v; want 0700", fi.Mode().Perm(), err)
-	}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := waitDone(t, r, 10*time.Second)
+		if res.ExitCode != 0 {
+			t.Fatalf("exit code %d", res.ExitCode)
+		}
+		out := readAll(t, ex, a.Name(), Stdout)
+		for _, want := range []string{
+			"USER_VAR=hello", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+			"GPUMESH_JOB_ID=job-1", "GPUMESH_SHARE=1", "GPUMESH_EPOCH=3", "GPUMESH_LOCAL_CARDS=2",
+			"NNODES=2", "NODE_RANK=1", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=29500", "WORLD_SIZE=8",
+			"HOME=" + r.WorkDir(), "GPUMESH_CHECKPOINT_DIR=" + r.CheckpointDir(),
+		} {
+			if !strings.Contains(out, want+"\n") {
+				t.Errorf("job env lacks %q; got:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "do-not-leak") {
+			t.Errorf("the node's environment leaked into the job:\n%s", out)
+		}
+		fi, err := os.Stat(r.Dir())
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("attempt dir mode = %v, %v; want 0700", fi.Mode().Perm(), err)
+		}
+	})
 }
 
 func TestExitCodeAndStreams(t *testing.T) {
-	ex := newExecutor(t, time.Second)
-	a := Attempt{JobID: "j", Command: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := waitDone(t, r, 10*time.Second)
-	if res.ExitCode != 7 || res.Stopped != "" || res.Signal != "" {
-		t.Fatalf("result = %+v, want exit 7 by itself", res)
-	}
-	if got := readAll(t, ex, a.Name(), Stdout); got != "out\n" {
-		t.Errorf("stdout = %q", got)
-	}
-	if got := readAll(t, ex, a.Name(), Stderr); got != "err\n" {
-		t.Errorf("stderr = %q", got)
-	}
-	if res.Seconds() <= 0 {
-		t.Errorf("run time %v must be positive", res.Seconds())
-	}
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, time.Second)
+		a := Attempt{JobID: "j", Command: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := waitDone(t, r, 10*time.Second)
+		if res.ExitCode != 7 || res.Stopped != "" || res.Signal != "" {
+			t.Fatalf("result = %+v, want exit 7 by itself", res)
+		}
+		if got := readAll(t, ex, a.Name(), Stdout); got != "out\n" {
+			t.Errorf("stdout = %q", got)
+		}
+		if got := readAll(t, ex, a.Name(), Stderr); got != "err\n" {
+			t.Errorf("stderr = %q", got)
+		}
+		if res.Seconds() <= 0 {
+			t.Errorf("run time %v must be positive", res.Seconds())
+		}
+	})
 }
 
 func TestStopIsTermThenKillAndReachesTheWholeGroup(t *testing.T) {
-	ex := newExecutor(t, 300*time.Millisecond)
-	// The job ignores SIGTERM and leaves a grandchild that would outlive it.
-	a := Attempt{JobID: "stubborn", Command: []string{"sh", "-c",
-		`trap '' TERM; (trap '' TERM; sleep 300) & echo $! > child.pid; echo ready; while :; do sleep 0.05; done`}}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(string(r.Tail()), "ready") })
-	pidText, err := os.ReadFile(filepath.Join(r.WorkDir(), "child.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var child int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(pidText)), &child); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r.Stop(StopCancelled)
-	res := waitDone(t, r, 10*time.Second)
-	if res.Stopped != StopCancelled || res.Signal != "killed" || res.ExitCode != -1 {
-		t.Fatalf("result = %+v, want killed after cancel", res)
-	}
-	if took := time.Since(start); took < 300*time.Millisecond {
-		t.Errorf("SIGKILL came after %v, before the 300ms grace period", took)
-	}
-	waitFor(t, 5*time.Second, func() bool { return syscall.Kill(child, 0) != nil })
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, 300*time.Millisecond)
+		// The job ignores SIGTERM and leaves a grandchild that would outlive it.
+		a := Attempt{JobID: "stubborn", Command: []string{"sh", "-c",
+			`trap '' TERM; (trap '' TERM; sleep 300) & echo $! > child.pid; echo ready; while :; do sleep 0.05; done`}}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() bool { return strings.Contains(string(r.Tail()), "ready") })
+		pidText, err := os.ReadFile(filepath.Join(r.WorkDir(), "child.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var child int
+		if _, err := fmt.Sscan(strings.TrimSpace(string(pidText)), &child); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r.Stop(StopCancelled)
+		res := waitDone(t, r, 10*time.Second)
+		if res.Stopped != StopCancelled || res.Signal != "killed" || res.ExitCode != -1 {
+			t.Fatalf("result = %+v, want killed after cancel", res)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond {
+			t.Errorf("SIGKILL came after %v, before the 300ms grace period", took)
+		}
+		waitFor(t, 5*time.Second, func() bool { return syscall.Kill(child, 0) != nil })
+	})
 }
 
 func TestStopGracefulExit(t *testing.T) {
-	ex := newExecutor(t, 10*time.Second)
-	a := Attempt{JobID: "polite", Command: []string{"sh", "-c", `trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.05; done`}}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(string(r.Tail()), "ready") })
-	r.Stop(StopFenced)
-	res := waitDone(t, r, 5*time.Second) // well before the 10s grace
-	if res.Stopped != StopFenced || res.ExitCode != 0 {
-		t.Fatalf("result = %+v", res)
-	}
-	if !strings.Contains(string(r.Tail()), "bye") {
-		t.Errorf("tail %q lacks the job's goodbye", r.Tail())
-	}
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, 10*time.Second)
+		a := Attempt{JobID: "polite", Command: []string{"sh", "-c", `trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.05; done`}}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() bool { return strings.Contains(string(r.Tail()), "ready") })
+		r.Stop(StopFenced)
+		res := waitDone(t, r, 5*time.Second) // well before the 10s grace
+		if res.Stopped != StopFenced || res.ExitCode != 0 {
+			t.Fatalf("result = %+v", res)
+		}
+		if !strings.Contains(string(r.Tail()), "bye") {
+			t.Errorf("tail %q lacks the job's goodbye", r.Tail())
+		}
+	})
 }
 
 func TestPayloadUnpackedAndRun(t *testing.T) {
-	ex := newExecutor(t, time.Second)
-	payload := makeTar(t, true, map[string]string{
-		"run.sh":         "#!/bin/sh\ncat data/input.txt\n",
-		"data/input.txt": "payload-ok\n",
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, time.Second)
+		payload := makeTar(t, true, map[string]string{
+			"run.sh":         "#!/bin/sh\ncat data/input.txt\n",
+			"data/input.txt": "payload-ok\n",
+		})
+		a := Attempt{JobID: "p", Command: []string{"sh", "run.sh"}, Payload: bytes.NewReader(payload)}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := waitDone(t, r, 10*time.Second); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, r.Tail())
+		}
+		if got := readAll(t, ex, a.Name(), Stdout); got != "payload-ok\n" {
+			t.Errorf("stdout = %q", got)
+		}
 	})
-	a := Attempt{JobID: "p", Command: []string{"sh", "run.sh"}, Payload: bytes.NewReader(payload)}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res := waitDone(t, r, 10*time.Second); res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, r.Tail())
-	}
-	if got := readAll(t, ex, a.Name(), Stdout); got != "payload-ok\n" {
-		t.Errorf("stdout = %q", got)
-	}
 }
 
 func TestBadPayloadsAreRefused(t *testing.T) {
-	ex := newExecutor(t, time.Second)
+	ex := newExecutor(t, IsolationProcess, time.Second)
 	cases := map[string][]byte{
 		"escape":    makeTarEntries(t, []tar.Header{{Name: "../evil", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}}, "x"),
 		"absolute":  makeTarEntries(t, []tar.Header{{Name: "/etc/evil", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}}, "x"),
@@ -205,78 +240,84 @@ func TestBadPayloadsAreRefused(t *testing.T) {
 }
 
 func TestBadAttemptsAreRefused(t *testing.T) {
-	ex := newExecutor(t, time.Second)
-	for name, a := range map[string]Attempt{
-		"no command":     {JobID: "j"},
-		"bad job id":     {JobID: "../x", Command: []string{"true"}},
-		"missing":        {JobID: "j", Command: []string{"no-such-command-gpumesh"}},
-		"bad env":        {JobID: "j", Command: []string{"true"}, Env: map[string]string{"A=B": "c"}},
-		"negative share": {JobID: "j", Share: -1, Command: []string{"true"}},
-	} {
-		if _, err := ex.Start(a); err == nil {
-			t.Errorf("%s: accepted", name)
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, time.Second)
+		for name, a := range map[string]Attempt{
+			"no command":     {JobID: "j"},
+			"bad job id":     {JobID: "../x", Command: []string{"true"}},
+			"missing":        {JobID: "j", Command: []string{"no-such-command-gpumesh"}},
+			"bad env":        {JobID: "j", Command: []string{"true"}, Env: map[string]string{"A=B": "c"}},
+			"negative share": {JobID: "j", Share: -1, Command: []string{"true"}},
+		} {
+			if _, err := ex.Start(a); err == nil {
+				t.Errorf("%s: accepted", name)
+			}
 		}
-	}
-	if n := len(ex.Running()); n != 0 {
-		t.Errorf("%d attempts running after refusals", n)
-	}
+		if n := len(ex.Running()); n != 0 {
+			t.Errorf("%d attempts running after refusals", n)
+		}
+	})
 }
 
 func TestTailIsBoundedAndFollowersAreWoken(t *testing.T) {
-	ex := newExecutor(t, time.Second)
-	a := Attempt{JobID: "noisy", Command: []string{"sh", "-c", "i=0; while [ $i -lt 500 ]; do echo line-$i; i=$((i+1)); done"}}
-	r, err := ex.Start(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed := r.Changed()
-	waitDone(t, r, 10*time.Second)
-	select {
-	case <-changed:
-	default:
-		t.Error("followers were not woken")
-	}
-	tail := r.Tail()
-	if len(tail) > 1024 || !strings.HasSuffix(string(tail), "line-499\n") {
-		t.Errorf("tail is %d bytes ending %q", len(tail), tail[max(0, len(tail)-20):])
-	}
-	full := readAll(t, ex, a.Name(), Stdout)
-	if !strings.HasPrefix(full, "line-0\n") || strings.Count(full, "\n") != 500 {
-		t.Errorf("log file has %d lines", strings.Count(full, "\n"))
-	}
-	part, next, err := ReadLog(ex.cfg.Root, a.Name(), Stdout, 7, 7)
-	if err != nil || string(part) != "line-1\n" || next != 14 {
-		t.Errorf("ReadLog(7,7) = %q, %d, %v", part, next, err)
-	}
-}
-
-func TestCloseStopsEverything(t *testing.T) {
-	ex, err := New(Config{Root: t.TempDir(), Grace: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []*Run
-	for i := 0; i < 3; i++ {
-		r, err := ex.Start(Attempt{JobID: "long", Share: i, Command: []string{"sleep", "300"}})
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, time.Second)
+		a := Attempt{JobID: "noisy", Command: []string{"sh", "-c", "i=0; while [ $i -lt 500 ]; do echo line-$i; i=$((i+1)); done"}}
+		r, err := ex.Start(a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runs = append(runs, r)
-	}
-	ex.Close()
-	for _, r := range runs {
+		changed := r.Changed()
+		waitDone(t, r, 10*time.Second)
 		select {
-		case <-r.Done():
-			if r.Result().Stopped != StopShutdown {
-				t.Errorf("stopped = %q", r.Result().Stopped)
-			}
+		case <-changed:
 		default:
-			t.Error("Close returned with an attempt still running")
+			t.Error("followers were not woken")
 		}
-	}
-	if _, err := ex.Start(Attempt{JobID: "late", Command: []string{"true"}}); !errors.Is(err, ErrClosed) {
-		t.Errorf("Start after Close: %v", err)
-	}
+		tail := r.Tail()
+		if len(tail) > 1024 || !strings.HasSuffix(string(tail), "line-499\n") {
+			t.Errorf("tail is %d bytes ending %q", len(tail), tail[max(0, len(tail)-20):])
+		}
+		full := readAll(t, ex, a.Name(), Stdout)
+		if !strings.HasPrefix(full, "line-0\n") || strings.Count(full, "\n") != 500 {
+			t.Errorf("log file has %d lines", strings.Count(full, "\n"))
+		}
+		part, next, err := ReadLog(ex.cfg.Root, a.Name(), Stdout, 7, 7)
+		if err != nil || string(part) != "line-1\n" || next != 14 {
+			t.Errorf("ReadLog(7,7) = %q, %d, %v", part, next, err)
+		}
+	})
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex, err := New(Config{Root: t.TempDir(), Grace: 200 * time.Millisecond, Isolation: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs []*Run
+		for i := 0; i < 3; i++ {
+			r, err := ex.Start(Attempt{JobID: "long", Share: i, Command: []string{"sleep", "300"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, r)
+		}
+		ex.Close()
+		for _, r := range runs {
+			select {
+			case <-r.Done():
+				if r.Result().Stopped != StopShutdown {
+					t.Errorf("stopped = %q", r.Result().Stopped)
+				}
+			default:
+				t.Error("Close returned with an attempt still running")
+			}
+		}
+		if _, err := ex.Start(Attempt{JobID: "late", Command: []string{"true"}}); !errors.Is(err, ErrClosed) {
+			t.Errorf("Start after Close: %v", err)
+		}
+	})
 }
 
 func waitFor(t *testing.T, within time.Duration, cond func() bool) {

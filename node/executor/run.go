@@ -32,6 +32,9 @@ type Result struct {
 	StartedAt time.Time  `json:"started_at"`
 	EndedAt   time.Time  `json:"ended_at"`
 	Stopped   StopReason `json:"stopped,omitempty"` // "" when it exited by itself
+	// OOMKilled tells that the kernel killed a process of the attempt
+	// because it reached Limits.MemoryBytes (sandbox mode only).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Seconds is how long the process ran, the figure billing uses.
@@ -43,6 +46,7 @@ type Run struct {
 	attempt Attempt
 	dir     string
 
+	jail           jail
 	cmd            *exec.Cmd
 	stdout, stderr *os.File
 	tail           *tailBuffer
@@ -85,6 +89,13 @@ func (r *Run) WorkDir() string { return filepath.Join(r.dir, payloadDirName) }
 // CheckpointDir is $GPUMESH_CHECKPOINT_DIR.
 func (r *Run) CheckpointDir() string { return filepath.Join(r.dir, checkpointDirName) }
 
+// tmpDir is $TMPDIR.
+func (r *Run) tmpDir() string { return filepath.Join(r.dir, tmpDirName) }
+
+// UID is the user the job runs as: its own uid in sandbox mode, the node's
+// in process mode.
+func (r *Run) UID() int { return r.jail.uid() }
+
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
 
@@ -106,9 +117,10 @@ func (r *Run) Tail() []byte { return r.tail.Bytes() }
 // of the run; call it again for the write after that.
 func (r *Run) Changed() <-chan struct{} { return r.changed.C() }
 
-// Stop ends the attempt: SIGTERM to its process group, then SIGKILL after the
-// grace period. It returns at once; Done tells when the process is gone. The
-// first reason given is kept.
+// Stop ends the attempt: SIGTERM to its processes (its process group; in
+// sandbox mode every process in its cgroup), then SIGKILL after the grace
+// period. It returns at once; Done tells when the process is gone. The first
+// reason given is kept.
 func (r *Run) Stop(reason StopReason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -121,21 +133,23 @@ func (r *Run) Stop(reason StopReason) {
 		return
 	}
 	r.stopping = reason
-	signalGroup(r.cmd, sigTerm)
+	r.jail.signal(sigTerm)
 	r.killer = time.AfterFunc(r.cfg.Grace, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.result.EndedAt.IsZero() { // not reaped yet: the group id is still ours
-			signalGroup(r.cmd, sigKill)
+			r.jail.signal(sigKill)
 		}
 	})
 }
 
-func (r *Run) prepare() error {
+// prepare makes the attempt's directories, unpacks its payload and
+// checkpoint, and readies its jail.
+func (r *Run) prepare(iso isolator) error {
 	if err := os.RemoveAll(r.dir); err != nil {
 		return fmt.Errorf("executor: clearing %s: %w", r.dir, err)
 	}
-	for _, d := range []string{r.dir, r.WorkDir(), r.CheckpointDir(), filepath.Join(r.dir, "tmp")} {
+	for _, d := range []string{r.dir, r.WorkDir(), r.CheckpointDir(), r.tmpDir()} {
 		if err := os.Mkdir(d, attemptDirPerm); err != nil {
 			return fmt.Errorf("executor: %w", err)
 		}
@@ -151,6 +165,11 @@ func (r *Run) prepare() error {
 		}
 	}
 	r.attempt.Payload, r.attempt.Checkpoint = nil, nil
+	j, err := iso.jail(r)
+	if err != nil {
+		return err
+	}
+	r.jail = j
 	return nil
 }
 
@@ -183,26 +202,27 @@ func (r *Run) start() error {
 		// in case a stray child still holds them; the group is killed first.
 		WaitDelay: time.Second,
 	}
-	setProcessGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := r.jail.start(cmd); err != nil {
 		r.closeFiles()
 		return fmt.Errorf("executor: starting %q: %w", a.Command[0], err)
 	}
 	r.cmd = cmd
 	r.startedAt = time.Now()
-	r.cfg.Logger.Info("attempt started", "job", a.JobID, "share", a.Share, "epoch", a.Epoch, "pid", cmd.Process.Pid)
+	r.cfg.Logger.Info("attempt started", "job", a.JobID, "share", a.Share, "epoch", a.Epoch,
+		"pid", cmd.Process.Pid, "uid", r.jail.uid())
 	return nil
 }
 
-// wait reaps the process, kills what is left of its group, and records the
-// result. It runs on the goroutine the Executor owns for this run.
+// wait reaps the process, kills what is left of the attempt, releases its
+// jail, and records the result. It runs on the goroutine the Executor owns
+// for this run.
 func (r *Run) wait() {
 	err := r.cmd.Wait()
 	ended := time.Now()
-	signalGroup(r.cmd, sigKill) // no orphan outlives its attempt
+	oom := r.jail.finish() // no orphan outlives its attempt
 	r.closeFiles()
 
-	res := Result{ExitCode: r.cmd.ProcessState.ExitCode(), StartedAt: r.startedAt, EndedAt: ended}
+	res := Result{ExitCode: r.cmd.ProcessState.ExitCode(), StartedAt: r.startedAt, EndedAt: ended, OOMKilled: oom}
 	if sig := exitSignal(r.cmd.ProcessState); sig != "" {
 		res.Signal = sig
 		res.ExitCode = -1
@@ -248,7 +268,7 @@ func (r *Run) env() map[string]string {
 		env[k] = v
 	}
 	env["HOME"] = r.WorkDir()
-	env["TMPDIR"] = filepath.Join(r.dir, "tmp")
+	env["TMPDIR"] = r.tmpDir()
 	env["GPUMESH_JOB_ID"] = a.JobID
 	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
 	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)

@@ -1,0 +1,97 @@
+package executor
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// isolator is one isolation mode of an Executor. Its methods may be called
+// from any goroutine.
+type isolator interface {
+	// jail readies the isolation of one run. It is called once its
+	// directories exist and its payload and checkpoint are unpacked, before
+	// its process starts. On error it has released whatever it took.
+	jail(r *Run) (jail, error)
+	// capabilities says what the mode enforces.
+	capabilities() Capabilities
+}
+
+// jail is one run's isolation. start is called at most once, then finish
+// exactly once (also when start failed); signal may be called from any
+// goroutine between them.
+type jail interface {
+	// start starts cmd, whose Path, Args, Env, Dir, Stdout and Stderr are
+	// set, inside the jail.
+	start(cmd *exec.Cmd) error
+	// signal sends sig to every process of the attempt still running.
+	signal(sig syscall.Signal)
+	// finish runs after the main process was reaped: it kills what is left
+	// of the attempt and releases everything the jail holds. It tells
+	// whether the kernel killed a process of the attempt for memory.
+	finish() (oomKilled bool)
+	// uid is the user the job runs as.
+	uid() int
+}
+
+// newIsolator picks the isolation mode cfg asks for, logging a WARNING
+// when jobs will not be isolated.
+func newIsolator(cfg Config) (isolator, error) {
+	log := cfg.Logger
+	switch cfg.Isolation {
+	case IsolationProcess:
+		log.Warn("executor: isolation is process: jobs are NOT sandboxed", "not_isolated", ProcessModeGaps)
+		return processIsolator{}, nil
+	case IsolationSandbox:
+		sb, err := newSandbox(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSandboxUnavailable, err)
+		}
+		return sb, nil
+	case IsolationAuto:
+		sb, err := newSandbox(cfg)
+		if err == nil {
+			return sb, nil
+		}
+		log.Warn("executor: isolation auto falls back to process mode: jobs are NOT sandboxed",
+			"reason", err.Error(), "not_isolated", ProcessModeGaps)
+		return processIsolator{reason: err.Error()}, nil
+	}
+	return nil, fmt.Errorf("executor: unknown isolation %q (want auto, sandbox or process)", cfg.Isolation)
+}
+
+// processIsolator runs jobs as process groups of the node's own user.
+type processIsolator struct {
+	reason string // why auto mode chose it
+}
+
+func (p processIsolator) jail(*Run) (jail, error) { return &processJail{}, nil }
+
+func (p processIsolator) capabilities() Capabilities {
+	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason}
+}
+
+// processJail is a process group: Stop reaches every process that stayed
+// in the job's group.
+type processJail struct {
+	cmd *exec.Cmd
+}
+
+func (j *processJail) start(cmd *exec.Cmd) error {
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	j.cmd = cmd
+	return nil
+}
+
+func (j *processJail) signal(sig syscall.Signal) { signalGroup(j.cmd, sig) }
+
+func (j *processJail) finish() bool {
+	signalGroup(j.cmd, sigKill) // no orphan outlives its attempt
+	return false
+}
+
+func (j *processJail) uid() int { return os.Geteuid() }

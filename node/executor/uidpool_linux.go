@@ -1,0 +1,217 @@
+package executor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// uidPool hands out uids for running attempts. A uid is held by an
+// exclusive flock on "<dir>/<uid>.lock", so every executor on the host that
+// shares the lock directory sees it taken, and a node that dies releases its
+// uids with its file descriptors. Whatever a dead holder left behind (its
+// processes, cgroup, network) is cleaned by the next holder before use.
+type uidPool struct {
+	dir      string
+	min, max uint32
+	skip     map[uint32]bool // used by accounts or subordinate id ranges
+
+	mu   sync.Mutex
+	held map[uint32]*os.File
+}
+
+func newUIDPool(dir string, min, max uint32) (*uidPool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("uid lock dir: %w", err)
+	}
+	p := &uidPool{dir: dir, min: min, max: max, skip: map[uint32]bool{}, held: map[uint32]*os.File{}}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		for _, id := range accountIDs(f) {
+			p.skip[id] = true
+		}
+	}
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		for _, r := range subordinateRanges(f) {
+			for id := max32(r[0], min); id <= r[1] && id <= max; id++ {
+				p.skip[id] = true
+			}
+		}
+	}
+	if uint64(len(p.skip)) > uint64(max-min) {
+		return nil, fmt.Errorf("uid range %d..%d is taken by accounts or /etc/subuid, /etc/subgid ranges", min, max)
+	}
+	return p, nil
+}
+
+// skipped tells how many ids of the range are not handed out.
+func (p *uidPool) skipped() int { return len(p.skip) }
+
+// acquire takes the lowest free uid. clean is called with the lock held
+// and before the uid is checked for live processes, to remove what a dead
+// holder left. It fails with ErrNoUID when every uid is taken.
+func (p *uidPool) acquire(clean func(uid uint32)) (uint32, error) {
+	var procs map[uint32]bool
+	for id := p.min; id <= p.max && id >= p.min; id++ {
+		if p.skip[id] {
+			continue
+		}
+		p.mu.Lock()
+		_, mine := p.held[id]
+		p.mu.Unlock()
+		if mine {
+			continue
+		}
+		f, err := p.lock(id)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		clean(id)
+		if procs == nil {
+			procs = processUIDs()
+		}
+		if procs[id] { // someone else's process runs as this uid
+			f.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.held[id] = f
+		p.mu.Unlock()
+		return id, nil
+	}
+	return 0, fmt.Errorf("%w: all of %d..%d are in use", ErrNoUID, p.min, p.max)
+}
+
+// tryAcquire takes uid id if it is free, for cleaning what a dead holder
+// left; it reports false when the uid is held.
+func (p *uidPool) tryAcquire(id uint32) bool {
+	p.mu.Lock()
+	_, mine := p.held[id]
+	p.mu.Unlock()
+	if mine {
+		return false
+	}
+	f, err := p.lock(id)
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	p.held[id] = f
+	p.mu.Unlock()
+	return true
+}
+
+func (p *uidPool) lock(id uint32) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(p.dir, strconv.FormatUint(uint64(id), 10)+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("uid lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// release gives uid id back. Call it only once nothing runs as id.
+func (p *uidPool) release(id uint32) {
+	p.mu.Lock()
+	f := p.held[id]
+	delete(p.held, id)
+	p.mu.Unlock()
+	if f != nil {
+		f.Close() // drops the flock
+	}
+}
+
+// processUIDs returns the real, effective, saved and filesystem uids of
+// every process on the host.
+func processUIDs() map[uint32]bool {
+	out := map[uint32]bool{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				for _, f := range strings.Fields(rest) {
+					if id, err := strconv.ParseUint(f, 10, 32); err == nil {
+						out[uint32(id)] = true
+					}
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// accountIDs returns the third field (uid or gid) of each line of a
+// passwd- or group-format file.
+func accountIDs(path string) []uint32 {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []uint32
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) > 2 {
+			if id, err := strconv.ParseUint(fields[2], 10, 32); err == nil {
+				out = append(out, uint32(id))
+			}
+		}
+	}
+	return out
+}
+
+// subordinateRanges returns the [first, last] id ranges of a subuid- or
+// subgid-format file ("name:first:count").
+func subordinateRanges(path string) [][2]uint32 {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out [][2]uint32
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) != 3 {
+			continue
+		}
+		first, err1 := strconv.ParseUint(fields[1], 10, 32)
+		count, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil || count == 0 || first+count-1 > 1<<32-1 {
+			continue
+		}
+		out = append(out, [2]uint32{uint32(first), uint32(first + count - 1)})
+	}
+	return out
+}
+
+func max32(a, b uint32) uint32 {
+	if a > b {
+		return a
+	}
+	return b
+}
