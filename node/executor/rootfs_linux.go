@@ -52,6 +52,9 @@ func (fs *rootfs) build() error {
 	if err := unix.Mount("/", fs.dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding / to %s: %w", fs.dir, err)
 	}
+	if err := fs.detachCovered(); err != nil {
+		return err
+	}
 	if err := fs.readOnly(); err != nil {
 		return err
 	}
@@ -91,6 +94,27 @@ func (fs *rootfs) build() error {
 	for _, h := range fs.hide { // read-only once their mount points are made
 		if err := unix.Mount("", fs.dir+h, "", unix.MS_REMOUNT|unix.MS_RDONLY|hideFlags, ""); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remounting %s read-only: %w", h, err)
+		}
+	}
+	return nil
+}
+
+// detachCovered unmounts the node's mounts at and under the places build
+// covers (/proc, /dev, hidden and scratch directories), so that none of
+// them stays in the job's namespace, not even shadowed.
+func (fs *rootfs) detachCovered() error {
+	mounts, err := threadMounts()
+	if err != nil {
+		return err
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].point) > len(mounts[j].point) })
+	for _, m := range mounts {
+		if m.point == fs.dir || !within(m.point, fs.dir) || !fs.covered(strings.TrimPrefix(m.point, fs.dir)) {
+			continue
+		}
+		err := unix.Unmount(m.point, unix.MNT_DETACH)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmounting %s: %w", strings.TrimPrefix(m.point, fs.dir), err)
 		}
 	}
 	return nil

@@ -34,7 +34,9 @@ func newUIDPool(dir string, min, max uint32) (*uidPool, error) {
 	p := &uidPool{dir: dir, min: min, max: max, skip: map[uint32]bool{}, held: map[uint32]*os.File{}}
 	for _, f := range []string{"/etc/passwd", "/etc/group"} {
 		for _, id := range accountIDs(f) {
-			p.skip[id] = true
+			if id >= min && id <= max {
+				p.skip[id] = true
+			}
 		}
 	}
 	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
@@ -44,7 +46,7 @@ func newUIDPool(dir string, min, max uint32) (*uidPool, error) {
 			}
 		}
 	}
-	if uint64(len(p.skip)) > uint64(max-min) {
+	if uint64(len(p.skip)) > uint64(max-min) { // all taken
 		return nil, fmt.Errorf("uid range %d..%d is taken by accounts or /etc/subuid, /etc/subgid ranges", min, max)
 	}
 	return p, nil
