@@ -172,10 +172,15 @@ func (e *egress) jobRules(jif string) string {
 	fmt.Fprintf(&b, "  set blocked { type ipv4_addr; flags interval; elements = { %s } }\n", strings.Join(e.blockedElems(), ", "))
 	fmt.Fprintf(&b, "  chain output {\n    type filter hook output priority filter; policy accept;\n")
 	fmt.Fprintf(&b, "    oifname \"lo\" accept\n")
+	// TCP is refused with a reset: the job's connect fails at once (ICMP
+	// errors are rate-limited, so a second refused SYN would wait a second).
+	fmt.Fprintf(&b, "    meta nfproto ipv6 meta l4proto tcp reject with tcp reset\n")
 	fmt.Fprintf(&b, "    meta nfproto ipv6 reject with icmpv6 type admin-prohibited\n")
+	fmt.Fprintf(&b, "    ip daddr @blocked meta l4proto tcp reject with tcp reset\n")
 	fmt.Fprintf(&b, "    ip daddr @blocked reject with icmp type admin-prohibited\n")
 	if ports := e.ports(); ports != "" {
-		fmt.Fprintf(&b, "    meta l4proto { tcp, udp } th dport { %s } reject with icmp type admin-prohibited\n", ports)
+		fmt.Fprintf(&b, "    tcp dport { %s } reject with tcp reset\n", ports)
+		fmt.Fprintf(&b, "    udp dport { %s } reject with icmp type admin-prohibited\n", ports)
 	}
 	fmt.Fprintf(&b, "    oifname != %q drop\n  }\n}\n", jif)
 	return b.String()
