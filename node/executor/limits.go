@@ -181,6 +181,9 @@ func (p Policy) Cap(l Limits) (Limits, error) {
 	}
 	for _, m := range allowed {
 		if m == want {
+			if err := l.Validate(); err != nil {
+				return l, fmt.Errorf("executor: policy caps out of bounds: %w", err)
+			}
 			return l, nil
 		}
 	}

@@ -324,9 +324,11 @@ type mountEntry struct {
 	super  string // super block options
 }
 
-// parseMountInfo reads one line of /proc/*/mountinfo (proc(5)).
+// parseMountInfo reads one line of /proc/*/mountinfo (proc(5)). Fields are
+// separated by single spaces; the kernel escapes space, tab, newline and
+// backslash in paths, so any other byte may be part of one.
 func parseMountInfo(line string) (mountEntry, bool) {
-	fields := strings.Fields(line)
+	fields := strings.Split(line, " ")
 	sep := -1
 	for i, f := range fields {
 		if f == "-" && i >= 6 {

@@ -187,17 +187,21 @@ func accountIDs(path string) []uint32 {
 }
 
 // subordinateRanges returns the [first, last] id ranges of a subuid- or
-// subgid-format file ("name:first:count").
+// subgid-format file.
 func subordinateRanges(path string) [][2]uint32 {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	return parseSubordinate(b)
+}
+
+// parseSubordinate reads "name:first:count" lines, skipping malformed ones
+// and ranges that leave the 32-bit id space.
+func parseSubordinate(data []byte) [][2]uint32 {
 	var out [][2]uint32
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Split(sc.Text(), ":")
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(strings.TrimSpace(line), ":")
 		if len(fields) != 3 {
 			continue
 		}
