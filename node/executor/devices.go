@@ -45,7 +45,9 @@ func isStandardDevice(name string) bool {
 // "/dev"). Per vendor:
 //
 //   - NVIDIA: nvidia<index> plus the control nodes nvidiactl, nvidia-uvm,
-//     nvidia-uvm-tools, nvidia-modeset and nvidia-caps/*;
+//     nvidia-uvm-tools and nvidia-modeset. Not nvidia-caps/*: those grant
+//     MIG management (config, monitor) or one MIG slice each, which the node
+//     must decide slice by slice;
 //   - AMD and Hygon: kfd plus the card's DRM render node, found through
 //     /sys/bus/pci/devices/<bus id>/drm;
 //   - Huawei Ascend: davinci<index> plus davinci_manager, devmm_svm, hisi_hdc;
@@ -74,11 +76,6 @@ func CardDevices(devDir string, cards []device.Card) []string {
 		switch c.Vendor {
 		case device.VendorNVIDIA:
 			add("nvidia"+idx, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-			if caps, err := os.ReadDir(filepath.Join(devDir, "nvidia-caps")); err == nil {
-				for _, e := range caps {
-					add("nvidia-caps/" + e.Name())
-				}
-			}
 		case device.VendorAMD, device.VendorHygon:
 			add("kfd")
 			add(renderNodes(c.PCIBusID)...)

@@ -89,7 +89,7 @@ func TestCardDevices(t *testing.T) {
 		{Vendor: device.VendorHuawei, Index: 3, Backend: "npu-smi"},
 		{Vendor: device.VendorNVIDIA, Index: 0, Backend: "sim"}, // simulated: no nodes
 	}
-	want := []string{"davinci3", "davinci_manager", "nvidia-caps/nvidia-cap1", "nvidia-uvm", "nvidia1", "nvidiactl"}
+	want := []string{"davinci3", "davinci_manager", "nvidia-uvm", "nvidia1", "nvidiactl"}
 	if got := CardDevices(dev, cards); !reflect.DeepEqual(got, want) {
 		t.Errorf("CardDevices = %v, want %v", got, want)
 	}
