@@ -1,27 +1,3 @@
-// Package executor runs one share of a job on this node: a private work
-// directory, the job's payload unpacked into it, exactly the environment it
-// needs (its cards, its identity, its gang rendezvous), its output captured
-// to files with a bounded in-memory tail, and a stop that is SIGTERM, a grace
-// period, then SIGKILL.
-//
-// How far a job is kept from the node and from other jobs is the
-// Executor's Isolation: a plain process group of the node's user
-// (IsolationProcess), or on Linux as root a sandbox per attempt
-// (IsolationSandbox: own uid, cgroup limits, mount and network namespaces,
-// only its own device nodes). See Isolation for the contract of each.
-//
-// The Executor owns one goroutine per running attempt (the one that waits for
-// the process); Close stops every attempt and returns after those goroutines
-// have exited.
-//
-//	ex, err := executor.New(executor.Config{Root: dataDir + "/attempts", Isolation: executor.IsolationAuto,
-//		HideDirs: []string{dataDir}, BlockPorts: []int{apiPort, meshPort}})
-//	limits, err := policy.Cap(spec.Limits)
-//	run, err := ex.Start(executor.Attempt{JobID: id, Share: 0, Epoch: 1, Command: argv,
-//		Limits: executor.Limits{MemoryBytes: limits.MemoryBytes, Devices: executor.CardDevices("", cards)}})
-//	<-run.Done()
-//	res := run.Result()
-//	ex.Close()
 package executor
 
 import (
