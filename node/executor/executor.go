@@ -109,7 +109,7 @@ type Config struct {
 	EgressNet netip.Prefix
 	// Nameservers go into the resolv.conf of a job on NetworkEgress.
 	// Default: the node's own nameservers that are public addresses, else
-	// DefaultNameservers.
+	// 1.1.1.1 and 8.8.8.8.
 	Nameservers []netip.Addr
 }
 
@@ -121,10 +121,8 @@ const (
 	DefaultCgroupRoot   = "/sys/fs/cgroup"
 	DefaultCgroupParent = "gpumesh"
 	DefaultDevDir       = "/dev"
+	DefaultEgressNet    = "169.254.64.0/18" // Config.EgressNet
 )
-
-// DefaultEgressNet is the default Config.EgressNet.
-var DefaultEgressNet = netip.MustParsePrefix("169.254.64.0/18")
 
 func (c Config) withDefaults() Config {
 	if c.Grace <= 0 {
@@ -164,7 +162,7 @@ func (c Config) withDefaults() Config {
 		c.CgroupParent = DefaultCgroupParent
 	}
 	if !c.EgressNet.IsValid() {
-		c.EgressNet = DefaultEgressNet
+		c.EgressNet = netip.MustParsePrefix(DefaultEgressNet)
 	}
 	return c
 }

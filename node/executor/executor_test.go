@@ -365,3 +365,53 @@ func makeTarEntries(t *testing.T, hs []tar.Header, bodies ...string) []byte {
 	tw.Close()
 	return buf.Bytes()
 }
+
+// gatedReader blocks its first Read until open is closed, telling reading
+// when it got there.
+type gatedReader struct {
+	reading, open chan struct{}
+	r             *bytes.Reader
+	once          bool
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if !g.once {
+		g.once = true
+		close(g.reading)
+		<-g.open
+	}
+	return g.r.Read(p)
+}
+
+func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, 200*time.Millisecond)
+		gate := &gatedReader{reading: make(chan struct{}), open: make(chan struct{}),
+			r: bytes.NewReader(makeTar(t, false, map[string]string{"f": "x"}))}
+		a := Attempt{JobID: "early-stop", Command: []string{"sleep", "300"}, Payload: gate}
+		started := make(chan *Run, 1)
+		go func() {
+			r, err := ex.Start(a)
+			if err != nil {
+				t.Error(err)
+			}
+			started <- r
+		}()
+		<-gate.reading
+		r, ok := ex.Lookup(a.Name())
+		if !ok {
+			t.Fatal("an attempt being prepared is not listed")
+		}
+		if uid := r.UID(); uid != -1 {
+			t.Errorf("UID while preparing = %d, want -1", uid)
+		}
+		r.Stop(StopCancelled)
+		close(gate.open)
+		if got := <-started; got != r {
+			t.Fatalf("Start returned %p, Lookup %p", got, r)
+		}
+		if res := waitDone(t, r, 10*time.Second); res.Stopped != StopCancelled || res.Signal == "" {
+			t.Errorf("result %+v, want stopped by the early cancel", res)
+		}
+	})
+}

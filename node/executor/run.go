@@ -93,8 +93,15 @@ func (r *Run) CheckpointDir() string { return filepath.Join(r.dir, checkpointDir
 func (r *Run) tmpDir() string { return filepath.Join(r.dir, tmpDirName) }
 
 // UID is the user the job runs as: its own uid in sandbox mode, the node's
-// in process mode.
-func (r *Run) UID() int { return r.jail.uid() }
+// in process mode; -1 while the attempt is still being prepared.
+func (r *Run) UID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.jail == nil {
+		return -1
+	}
+	return r.jail.uid()
+}
 
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
@@ -133,6 +140,17 @@ func (r *Run) Stop(reason StopReason) {
 		return
 	}
 	r.stopping = reason
+	r.signalStopLocked()
+}
+
+// signalStopLocked sends SIGTERM and arms the SIGKILL timer once the
+// attempt is stopping and its process exists; Start calls it again after
+// the process started, for a Stop that came while it was being prepared.
+// r.mu is held.
+func (r *Run) signalStopLocked() {
+	if r.stopping == "" || r.jail == nil || r.cmd == nil || r.killer != nil {
+		return
+	}
 	r.jail.signal(sigTerm)
 	r.killer = time.AfterFunc(r.cfg.Grace, func() {
 		r.mu.Lock()
@@ -169,7 +187,9 @@ func (r *Run) prepare(iso isolator) error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
 	r.jail = j
+	r.mu.Unlock()
 	return nil
 }
 
@@ -206,8 +226,11 @@ func (r *Run) start() error {
 		r.closeFiles()
 		return fmt.Errorf("executor: starting %q: %w", a.Command[0], err)
 	}
+	r.mu.Lock()
 	r.cmd = cmd
 	r.startedAt = time.Now()
+	r.signalStopLocked()
+	r.mu.Unlock()
 	r.cfg.Logger.Info("attempt started", "job", a.JobID, "share", a.Share, "epoch", a.Epoch,
 		"pid", cmd.Process.Pid, "uid", r.jail.uid())
 	return nil
