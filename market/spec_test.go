@@ -17,15 +17,17 @@ func validSpec() JobSpec {
 func TestValidateAcceptsGoodSpecs(t *testing.T) {
 	cat := device.DefaultCatalog()
 	for name, mod := range map[string]func(*JobSpec){
-		"minimal":        func(*JobSpec) {},
-		"models":         func(s *JobSpec) { s.Models = []string{"h100-sxm-80g", "rtx4090-*", "x-tesla-t4-15g"} },
-		"vendors":        func(s *JobSpec) { s.Vendors = []device.Vendor{device.VendorNVIDIA, device.VendorHuawei} },
-		"gang":           func(s *JobSpec) { s.Cards, s.Layout = 32, Layout{Mode: LayoutPerNode, PerNode: 8} },
-		"one node":       func(s *JobSpec) { s.Layout.Mode = LayoutOneNode },
-		"service":        func(s *JobSpec) { s.Kind, s.Cards, s.Replicas = KindService, 2, 3 },
-		"preemptible":    func(s *JobSpec) { s.Kind = KindPreemptible },
-		"elastic":        func(s *JobSpec) { s.Cards, s.Elastic = 1, &Elastic{Min: 1, Max: 1000} },
-		"elastic gang":   func(s *JobSpec) { s.Layout, s.Elastic = Layout{Mode: LayoutPerNode, PerNode: 4}, &Elastic{Min: 4, Max: 64} },
+		"minimal":     func(*JobSpec) {},
+		"models":      func(s *JobSpec) { s.Models = []string{"h100-sxm-80g", "rtx4090-*", "x-tesla-t4-15g"} },
+		"vendors":     func(s *JobSpec) { s.Vendors = []device.Vendor{device.VendorNVIDIA, device.VendorHuawei} },
+		"gang":        func(s *JobSpec) { s.Cards, s.Layout = 32, Layout{Mode: LayoutPerNode, PerNode: 8} },
+		"one node":    func(s *JobSpec) { s.Layout.Mode = LayoutOneNode },
+		"service":     func(s *JobSpec) { s.Kind, s.Cards, s.Replicas = KindService, 2, 3 },
+		"preemptible": func(s *JobSpec) { s.Kind = KindPreemptible },
+		"elastic":     func(s *JobSpec) { s.Cards, s.Elastic = 1, &Elastic{Min: 1, Max: 1000} },
+		"elastic gang": func(s *JobSpec) {
+			s.Layout, s.Elastic = Layout{Mode: LayoutPerNode, PerNode: 4}, &Elastic{Min: 4, Max: 64}
+		},
 		"memory":         func(s *JobSpec) { s.MinMemoryMiB = 24 * 1024; s.Models = []string{"rtx4090-24g"} },
 		"compute":        func(s *JobSpec) { s.MinComputeUnits = 3 },
 		"duration":       func(s *JobSpec) { s.ExpectedDuration = Duration(6 * time.Hour) },
@@ -63,7 +65,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"vendor contradicts models", func(s *JobSpec) {
 			s.Models, s.Vendors = []string{"h100-sxm-80g"}, []device.Vendor{device.VendorAMD}
 		}, "vendors", "none of the allowed models"},
-		{"memory no model has", func(s *JobSpec) { s.Models, s.MinMemoryMiB = []string{"rtx4090-*"}, 80 * 1024 }, "min_memory_mib", "no allowed model"},
+		{"memory no model has", func(s *JobSpec) { s.Models, s.MinMemoryMiB = []string{"rtx4090-*"}, 80*1024 }, "min_memory_mib", "no allowed model"},
 		{"compute no model has", func(s *JobSpec) { s.MinComputeUnits = 5 }, "min_compute_units", "no allowed model"},
 		{"zero price", func(s *JobSpec) { s.MaxPriceCNY = 0 }, "max_price_cny", "above 0"},
 		{"negative price", func(s *JobSpec) { s.MaxPriceCNY = -1 }, "max_price_cny", "above 0"},
