@@ -1,0 +1,272 @@
+package market
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// ask is one node a round sent a BidRequest to.
+type ask struct {
+	node     string
+	want     int
+	score    float64 // the book's best score for the node (lower is better)
+	replied  bool
+	feasible int // feasible cards in its bid (0 if it declined)
+}
+
+// nodeOffer aggregates what one node offers a job in the book.
+type nodeOffer struct {
+	node   string
+	model  string
+	avail  int
+	scores []scoredAvail // ascending
+	best   float64
+	avoid  bool
+	tie    uint64
+	kcost  float64 // slot layouts: the cost of the node's best PerSlot cards
+}
+
+type scoredAvail struct {
+	score float64
+	n     int
+}
+
+// selectCandidates picks the nodes to ask for need from the book, best
+// effective price first, with spares: at least SpareFactor times the cards
+// needed and SpareNodes nodes beyond those needed. Nodes in skip (asked
+// already, or holding a share that must be apart) are passed over; nodes in
+// avoid come last. enough reports whether the book's free cards can satisfy
+// the need at all; when not, the round also broadcasts.
+func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, x *explainer) (asks []*ask, enough bool) {
+	book := c.n.cfg.Book
+	if book == nil {
+		return nil, false
+	}
+	var offers map[string]*nodeOffer
+	if need.Cards > 0 {
+		offers = c.walkBook(j, need.Cards, skip, x, true)
+	} else {
+		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
+	}
+	nodes := make([]*nodeOffer, 0, len(offers))
+	for _, o := range offers {
+		nodes = append(nodes, o)
+	}
+	want := need.Cards
+	if need.Slots > 0 {
+		k := need.PerSlot
+		want = k
+		nodes = slices.DeleteFunc(nodes, func(o *nodeOffer) bool {
+			if o.avail >= k {
+				o.kcost = kCheapest(o.scores, k)
+				return false
+			}
+			if x != nil {
+				x.add(ExplainEntry{Stage: "book", Node: o.node, Model: o.model, Cards: o.avail, Reason: ReasonLayout, Score: o.best,
+					Detail: fmt.Sprintf("%d free matching cards, the layout needs %d on one node", o.avail, k)})
+			}
+			return true
+		})
+		for _, o := range nodes {
+			o.best = o.kcost / float64(k)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *nodeOffer) int {
+		if a.avoid != b.avoid {
+			if a.avoid {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(a.best, b.best); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.tie, b.tie)
+	})
+	spareCards := int(math.Ceil(float64(need.total()) * c.n.cfg.SpareFactor))
+	cum, beyond := 0, 0
+	for i, o := range nodes {
+		if cum >= need.total() {
+			if cum >= spareCards && beyond >= c.n.cfg.SpareNodes {
+				if x != nil {
+					for _, rest := range nodes[i:] {
+						x.add(ExplainEntry{Stage: "book", Node: rest.node, Model: rest.model, Cards: rest.avail, Reason: ReasonNotAsked, Score: rest.best,
+							Detail: "enough better candidates were asked"})
+					}
+				}
+				break
+			}
+			beyond++
+		}
+		w := min(o.avail, want)
+		if need.Slots > 0 {
+			w = want
+		}
+		asks = append(asks, &ask{node: o.node, want: w, score: o.best})
+		cum += w
+	}
+	return asks, cum >= need.total()
+}
+
+// kCheapest is the sum of the k lowest scores.
+func kCheapest(s []scoredAvail, k int) float64 {
+	sum := 0.0
+	for _, sa := range s {
+		n := min(sa.n, k)
+		sum += float64(n) * sa.score
+		k -= n
+		if k == 0 {
+			break
+		}
+	}
+	return sum
+}
+
+// walkBook gathers the book's free, feasible offers per node. For LayoutAny
+// (early true) it walks each model's offers in price order and stops once it
+// has enough capacity whose scores beat anything further down the list (a
+// score is never below the offer's floor price per compute unit); for slot
+// layouts it reads every offer, since a node's cards may span models.
+func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
+	book := c.n.cfg.Book
+	preemptible := j.spec.KindOrDefault() == KindPreemptible
+	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
+	out := map[string]*nodeOffer{}
+	for _, model := range book.Models() {
+		offers := book.Offers(model)
+		if len(offers) == 0 {
+			continue
+		}
+		head := &offers[0]
+		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
+		if r := j.match.check(&facts); r != reasonPassed {
+			if x != nil {
+				x.add(ExplainEntry{Stage: "book", Node: "*", Model: model, Cards: len(offers), Reason: r, Detail: j.match.detail(r, &facts) + " (every offer of the model)"})
+			}
+			continue
+		}
+		cu := j.scorer.cu(head.ComputeUnits)
+		gathered, worst := 0, 0.0
+		for i := range offers {
+			o := &offers[i]
+			if early && gathered >= spareCards && o.floorPrice()/cu >= worst {
+				break
+			}
+			if skip[o.Node] {
+				continue
+			}
+			avail := o.Free
+			price := o.PriceCNY
+			if preemptible {
+				price = o.PreemptiblePriceCNY
+			} else {
+				avail += o.Preemptible
+			}
+			if avail <= 0 {
+				continue
+			}
+			if price > j.spec.MaxPriceCNY {
+				if x != nil {
+					f := cardFacts{price: price}
+					x.add(ExplainEntry{Stage: "book", Node: o.Node, Model: model, Cards: avail, Reason: ReasonPrice, Detail: j.match.detail(ReasonPrice, &f)})
+				}
+				continue
+			}
+			score := j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)
+			gathered += avail
+			worst = max(worst, score)
+			no := out[o.Node]
+			if no == nil {
+				no = &nodeOffer{node: o.Node, model: model, best: score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
+				out[o.Node] = no
+			}
+			no.avail += avail
+			no.best = min(no.best, score)
+			no.scores = append(no.scores, scoredAvail{score, avail})
+		}
+	}
+	for _, o := range out {
+		if len(o.scores) > 1 {
+			slices.SortFunc(o.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
+		}
+	}
+	return out
+}
+
+// neverSatisfiable reports, from the book's total (not only free) healthy
+// cards within the job's filter and price, whether the mesh could never
+// place the job as it stands, and says what is missing. A nil book knows
+// nothing and never fails a job.
+func (c *coordinator) neverSatisfiable(j *job) string {
+	book := c.n.cfg.Book
+	if book == nil {
+		return ""
+	}
+	preemptible := j.spec.KindOrDefault() == KindPreemptible
+	need := j.initialNeed()
+	perNode := map[string]int{}
+	total := 0
+	for _, model := range book.Models() {
+		offers := book.Offers(model)
+		if len(offers) == 0 {
+			continue
+		}
+		head := &offers[0]
+		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
+		if j.match.check(&facts) != reasonPassed {
+			continue
+		}
+		for i := range offers {
+			o := &offers[i]
+			price := o.PriceCNY
+			if preemptible {
+				price = o.PreemptiblePriceCNY
+			}
+			if price > j.spec.MaxPriceCNY || o.Total <= 0 {
+				continue
+			}
+			total += o.Total
+			perNode[o.Node] += o.Total
+			if need.Cards > 0 && total >= need.Cards {
+				return ""
+			}
+		}
+	}
+	what := describeFilter(&j.spec)
+	if need.Cards > 0 {
+		return fmt.Sprintf("needs %d cards%s, the mesh has %d", need.Cards, what, total)
+	}
+	nodes := 0
+	for _, n := range perNode {
+		if n >= need.PerSlot {
+			nodes++
+		}
+	}
+	if nodes >= need.Slots {
+		return ""
+	}
+	return fmt.Sprintf("needs %d nodes with %d cards%s each, the mesh has %d", need.Slots, need.PerSlot, what, nodes)
+}
+
+// describeFilter says in words which cards a spec takes: " of h100-*,
+// a100-80g with at least 80 GiB at most 20.00 CNY per card-hour".
+func describeFilter(s *JobSpec) string {
+	var parts []string
+	if len(s.Models) > 0 {
+		parts = append(parts, "of "+strings.Join(s.Models, ", "))
+	}
+	if len(s.Vendors) > 0 {
+		parts = append(parts, "by "+joinVendors(s.Vendors))
+	}
+	if s.MinMemoryMiB > 0 {
+		parts = append(parts, fmt.Sprintf("with at least %d MiB", s.MinMemoryMiB))
+	}
+	if s.MinComputeUnits > 0 {
+		parts = append(parts, fmt.Sprintf("with at least %.2f compute units", s.MinComputeUnits))
+	}
+	parts = append(parts, fmt.Sprintf("at most %.2f CNY per card-hour", s.MaxPriceCNY))
+	return " " + strings.Join(parts, " ")
+}
