@@ -1,6 +1,7 @@
 package market
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -45,9 +46,10 @@ type job struct {
 	live       map[int]*placement // share → its live attempt
 	nextShare  int
 
-	needCards int   // LayoutAny: cards still to place
+	needCards  int   // LayoutAny: cards still to place
+	freeShares []int // LayoutAny: numbers of lost shares, for their replacements
 	needSlots []int // slot layouts: shares still to place
-	shrink    int   // cards still to stop once the open round ends
+	shrinkPending bool // a scale-down waits for the open round to end
 	avoid     map[string]bool
 
 	round    *round
@@ -101,6 +103,26 @@ func (j *job) initialNeed() Need {
 }
 
 func (j *job) hasNeed() bool { return j.needCards > 0 || len(j.needSlots) > 0 }
+
+// needString says what is still to place: "4 cards", "2 nodes × 8 cards".
+func (j *job) needString() string {
+	if j.flexible() {
+		return Need{Cards: j.needCards}.String()
+	}
+	return Need{Slots: len(j.needSlots), PerSlot: j.perSlot()}.String()
+}
+
+// allocShare numbers a new share of a LayoutAny job: the number of a lost
+// share it replaces if there is one, else the next.
+func (j *job) allocShare() int {
+	if n := len(j.freeShares); n > 0 {
+		s := j.freeShares[0]
+		j.freeShares = j.freeShares[1:]
+		return s
+	}
+	j.nextShare++
+	return j.nextShare - 1
+}
 
 func (j *job) nextEpoch() uint64 {
 	j.epoch++
@@ -210,7 +232,7 @@ func (c *coordinator) abandon(j *job, why string) {
 	for _, p := range j.liveSorted() {
 		c.stopPlacement(j, p, why)
 	}
-	j.needCards, j.needSlots, j.shrink = 0, nil, 0
+	j.needCards, j.needSlots, j.shrinkPending = 0, nil, false
 }
 
 // stopPlacement asks the attempt's node to stop it. Its final usage still
@@ -277,7 +299,6 @@ func (c *coordinator) scale(id string, cards int) error {
 			j.nextShare++
 		}
 	case delta < 0:
-		j.shrink += -delta
 		c.shrinkNow(j)
 	}
 	if j.round == nil && j.hasNeed() {
@@ -287,45 +308,56 @@ func (c *coordinator) scale(id string, cards int) error {
 	return nil
 }
 
-// shrinkNow takes j.shrink cards away: first from what is not placed yet,
-// then by stopping whole running shares (the most expensive per card first
-// for LayoutAny, the highest share numbers for slot layouts). Cards in an
-// open round are dealt with when it ends.
+// shrinkNow brings the job down to its target: first by dropping what is
+// not placed yet, then by stopping whole running shares (the most expensive
+// per card first for LayoutAny, the highest share numbers for slot
+// layouts). Stopping whole shares may overshoot; the shortfall is placed
+// again by an incremental auction, so the job ends at its target exactly.
+// With a round open it waits for the round to end.
 func (c *coordinator) shrinkNow(j *job) {
-	if j.flexible() {
-		n := min(j.needCards, j.shrink)
-		j.needCards -= n
-		j.shrink -= n
-	} else {
-		for j.shrink >= j.perSlot() && len(j.needSlots) > 0 {
-			j.needSlots = j.needSlots[:len(j.needSlots)-1]
-			j.shrink -= j.perSlot()
-		}
-	}
-	if j.shrink == 0 || j.round != nil {
+	j.shrinkPending = false
+	if j.round != nil {
+		j.shrinkPending = true
 		return
 	}
 	running := slices.DeleteFunc(j.liveSorted(), func(p *placement) bool { return p.State == PlacementStopping })
-	if j.flexible() {
-		slices.SortStableFunc(running, func(a, b *placement) int {
-			if a.PriceCNY != b.PriceCNY {
-				if a.PriceCNY > b.PriceCNY {
-					return -1
-				}
-				return 1
-			}
-			return b.Share - a.Share
-		})
-	} else {
-		slices.Reverse(running)
-	}
-	for _, p := range running {
-		if len(p.Cards) <= j.shrink {
-			j.shrink -= len(p.Cards)
-			c.stopPlacement(j, p, "scaled down")
+	if !j.flexible() {
+		k := j.perSlot()
+		excess := len(running) + len(j.needSlots) - j.target/k
+		for excess > 0 && len(j.needSlots) > 0 {
+			j.needSlots = j.needSlots[:len(j.needSlots)-1]
+			excess--
 		}
+		for i := len(running) - 1; i >= 0 && excess > 0; i-- {
+			c.stopPlacement(j, running[i], "scaled down")
+			excess--
+		}
+		return
 	}
-	j.shrink = 0 // what is left cannot be stopped whole; the job keeps it
+	held := 0
+	for _, p := range running {
+		held += len(p.Cards)
+	}
+	excess := held + j.needCards - j.target
+	n := min(max(excess, 0), j.needCards)
+	j.needCards -= n
+	excess -= n
+	slices.SortStableFunc(running, func(a, b *placement) int {
+		if c := cmp.Compare(b.PriceCNY, a.PriceCNY); c != 0 {
+			return c
+		}
+		return b.Share - a.Share
+	})
+	for _, p := range running {
+		if excess <= 0 {
+			break
+		}
+		c.stopPlacement(j, p, "scaled down")
+		excess -= len(p.Cards)
+	}
+	if excess < 0 {
+		j.needCards += -excess // stopped a whole share past the target: top up
+	}
 }
 
 // refresh derives the job's state from its rounds, needs and attempts.
@@ -348,6 +380,8 @@ func (c *coordinator) refresh(j *job) {
 		c.setState(j, JobRerouting, j.wait)
 	case j.everRan:
 		c.setState(j, JobRunning, j.wait)
+	case j.round != nil && j.round.phase == phaseBidding && j.wait != "":
+		c.setState(j, JobPending, j.wait) // a retry: still waiting until it clears
 	case j.round != nil && j.round.phase == phaseBidding:
 		c.setState(j, JobBidding, "")
 	case j.round != nil || len(j.live) > 0:

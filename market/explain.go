@@ -90,6 +90,20 @@ func (x *explainer) add(e ExplainEntry) {
 	x.cards[e.Reason] += e.Cards
 }
 
+// replace drops node's bid-stage entries and adds e in their place: the
+// node's outcome changed after clearing (its award failed, or it won as a
+// spare).
+func (x *explainer) replace(node string, e ExplainEntry) {
+	x.entries = slices.DeleteFunc(x.entries, func(old ExplainEntry) bool {
+		if old.Stage == "bid" && old.Node == node {
+			x.cards[old.Reason] -= old.Cards
+			return true
+		}
+		return false
+	})
+	x.add(e)
+}
+
 // rank orders reasons for display: winners, near misses, then checks.
 func reasonRank(r Reason) int {
 	switch r {

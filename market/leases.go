@@ -27,6 +27,9 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	if p == nil || p.Node != from {
 		return stop("not a current attempt of the job")
 	}
+	if p.State == PlacementAwarded {
+		c.accepted(j, p) // its Accept was lost: the renewal says the same
+	}
 	switch p.State {
 	case PlacementAccepted, PlacementRunning:
 	case PlacementStopping:
@@ -73,10 +76,18 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	if p == nil || p.Node != from || !p.State.live() {
 		return fmt.Errorf("%w: end of %s share %d epoch %d, not a live attempt", ErrStale, m.Job, m.Share, m.Epoch)
 	}
+	if p.State == PlacementAwarded {
+		if m.Cause != CauseExited && m.Cause != CauseStopped {
+			// It ended before its Accept arrived: as good as a rejected award.
+			c.bill(j, p, m.CardSeconds)
+			c.awardFailed(j, p, ReasonRejected, "ended before its accept arrived: "+string(m.Cause))
+			return nil
+		}
+		c.accepted(j, p)
+	}
 	c.bill(j, p, m.CardSeconds)
 	code := m.ExitCode
 	p.ExitCode = &code
-	wasAwarded := p.State == PlacementAwarded
 	switch {
 	case p.State == PlacementStopping:
 		c.settle(j, p, PlacementStopped, m.Cause, "")
@@ -84,10 +95,6 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d", code))
 	default:
 		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause))
-	}
-	if wasAwarded && p.round != nil && p.round == j.round {
-		j.round.outstanding--
-		defer c.finishRound(j, p.round)
 	}
 	switch p.State {
 	case PlacementExited:
@@ -141,6 +148,9 @@ func (c *coordinator) replace(j *job, p *placement) {
 		j.nextShare = max(j.nextShare, len(j.needSlots))
 	case j.flexible():
 		j.needCards += len(p.Cards)
+		if j.spec.KindOrDefault() != KindService && p.State != PlacementExited {
+			j.freeShares = append(j.freeShares, p.Share)
+		}
 	default:
 		j.needSlots = append(j.needSlots, p.Share)
 	}

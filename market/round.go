@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -36,6 +37,8 @@ type round struct {
 	progress    bool            // an award was accepted
 	unfilled    Need            // what neither the winners nor the spares could take
 	unfilledIDs []int           // the slots of unfilled
+	closedLots  int             // lots in when bidding closed; later ones are spares that came late
+	won         map[string]bool // nodes awarded in this round
 
 	x    *explainer
 	expl Explanation
@@ -60,7 +63,7 @@ func (c *coordinator) startRound(j *job) {
 		return
 	}
 	j.roundSeq++
-	r := &round{id: j.roundSeq, askBy: map[string]*ask{}, lotBy: map[string]int{}, exclude: map[string]bool{}, x: newExplainer()}
+	r := &round{id: j.roundSeq, askBy: map[string]*ask{}, lotBy: map[string]int{}, exclude: map[string]bool{}, won: map[string]bool{}, x: newExplainer()}
 	if j.flexible() {
 		r.need = Need{Cards: j.needCards}
 		j.needCards = 0
@@ -74,8 +77,21 @@ func (c *coordinator) startRound(j *job) {
 		}
 	}
 	r.expl = Explanation{Round: r.id, Need: r.need.String()}
-	j.round, j.wait = r, ""
+	j.round = r
 	asks, enough := c.selectCandidates(j, r.need, r.exclude, r.x)
+	if r.need.Slots > 0 {
+		// Nodes still stopping this job's attempts (a gang restarting) hold
+		// cards the book shows busy: ask them first.
+		var own []*ask
+		for _, p := range j.liveSorted() {
+			if p.State == PlacementStopping && !j.avoid[p.Node] && !r.exclude[p.Node] &&
+				!slices.ContainsFunc(asks, func(a *ask) bool { return a.node == p.Node }) {
+				own = append(own, &ask{node: p.Node, want: r.need.PerSlot})
+			}
+		}
+		asks = append(own, asks...)
+		enough = enough || len(asks) >= r.need.Slots
+	}
 	c.ask(j, r, asks)
 	if !enough {
 		c.broadcast(j, r)
@@ -250,6 +266,7 @@ func (c *coordinator) closeBidding(j *job, r *round) {
 	for _, e := range x.entries {
 		r.x.add(e)
 	}
+	r.expl.Outcome = "cleared"
 	r.phase = phaseAwarding
 	j.priceCU = res.priceCU
 	r.expl.ClearingPriceCU = res.priceCU
@@ -257,25 +274,19 @@ func (c *coordinator) closeBidding(j *job, r *round) {
 	for i, w := range res.winners {
 		share := 0
 		if j.flexible() {
-			share = j.nextShare
-			j.nextShare++
+			share = j.allocShare()
 		} else {
 			share = r.slots[i]
 		}
 		c.award(j, r, w, share, epoch)
 	}
+	r.closedLots = len(r.lots)
 	for i := range r.lots {
 		if !r.meta[i].used && r.meta[i].feasible == 0 {
 			c.releaseLot(j, r, i)
 		}
 	}
-	for _, a := range r.asks {
-		if !a.replied {
-			r.x.add(ExplainEntry{Stage: "bid", Node: a.node, Cards: a.want, Reason: ReasonSilent, Score: a.score,
-				Detail: "no answer before the round closed"})
-		}
-	}
-	c.explainRound(j, r, "cleared")
+	j.wait = ""
 	c.refresh(j)
 }
 
@@ -307,7 +318,8 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 	c.requeue(j, r.need, r.slots)
 	j.round = nil
 	c.backoff(j, "waiting for capacity: "+why)
-	c.explainRound(j, r, why)
+	r.expl.Outcome = why
+	c.explainRound(j, r)
 	c.refresh(j)
 }
 
@@ -330,9 +342,22 @@ func (c *coordinator) releaseLot(j *job, r *round, i int) {
 	c.n.send(r.lots[i].Node, &Release{Job: j.spec.ID, Lease: r.meta[i].lease})
 }
 
-func (c *coordinator) explainRound(j *job, r *round, outcome string) {
+// explainRound settles the round's explanation when it ends: asks that
+// never answered, and late bids held as spares, get their entries.
+func (c *coordinator) explainRound(j *job, r *round) {
+	for _, a := range r.asks {
+		if _, bid := r.lotBy[a.node]; !bid && !a.replied {
+			r.x.add(ExplainEntry{Stage: "bid", Node: a.node, Cards: a.want, Reason: ReasonSilent, Score: a.score,
+				Detail: "no answer while the round was open"})
+		}
+	}
+	for i := r.closedLots; i < len(r.lots) && r.phase == phaseAwarding; i++ {
+		if !r.won[r.lots[i].Node] {
+			r.x.add(ExplainEntry{Stage: "bid", Node: r.lots[i].Node, Model: r.lots[i].Cards[0].Model, Cards: len(r.lots[i].Cards),
+				Reason: ReasonNotNeeded, Detail: "arrived after bidding closed; held as a spare, then released"})
+		}
+	}
 	e := r.expl
-	e.Outcome = outcome
 	r.x.finish(&e, c.n.cfg.ExplainEntries)
 	j.explain = &e
 	c.touch(j)
@@ -358,6 +383,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	j.live[share] = p
 	r.placed = append(r.placed, p)
 	r.outstanding++
+	r.won[lot.Node] = true
 	if !j.flexible() {
 		r.exclude[lot.Node] = true
 	}
@@ -387,6 +413,13 @@ func (c *coordinator) onAccept(from string, m *Accept) error {
 		c.n.send(from, &Stop{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, Reason: "the award was withdrawn"})
 		return fmt.Errorf("%w: accept for %s share %d epoch %d, which is %s", ErrStale, m.Job, m.Share, m.Epoch, p.State)
 	}
+	c.accepted(j, p)
+	c.refresh(j)
+	return nil
+}
+
+// accepted records that the node of an awarded attempt committed its cards.
+func (c *coordinator) accepted(j *job, p *placement) {
 	p.lastHeard = c.n.now
 	p.State = PlacementAccepted
 	if !j.twoPhase() {
@@ -398,8 +431,6 @@ func (c *coordinator) onAccept(from string, m *Accept) error {
 		r.progress = true
 		c.finishRound(j, r)
 	}
-	c.refresh(j)
-	return nil
 }
 
 func (c *coordinator) onReject(from string, m *Reject) error {
@@ -426,8 +457,9 @@ func (c *coordinator) awardFailed(j *job, p *placement, why Reason, detail strin
 		return
 	}
 	r.outstanding--
-	r.x.add(ExplainEntry{Stage: "bid", Node: p.Node, Model: p.Model, Cards: len(p.Cards), Reason: why, Detail: detail})
+	r.x.replace(p.Node, ExplainEntry{Stage: "bid", Node: p.Node, Model: p.Model, Cards: len(p.Cards), Reason: why, Detail: detail})
 	if j.flexible() {
+		j.freeShares = append(j.freeShares, p.Share)
 		r.unfilled.Cards += len(p.Cards)
 	} else {
 		r.unfilled.Slots++
@@ -465,13 +497,15 @@ func (c *coordinator) fillFromSpares(j *job, r *round) {
 	for i, w := range res.winners {
 		share := 0
 		if j.flexible() {
-			share = j.nextShare
-			j.nextShare++
+			share = j.allocShare()
 		} else {
 			share = r.unfilledIDs[i]
 		}
 		w.lot = index[w.lot]
 		c.award(j, r, w, share, epoch)
+		lot := &r.lots[w.lot]
+		r.x.replace(lot.Node, ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[w.cards[0]].Model, Cards: len(w.cards),
+			Reason: ReasonWon, Score: w.cost / float64(len(w.cards)), Detail: fmt.Sprintf("a spare, after an award failed; paid %.2f CNY per card-hour", r.placed[len(r.placed)-1].PriceCNY)})
 	}
 	r.unfilled, r.unfilledIDs = Need{}, nil
 }
@@ -500,6 +534,7 @@ func (c *coordinator) finishRound(j *job, r *round) {
 	for i := range r.lots {
 		c.releaseLot(j, r, i)
 	}
+	c.explainRound(j, r)
 	j.round = nil
 	switch {
 	case j.twoPhase() && r.unfilled.total() > 0:
@@ -516,14 +551,14 @@ func (c *coordinator) finishRound(j *job, r *round) {
 	default:
 		c.requeue(j, r.unfilled, r.unfilledIDs)
 	}
-	if j.shrink > 0 {
+	if j.shrinkPending {
 		c.shrinkNow(j)
 	}
 	if j.hasNeed() {
 		if r.progress {
 			c.startRound(j)
 		} else {
-			c.backoff(j, "waiting for capacity: "+r.unfilled.String()+" could not be placed")
+			c.backoff(j, "waiting for capacity: "+j.needString()+" could not be placed")
 		}
 	}
 	c.refresh(j)

@@ -218,7 +218,12 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		if err := json.Unmarshal([]byte(strings.Join(c.input, "\n")), &spec); err != nil {
 			return "", err
 		}
-		coord, err := h.Submit(spec)
+		coord, err := "", error(nil)
+		if at, ok := kv["at"]; ok {
+			coord, err = at, h.SubmitAt(at, spec)
+		} else {
+			coord, err = h.Submit(spec)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -232,21 +237,29 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		h.RunFor(d)
 		return "", nil
 	case "run-until":
-		// run-until JOB STATE [limit=DUR]: runs until the job is in STATE.
+		// run-until JOB STATE [cards=N] [limit=DUR]: runs until the job is
+		// in STATE (with N cards running).
 		limit := 10 * time.Second
 		if v, ok := kv["limit"]; ok {
 			limit, _ = time.ParseDuration(v)
 		}
+		cards := -1
+		if v, ok := kv["cards"]; ok {
+			cards, _ = strconv.Atoi(v)
+		}
 		start := h.Now
-		ok := h.RunUntil(func() bool { r, _ := h.Job(pos[0]); return string(r.State) == pos[1] }, limit)
+		ok := h.RunUntil(func() bool {
+			r, _ := h.Job(pos[0])
+			return string(r.State) == pos[1] && (cards < 0 || markettest.LiveCards(r) == cards)
+		}, limit)
 		r, _ := h.Job(pos[0])
-		return fmt.Sprintf("%s is %s after %v (reached: %v)", pos[0], r.State, h.Now.Sub(start), ok), nil
+		return fmt.Sprintf("%s is %s with %d cards after %v (reached: %v)", pos[0], r.State, markettest.LiveCards(r), h.Now.Sub(start), ok), nil
 	case "job":
 		r, ok := h.Job(pos[0])
 		if !ok {
 			return "", fmt.Errorf("no job %s", pos[0])
 		}
-		return formatJob(r, kv), nil
+		return formatJob(r, pos[1:]), nil
 	case "cards":
 		return formatCards(h.Peer(pos[0]).Node.Cards()), nil
 	case "drop", "delay":
@@ -412,7 +425,7 @@ func matcher(typ string, kv map[string]string) func(market.Message) bool {
 
 // formatJob prints a job record: a header, then one line per placement
 // (with all=1 also the placements that are over).
-func formatJob(r market.JobRecord, kv map[string]string) string {
+func formatJob(r market.JobRecord, flags []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s epoch=%d cards=%d cost=%.4f", r.ID, r.State, r.Epoch, r.Cards, r.CostCNY)
 	if r.ExitCode != nil {
@@ -431,7 +444,7 @@ func formatJob(r market.JobRecord, kv map[string]string) string {
 			total += len(p.Cards)
 		}
 	}
-	if _, summary := kv["summary"]; summary {
+	if slices.Contains(flags, "summary") {
 		nodes := map[string]bool{}
 		for _, p := range r.Placements {
 			if p.State == market.PlacementRunning {
@@ -442,7 +455,7 @@ func formatJob(r market.JobRecord, kv map[string]string) string {
 		return b.String()
 	}
 	for _, p := range r.Placements {
-		if _, all := kv["all"]; !all && !(p.State == market.PlacementRunning || p.State == market.PlacementAccepted ||
+		if !slices.Contains(flags, "all") && !(p.State == market.PlacementRunning || p.State == market.PlacementAccepted ||
 			p.State == market.PlacementAwarded || p.State == market.PlacementStopping) {
 			continue
 		}

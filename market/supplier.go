@@ -58,6 +58,7 @@ type reservation struct {
 	coordinator string
 	until       time.Time
 	cards       []*cardState
+	withdrawn   []string // cards taken out of the lease (unhealthy, gone)
 	bid         *Bid
 }
 
@@ -141,9 +142,10 @@ func (s *supplier) onBidRequest(from string, m *BidRequest) error {
 	}
 	match := newMatcher(m.Filter)
 	type option struct {
-		c     *cardState
-		price float64
-		rank  float64
+		c        *cardState
+		price    float64
+		rank     float64
+		preempts bool
 	}
 	var free, preempt []option
 	for _, c := range s.cards {
@@ -152,14 +154,20 @@ func (s *supplier) onBidRequest(from string, m *BidRequest) error {
 		}
 		price := s.price(&c.card, m.Filter.Preemptible)
 		busy := c.run != nil
-		if busy && (m.Filter.Preemptible || c.run.kind != KindPreemptible || c.run.stopCause != "" || c.run.end != nil) {
+		// A card whose attempt of this same job is stopping (a gang
+		// restarting) is as good as free: the new attempt starts once the
+		// old one has exited.
+		soon := busy && c.run.rec.Job == m.Job && c.run.stopCause != "" && c.run.end == nil
+		if soon {
+			busy = false
+		} else if busy && (m.Filter.Preemptible || c.run.kind != KindPreemptible || c.run.stopCause != "" || c.run.end != nil) {
 			continue
 		}
 		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
 		if match.check(&facts) != reasonPassed {
 			continue
 		}
-		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3)}
+		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
 		if busy {
 			preempt = append(preempt, o)
 		} else {
@@ -189,7 +197,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest) error {
 		o.c.lease = r
 		r.cards = append(r.cards, o.c)
 		bid.Cards = append(bid.Cards, BidCard{ID: o.c.card.ID, Model: o.c.card.Model, Vendor: o.c.card.Vendor,
-			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.c.run != nil})
+			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
 	}
 	r.bid = bid
 	s.leases[r.id] = r
@@ -226,6 +234,9 @@ func (s *supplier) onAward(from string, m *Award) error {
 	for _, id := range m.Cards {
 		c := inLease[id]
 		switch {
+		case c == nil && slices.Contains(r.withdrawn, id):
+			s.release(r)
+			return reject(ErrStale, "card "+id+" is gone")
 		case c == nil:
 			s.release(r)
 			return reject(ErrRefused, "card "+id+" is not in lease "+m.Lease)
@@ -236,6 +247,7 @@ func (s *supplier) onAward(from string, m *Award) error {
 		cards = append(cards, c)
 	}
 	s.release(r) // the award consumes the lease; cards it does not name are free again
+	slices.SortFunc(cards, func(x, y *cardState) int { return cmp.Compare(s.position(x), s.position(y)) })
 	a := &attempt{
 		rec: Attempt{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Term: m.Term, Coordinator: from,
 			PriceCNY: m.PriceCNY, State: AttemptCommitted},
@@ -497,6 +509,7 @@ func (s *supplier) setCards(cards []device.Card) {
 		}
 		if r := c.lease; r != nil {
 			r.cards = slices.DeleteFunc(r.cards, func(x *cardState) bool { return x == c })
+			r.withdrawn = append(r.withdrawn, c.card.ID)
 			c.lease = nil
 		}
 		if c.run != nil {
@@ -508,6 +521,9 @@ func (s *supplier) setCards(cards []device.Card) {
 	}
 	s.n.adDirty = true
 }
+
+// position is the card's place in this node's card order.
+func (s *supplier) position(c *cardState) int { return slices.Index(s.cards, c) }
 
 func (s *supplier) forget(c *cardState) {
 	delete(s.byID, c.card.ID)

@@ -78,6 +78,7 @@ type Harness struct {
 
 	rules    []*Rule
 	nextTick time.Time
+	coords   map[string]string // job → the node it was submitted to
 }
 
 // Peer is one node in the harness and what its Readies produced.
@@ -128,7 +129,7 @@ func New(opts Options) *Harness {
 	}
 	return &Harness{
 		opts: opts, Now: opts.Start, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		peers: map[string]*Peer{}, Book: market.NewBook(), Errors: map[string]int{},
+		peers: map[string]*Peer{}, Book: market.NewBook(), Errors: map[string]int{}, coords: map[string]string{},
 		nextTick: opts.Start.Add(opts.TickEvery),
 	}
 }
@@ -194,15 +195,41 @@ func (h *Harness) Step(id string, ev market.Event) error {
 // and returns that node's ID.
 func (h *Harness) Submit(spec market.JobSpec) (string, error) {
 	coord := market.Coordinators(spec.ID, h.order, 1)[0]
-	return coord, h.Step(coord, market.JobSubmitted{Now: h.Now, Spec: spec})
+	return coord, h.SubmitAt(coord, spec)
 }
 
-// Coordinator returns the ID of the node that coordinates job.
-func (h *Harness) Coordinator(job string) string { return market.Coordinators(job, h.order, 1)[0] }
+// SubmitAt hands spec to node coord, which coordinates it from then on.
+func (h *Harness) SubmitAt(coord string, spec market.JobSpec) error {
+	if h.peers[coord] == nil {
+		return fmt.Errorf("markettest: no node %s", coord)
+	}
+	h.coords[spec.ID] = coord
+	return h.Step(coord, market.JobSubmitted{Now: h.Now, Spec: spec})
+}
+
+// Coordinator returns the ID of the node that coordinates job: where it
+// was submitted, or else the top HRW member.
+func (h *Harness) Coordinator(job string) string {
+	if c, ok := h.coords[job]; ok {
+		return c
+	}
+	return market.Coordinators(job, h.order, 1)[0]
+}
 
 // Job returns the job's record from its coordinator.
 func (h *Harness) Job(id string) (market.JobRecord, bool) {
 	return h.peers[h.Coordinator(id)].Node.Job(id)
+}
+
+// LiveCards counts the cards of a job's running placements.
+func LiveCards(r market.JobRecord) int {
+	n := 0
+	for _, p := range r.Placements {
+		if p.State == market.PlacementRunning {
+			n += len(p.Cards)
+		}
+	}
+	return n
 }
 
 func (h *Harness) count(err error) {
