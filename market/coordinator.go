@@ -46,11 +46,11 @@ type job struct {
 	live       map[int]*placement // share → its live attempt
 	nextShare  int
 
-	needCards  int   // LayoutAny: cards still to place
-	freeShares []int // LayoutAny: numbers of lost shares, for their replacements
-	needSlots []int // slot layouts: shares still to place
-	shrinkPending bool // a scale-down waits for the open round to end
-	avoid     map[string]bool
+	needCards     int   // LayoutAny: cards still to place
+	freeShares    []int // LayoutAny: numbers of lost shares, for their replacements
+	needSlots     []int // slot layouts: shares still to place
+	shrinkPending bool  // a scale-down waits for the open round to end
+	avoid         map[string]bool
 
 	round    *round
 	roundSeq uint64
