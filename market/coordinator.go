@@ -56,6 +56,7 @@ type job struct {
 	roundSeq uint64
 	retryAt  time.Time
 	backoff  time.Duration
+	retries  uint64
 
 	everRan   bool   // reached running once
 	rerouting bool   // lost a share since it last ran whole

@@ -323,9 +323,15 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 	c.refresh(j)
 }
 
+// backoff schedules the next round of a job that could not be placed:
+// doubling from RetryMin to RetryMax, plus up to half again, drawn from the
+// job's seed so that jobs competing for the same cards do not retry in
+// lockstep.
 func (c *coordinator) backoff(j *job, why string) {
 	j.backoff = min(max(2*j.backoff, c.n.cfg.RetryMin), c.n.cfg.RetryMax)
-	j.retryAt = c.n.now.Add(j.backoff)
+	j.retries++
+	jitter := time.Duration(mix64(j.seed+j.retries) % uint64(j.backoff/2+1))
+	j.retryAt = c.n.now.Add(j.backoff + jitter)
 	j.wait = why
 }
 

@@ -75,6 +75,9 @@ type Harness struct {
 	Trace func(line string)
 	// OnReady, when set, sees every Ready before it is applied.
 	OnReady func(p *Peer, rd market.Ready)
+	// AfterStep, when set, is called after every Step of a node and the
+	// handling of its Ready: a place to check invariants.
+	AfterStep func(p *Peer)
 
 	rules    []*Rule
 	nextTick time.Time
@@ -248,6 +251,9 @@ func (h *Harness) count(err error) {
 
 // drain handles p's Ready until it has none.
 func (h *Harness) drain(p *Peer) {
+	if h.AfterStep != nil {
+		defer h.AfterStep(p)
+	}
 	for p.Node.HasReady() {
 		rd := p.Node.Ready()
 		if h.OnReady != nil {
