@@ -78,23 +78,32 @@ type candidate struct {
 	tie       uint64
 }
 
+// compare orders candidates: not avoided first, then by score, then cards
+// that preempt nothing, then by the seeded tie-break. Scores are never NaN,
+// so plain comparisons do (cmp.Compare's NaN handling costs a third of a
+// clearing's time).
 func (a *candidate) compare(b *candidate) int {
-	if a.avoid != b.avoid {
+	switch {
+	case a.avoid != b.avoid:
 		if a.avoid {
 			return 1
 		}
 		return -1
-	}
-	if c := cmp.Compare(a.score, b.score); c != 0 {
-		return c
-	}
-	if a.preempts != b.preempts {
+	case a.score < b.score:
+		return -1
+	case a.score > b.score:
+		return 1
+	case a.preempts != b.preempts:
 		if a.preempts {
 			return 1
 		}
 		return -1
+	case a.tie < b.tie:
+		return -1
+	case a.tie > b.tie:
+		return 1
 	}
-	return cmp.Compare(a.tie, b.tie)
+	return 0
 }
 
 // clearBids finds the cheapest set of cards that satisfies the need and its
@@ -186,11 +195,19 @@ func clearAny(in clearInput, cands []candidate) clearing {
 	if len(cands) < m {
 		return clearing{short: fmt.Sprintf("bids offer %d feasible cards, the job needs %d", len(cands), m)}
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return a.compare(&b) })
+	selectBest(cands, m)
 	won, lost := cands[:m], cands[m:]
 	res := clearing{ok: true, priceCU: -1}
-	if len(lost) > 0 && !lost[0].avoid { // sorted: non-avoided first, best first
-		res.priceCU = lost[0].score
+	if len(lost) > 0 {
+		best := &lost[0]
+		for i := range lost {
+			if lost[i].compare(best) < 0 {
+				best = &lost[i]
+			}
+		}
+		if !best.avoid { // non-avoided candidates rank first
+			res.priceCU = best.score
+		}
 	}
 	if res.priceCU < 0 {
 		for i := range won {
@@ -218,16 +235,54 @@ func clearAny(in clearInput, cands []candidate) clearing {
 	return res
 }
 
+// selectBest reorders c so that its first k elements are the k best by
+// compare (in no particular order): a quickselect, linear on average,
+// where a full sort of thousands of candidates would dominate a clearing.
+func selectBest(c []candidate, k int) {
+	lo, hi := 0, len(c)-1
+	for lo < hi {
+		// Median of three as the pivot, moved to hi.
+		mid := lo + (hi-lo)/2
+		if c[mid].compare(&c[lo]) < 0 {
+			c[mid], c[lo] = c[lo], c[mid]
+		}
+		if c[hi].compare(&c[lo]) < 0 {
+			c[hi], c[lo] = c[lo], c[hi]
+		}
+		if c[mid].compare(&c[hi]) < 0 {
+			c[mid], c[hi] = c[hi], c[mid]
+		}
+		pivot := c[hi]
+		store := lo
+		for i := lo; i < hi; i++ {
+			if c[i].compare(&pivot) < 0 {
+				c[i], c[store] = c[store], c[i]
+				store++
+			}
+		}
+		c[store], c[hi] = c[hi], c[store]
+		switch {
+		case store == k || store == k-1:
+			return
+		case store < k:
+			lo = store + 1
+		default:
+			hi = store - 1
+		}
+	}
+}
+
 // clearSlots picks need.Slots nodes that each give need.PerSlot cards, the
 // set with the least total score.
 func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 	k, s := in.need.PerSlot, in.need.Slots
-	slices.SortFunc(cands, func(a, b candidate) int {
-		if a.lot != b.lot {
-			return cmp.Compare(a.lot, b.lot)
-		}
-		return a.compare(&b)
-	})
+	// feasibleCards appends each lot's cards together, in lot order: only
+	// each lot's own run needs sorting.
+	for i := 0; i < len(cands); {
+		j := i + perLot[cands[i].lot]
+		slices.SortFunc(cands[i:j], func(a, b candidate) int { return a.compare(&b) })
+		i = j
+	}
 	type nodeSet struct {
 		lot         int
 		first       int // index into cands of the lot's best card
@@ -308,11 +363,11 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 		var won []candidate
 		for _, set := range qualified[:s] {
 			won = append(won, cands[set.first:set.first+k]...)
-			in.explainLosers(cands[set.first+k:set.first+perLot[set.lot]], ReasonNotNeeded, res.priceCU)
+			in.explainLot(cands[set.first+k:set.first+perLot[set.lot]], ReasonNotNeeded, res.priceCU)
 		}
 		in.explainWinners(&res, won)
 		for _, set := range qualified[s:] {
-			in.explainLosers(cands[set.first:set.first+perLot[set.lot]], ReasonOutbid, res.priceCU)
+			in.explainLot(cands[set.first:set.first+perLot[set.lot]], ReasonOutbid, res.priceCU)
 		}
 	}
 	return res
@@ -333,9 +388,9 @@ func (in *clearInput) price(res *clearing) {
 }
 
 func (in *clearInput) explainWinners(res *clearing, won []candidate) {
-	best := map[int]float64{}
+	best := make([]float64, len(in.lots))
 	for _, c := range won {
-		if s, ok := best[c.lot]; !ok || c.score < s {
+		if b := best[c.lot]; b == 0 || c.score < b {
 			best[c.lot] = c.score
 		}
 	}
@@ -345,44 +400,54 @@ func (in *clearInput) explainWinners(res *clearing, won []candidate) {
 		for _, p := range w.pay {
 			mean += p
 		}
-		mean /= float64(len(w.pay))
 		in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[w.cards[0]].Model, Cards: len(w.cards),
-			Reason: ReasonWon, Score: best[w.lot], Detail: fmt.Sprintf("paid %.2f CNY per card-hour", mean)})
+			Reason: ReasonWon, Score: best[w.lot], pay: mean / float64(len(w.pay))})
 	}
 }
 
-// explainLosers adds one entry per lot for cands (grouped by lot, any order).
+// explainLot adds one entry for cands, the losing cards of one lot, best
+// first.
+func (in *clearInput) explainLot(cands []candidate, r Reason, priceCU float64) {
+	if len(cands) == 0 {
+		return
+	}
+	c := &cands[0]
+	reason := r
+	if c.avoid && r == ReasonOutbid {
+		reason = ReasonAvoided
+	}
+	lot := &in.lots[c.lot]
+	in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[c.card].Model, Cards: len(cands), Reason: reason, Score: c.score, priceCU: priceCU})
+}
+
+// explainLosers adds one entry per lot for cands (of many lots, any order).
 func (in *clearInput) explainLosers(cands []candidate, r Reason, priceCU float64) {
 	type group struct {
-		n     int
-		best  float64
-		card  int
-		avoid bool
+		lot, card, n int
+		best         float64
+		avoid        bool
 	}
-	groups := map[int]*group{}
-	var order []int
+	var groups []group
+	at := make([]int32, len(in.lots)) // lot → 1 + index in groups
 	for _, c := range cands {
-		g := groups[c.lot]
-		if g == nil {
-			g = &group{best: c.score, card: c.card, avoid: c.avoid}
-			groups[c.lot] = g
-			order = append(order, c.lot)
+		gi := int(at[c.lot]) - 1
+		if gi < 0 {
+			gi = len(groups)
+			at[c.lot] = int32(gi + 1)
+			groups = append(groups, group{lot: c.lot, card: c.card, best: c.score, avoid: c.avoid})
 		}
+		g := &groups[gi]
 		g.n++
 		if c.score < g.best {
 			g.best, g.card = c.score, c.card
 		}
 	}
-	for _, li := range order {
-		g := groups[li]
-		lot := &in.lots[li]
-		reason, detail := r, fmt.Sprintf("effective %.4f CNY per CU-hour; cleared at %.4f", g.best, priceCU)
+	for _, g := range groups {
+		lot := &in.lots[g.lot]
+		reason := r
 		if g.avoid && r == ReasonOutbid {
-			reason, detail = ReasonAvoided, "the node lost a share of this job; used only as a last resort"
+			reason = ReasonAvoided
 		}
-		if r == ReasonNotNeeded {
-			detail = "the node won; the layout takes no more of its cards"
-		}
-		in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[g.card].Model, Cards: g.n, Reason: reason, Score: g.best, Detail: detail})
+		in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[g.card].Model, Cards: g.n, Reason: reason, Score: g.best, priceCU: priceCU})
 	}
 }

@@ -47,6 +47,27 @@ type ExplainEntry struct {
 	// Score is the best effective price of these cards, CNY per surviving
 	// compute-unit hour; 0 when a check failed before ranking.
 	Score float64 `json:"score,omitempty"`
+
+	// Figures for a Detail written only if the entry is kept (most of a
+	// big round's entries are dropped).
+	pay, priceCU float64
+}
+
+// detail writes the Detail of an entry that has none from its figures.
+func (e *ExplainEntry) detail() {
+	if e.Detail != "" {
+		return
+	}
+	switch e.Reason {
+	case ReasonWon:
+		e.Detail = fmt.Sprintf("paid %.2f CNY per card-hour", e.pay)
+	case ReasonOutbid:
+		e.Detail = fmt.Sprintf("effective %.4f CNY per CU-hour; cleared at %.4f", e.Score, e.priceCU)
+	case ReasonAvoided:
+		e.Detail = "the node lost a share of this job; used only as a last resort"
+	case ReasonNotNeeded:
+		e.Detail = "the node won; the layout takes no more of its cards"
+	}
 }
 
 // String renders the explanation for people, one candidate a line.
@@ -134,6 +155,9 @@ func (x *explainer) finish(out *Explanation, limit int) {
 	if limit >= 0 && len(x.entries) > limit {
 		out.Omitted += len(x.entries) - limit
 		x.entries = x.entries[:limit]
+	}
+	for i := range x.entries {
+		x.entries[i].detail()
 	}
 	out.Entries = append(out.Entries, x.entries...)
 	if out.Cards == nil {
