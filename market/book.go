@@ -79,7 +79,8 @@ type Book struct {
 
 type modelOffers struct {
 	byNode map[string]Offer
-	sorted []Offer // nil when stale
+	sorted []Offer        // nil when stale
+	index  map[string]int // node → position in sorted
 }
 
 // NewBook returns an empty book.
@@ -88,8 +89,26 @@ func NewBook() *Book {
 }
 
 // Put replaces everything the book holds for node with offers (an Ad's
-// offers). Offers whose Node differs from node are ignored.
+// offers). Offers whose Node differs from node are ignored. An offer whose
+// price is unchanged (the usual case: only free counts move) is updated in
+// place without re-sorting its model.
 func (b *Book) Put(node string, offers []Offer) {
+	old := b.byNode[node]
+	same := len(old) == len(offers)
+	for i := 0; same && i < len(offers); i++ {
+		same = offers[i].Node == node && offers[i].Model == old[i].Model && offers[i].floorPrice() == old[i].floorPrice()
+	}
+	if same {
+		for _, o := range offers {
+			mo := b.byModel[o.Model]
+			mo.byNode[node] = o
+			if i, ok := mo.index[node]; ok && mo.sorted != nil {
+				mo.sorted[i] = o
+			}
+		}
+		b.byNode[node] = append(old[:0:0], offers...)
+		return
+	}
 	b.Remove(node)
 	var kept []Offer
 	for _, o := range offers {
@@ -160,6 +179,10 @@ func (b *Book) Offers(model string) []Offer {
 			}
 			return cmp.Compare(x.Node, y.Node)
 		})
+		mo.index = make(map[string]int, len(mo.sorted))
+		for i, o := range mo.sorted {
+			mo.index[o.Node] = i
+		}
 	}
 	return mo.sorted
 }

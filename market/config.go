@@ -75,6 +75,9 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between placement rounds of a
 	// job that cannot be placed yet. Defaults 500ms and 10s.
 	RetryMin, RetryMax time.Duration
+	// MaxExtensions is how many times a round whose bids fall short asks
+	// more candidates before it gives up until a retry. Default 3.
+	MaxExtensions int
 	// SpareFactor and SpareNodes size the candidate set: a round asks for at
 	// least SpareFactor times the cards it needs and at least SpareNodes
 	// nodes beyond those it needs. Defaults 1.5 and 2.
@@ -111,6 +114,7 @@ func DefaultConfig(id string) Config {
 		HintGrace:           600 * time.Millisecond,
 		RetryMin:            500 * time.Millisecond,
 		RetryMax:            10 * time.Second,
+		MaxExtensions:       3,
 		SpareFactor:         1.5,
 		SpareNodes:          2,
 		DefaultDuration:     time.Hour,
@@ -154,6 +158,8 @@ func (c *Config) Validate() error {
 		return bad("RetryMin", "must not exceed RetryMax (%v), got %v", c.RetryMax, c.RetryMin)
 	case math.IsNaN(c.SpareFactor) || c.SpareFactor < 1 || c.SpareFactor > 10:
 		return bad("SpareFactor", "must be between 1 and 10, got %v", c.SpareFactor)
+	case c.MaxExtensions < 0 || c.MaxExtensions > 8:
+		return bad("MaxExtensions", "must be between 0 and 8, got %d", c.MaxExtensions)
 	case c.SpareNodes < 0 || c.SpareNodes > 100:
 		return bad("SpareNodes", "must be between 0 and 100, got %d", c.SpareNodes)
 	case !(c.UnknownComputeUnits > 0) || c.UnknownComputeUnits > 100:

@@ -1,9 +1,6 @@
 package market
 
-import (
-	"cmp"
-	"slices"
-)
+import "slices"
 
 // Coordinators ranks members by rendezvous (highest random weight) hashing of
 // jobID and returns the top r, best first: the job's coordinator, then its
@@ -23,22 +20,31 @@ func Coordinators(jobID string, members []string, r int) []string {
 		member string
 		w      uint64
 	}
-	base := fnv1a(fnvOffset, jobID)
-	base = fnv1aByte(base, 0)
-	ranked := make([]scored, 0, len(members))
+	base := fnv1aByte(fnv1a(fnvOffset, jobID), 0)
+	better := func(a, b scored) bool { return a.w > b.w || (a.w == b.w && a.member < b.member) }
+	// Keep the best r in order: one pass, no sort of all members (node
+	// asks for the top one or three among hundreds).
+	top := make([]scored, 0, min(r, len(members))+1)
 	for _, m := range members {
-		ranked = append(ranked, scored{m, mix64(fnv1a(base, m))})
-	}
-	slices.SortFunc(ranked, func(a, b scored) int {
-		if c := cmp.Compare(b.w, a.w); c != 0 {
-			return c
+		s := scored{m, mix64(fnv1a(base, m))}
+		if len(top) == cap(top)-1 && !better(s, top[len(top)-1]) {
+			continue
 		}
-		return cmp.Compare(a.member, b.member)
-	})
-	ranked = slices.CompactFunc(ranked, func(a, b scored) bool { return a.member == b.member })
-	out := make([]string, 0, min(r, len(ranked)))
-	for _, s := range ranked[:min(r, len(ranked))] {
-		out = append(out, s.member)
+		i := len(top)
+		for i > 0 && better(s, top[i-1]) {
+			i--
+		}
+		if i > 0 && top[i-1].member == s.member || i < len(top) && top[i].member == s.member {
+			continue // a duplicate member
+		}
+		top = slices.Insert(top, i, s)
+		if len(top) > cap(top)-1 {
+			top = top[:cap(top)-1]
+		}
+	}
+	out := make([]string, len(top))
+	for i, s := range top {
+		out[i] = s.member
 	}
 	return out
 }

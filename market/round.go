@@ -13,14 +13,14 @@ import (
 //	closeBidding ──clearing fails──▶ extend once (more asks + broadcast) ──▶ failRound (retry later)
 //	closeBidding ──Awards──▶ (accepts; rejects or timeouts → spares) ──▶ finishRound
 type round struct {
-	id       uint64
-	need     Need
-	slots    []int // slot layouts: the shares this round places
-	phase    roundPhase
-	deadline time.Time
-	extended bool
-	bcast    bool
-	bcastReq *BidRequest
+	id         uint64
+	need       Need
+	slots      []int // slot layouts: the shares this round places
+	phase      roundPhase
+	deadline   time.Time
+	extensions int
+	bcast      bool
+	bcastReq   *BidRequest
 
 	asks   []*ask // in the order of the book's scores
 	askBy  map[string]*ask
@@ -78,7 +78,7 @@ func (c *coordinator) startRound(j *job) {
 	}
 	r.expl = Explanation{Round: r.id, Need: r.need.String()}
 	j.round = r
-	asks, enough := c.selectCandidates(j, r.need, r.exclude, r.x)
+	asks, enough := c.selectCandidates(j, r.need, r.exclude, r.x, 1, 0)
 	if r.need.Slots > 0 {
 		// Nodes still stopping this job's attempts (a gang restarting) hold
 		// cards the book shows busy: ask them first.
@@ -253,8 +253,7 @@ func (c *coordinator) closeBidding(j *job, r *round) {
 	x := newExplainer()
 	res := clearBids(c.clearInput(j, r, r.lots, r.need, x))
 	if !res.ok {
-		if !r.extended {
-			c.extend(j, r)
+		if c.extend(j, r) {
 			return
 		}
 		for _, e := range x.entries {
@@ -290,10 +289,15 @@ func (c *coordinator) closeBidding(j *job, r *round) {
 	c.refresh(j)
 }
 
-// extend asks more candidates from the book and the broadcast topic, once,
-// when the first bids could not satisfy the need.
-func (c *coordinator) extend(j *job, r *round) {
-	r.extended = true
+// extend asks more candidates when the bids could not satisfy the need:
+// from the book, drawn at random from a window that widens each time (see
+// selectCandidates), or from the broadcast topic once the book has no one
+// left to ask. It reports false when the round may not extend again
+// (Config.MaxExtensions).
+func (c *coordinator) extend(j *job, r *round) bool {
+	if r.extensions >= c.n.cfg.MaxExtensions {
+		return false
+	}
 	skip := map[string]bool{}
 	for n := range r.exclude {
 		skip[n] = true
@@ -301,10 +305,34 @@ func (c *coordinator) extend(j *job, r *round) {
 	for n := range r.askBy {
 		skip[n] = true
 	}
-	asks, _ := c.selectCandidates(j, r.need, skip, nil)
+	short := r.need
+	have := 0
+	for i := range r.lots {
+		if !r.lots[i].Expired {
+			if r.need.Cards > 0 {
+				have += r.meta[i].feasible
+			} else if r.meta[i].feasible >= r.need.PerSlot {
+				have++
+			}
+		}
+	}
+	if r.need.Cards > 0 {
+		short.Cards = max(1, r.need.Cards-have)
+	} else {
+		short.Slots = max(1, r.need.Slots-have)
+	}
+	spread := 1 << (3 * (r.extensions + 1)) // 8, 64, 512 times the candidates
+	asks, _ := c.selectCandidates(j, short, skip, nil, spread, r.id<<8|uint64(r.extensions))
+	if len(asks) == 0 && r.bcast {
+		return false // nobody left to ask
+	}
+	r.extensions++
 	c.ask(j, r, asks)
-	c.broadcast(j, r)
+	if len(asks) == 0 {
+		c.broadcast(j, r)
+	}
 	r.deadline = c.n.now.Add(c.n.cfg.BidWindow)
+	return true
 }
 
 // failRound gives up on a round: its reservations are released and what it

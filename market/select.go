@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 )
@@ -40,14 +41,22 @@ type scoredAvail struct {
 // already, or holding a share that must be apart) are passed over; nodes in
 // avoid come last. enough reports whether the book's free cards can satisfy
 // the need at all; when not, the round also broadcasts.
-func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, x *explainer) (asks []*ask, enough bool) {
+//
+// The best nodes that cover the need are asked for sure; the spares are
+// drawn at random (seeded by the job and draw) from the next ones, so that
+// coordinators with the same book do not all fall back on the same spares.
+// With spread > 1 (an extension after the round fell short, which means
+// other coordinators want the same cards) every candidate is drawn at
+// random from the best spread times as many: jobs that all lost the same
+// cheap nodes fan out over the next ones instead of colliding again.
+func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, x *explainer, spread int, draw uint64) (asks []*ask, enough bool) {
 	book := c.n.cfg.Book
 	if book == nil {
 		return nil, false
 	}
 	var offers map[string]*nodeOffer
 	if need.Cards > 0 {
-		offers = c.walkBook(j, need.Cards, skip, x, true)
+		offers = c.walkBook(j, 2*need.Cards*spread, skip, x, true)
 	} else {
 		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
 	}
@@ -86,13 +95,34 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 		}
 		return cmp.Compare(a.tie, b.tie)
 	})
+	take := func(o *nodeOffer) int {
+		if need.Slots > 0 {
+			return want
+		}
+		return min(o.avail, want)
+	}
 	spareCards := int(math.Ceil(float64(need.total()) * c.n.cfg.SpareFactor))
+	rng := rand.New(rand.NewPCG(j.seed, draw))
+	if spread > 1 {
+		nodes = c.sample(nodes, take, spareCards+c.n.cfg.SpareNodes*want, spread, rng)
+	} else {
+		cum, i := 0, 0
+		for i < len(nodes) && cum < need.total() {
+			cum += take(nodes[i])
+			i++
+		}
+		rest := nodes[i:]
+		if k := slices.IndexFunc(rest, func(o *nodeOffer) bool { return o.avoid }); k >= 0 {
+			rest = rest[:k] // avoided nodes stay last
+		}
+		rng.Shuffle(len(rest), func(a, b int) { rest[a], rest[b] = rest[b], rest[a] })
+	}
 	cum, beyond := 0, 0
 	for i, o := range nodes {
 		if cum >= need.total() {
 			if cum >= spareCards && beyond >= c.n.cfg.SpareNodes {
 				if x != nil {
-					for _, rest := range nodes[i:] {
+					for _, rest := range nodes[i:min(len(nodes), i+c.n.cfg.ExplainEntries)] {
 						x.add(ExplainEntry{Stage: "book", Node: rest.node, Model: rest.model, Cards: rest.avail, Reason: ReasonNotAsked, Score: rest.best,
 							Detail: "enough better candidates were asked"})
 					}
@@ -101,14 +131,24 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 			}
 			beyond++
 		}
-		w := min(o.avail, want)
-		if need.Slots > 0 {
-			w = want
-		}
+		w := take(o)
 		asks = append(asks, &ask{node: o.node, want: w, score: o.best})
 		cum += w
 	}
 	return asks, cum >= need.total()
+}
+
+// sample keeps the best candidates that offer spread times round cards, in
+// a random order.
+func (c *coordinator) sample(nodes []*nodeOffer, take func(*nodeOffer) int, round, spread int, r *rand.Rand) []*nodeOffer {
+	window, cum := 0, 0
+	for window < len(nodes) && cum < spread*round {
+		cum += take(nodes[window])
+		window++
+	}
+	out := slices.Clone(nodes[:window])
+	r.Shuffle(len(out), func(a, b int) { out[a], out[b] = out[b], out[a] })
+	return out
 }
 
 // kCheapest is the sum of the k lowest scores.
@@ -126,15 +166,22 @@ func kCheapest(s []scoredAvail, k int) float64 {
 }
 
 // walkBook gathers the book's free, feasible offers per node. For LayoutAny
-// (early true) it walks each model's offers in price order and stops once it
-// has enough capacity whose scores beat anything further down the list (a
-// score is never below the offer's floor price per compute unit); for slot
-// layouts it reads every offer, since a node's cards may span models.
+// (early true) it keeps only the best offers that add up to the cards
+// wanted with spares: it visits the models cheapest first and each model's
+// offers in price order, and stops a model (or skips it) once no offer
+// left in it can beat the worst kept (a score is never below the offer's
+// floor price per compute unit). For slot layouts it reads every offer,
+// since a node's cards may span models.
 func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
 	book := c.n.cfg.Book
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
-	out := map[string]*nodeOffer{}
+	type modelList struct {
+		offers []Offer
+		cu     float64
+		bound  float64 // the head's floor price per compute unit
+	}
+	var lists []modelList
 	for _, model := range book.Models() {
 		offers := book.Offers(model)
 		if len(offers) == 0 {
@@ -149,13 +196,18 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 			continue
 		}
 		cu := j.scorer.cu(head.ComputeUnits)
-		gathered, worst := 0, 0.0
-		for i := range offers {
-			o := &offers[i]
-			if early && gathered >= spareCards && o.floorPrice()/cu >= worst {
+		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
+	}
+	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
+	var best offerHeap
+	for _, l := range lists {
+		dear := 0
+		for i := range l.offers {
+			o := &l.offers[i]
+			if early && best.full(spareCards) && o.floorPrice()/l.cu >= best.worst() {
 				break
 			}
-			if skip[o.Node] {
+			if len(skip) > 0 && skip[o.Node] {
 				continue
 			}
 			avail := o.Free
@@ -169,24 +221,30 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 				continue
 			}
 			if price > j.spec.MaxPriceCNY {
-				if x != nil {
-					f := cardFacts{price: price}
-					x.add(ExplainEntry{Stage: "book", Node: o.Node, Model: model, Cards: avail, Reason: ReasonPrice, Detail: j.match.detail(ReasonPrice, &f)})
-				}
+				dear += avail
 				continue
 			}
-			score := j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)
-			gathered += avail
-			worst = max(worst, score)
-			no := out[o.Node]
-			if no == nil {
-				no = &nodeOffer{node: o.Node, model: model, best: score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
-				out[o.Node] = no
+			best.push(scoredOffer{offer: o, avail: avail, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
+			if early {
+				best.trim(spareCards)
 			}
-			no.avail += avail
-			no.best = min(no.best, score)
-			no.scores = append(no.scores, scoredAvail{score, avail})
 		}
+		if dear > 0 && x != nil {
+			x.add(ExplainEntry{Stage: "book", Node: "*", Model: l.offers[0].Model, Cards: dear, Reason: ReasonPrice,
+				Detail: fmt.Sprintf("free cards of the model ask more than the job's %.2f CNY per card-hour", j.spec.MaxPriceCNY)})
+		}
+	}
+	out := map[string]*nodeOffer{}
+	for _, so := range best.items {
+		o := so.offer
+		no := out[o.Node]
+		if no == nil {
+			no = &nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
+			out[o.Node] = no
+		}
+		no.avail += so.avail
+		no.best = min(no.best, so.score)
+		no.scores = append(no.scores, scoredAvail{so.score, so.avail})
 	}
 	for _, o := range out {
 		if len(o.scores) > 1 {
@@ -194,6 +252,62 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 		}
 	}
 	return out
+}
+
+// scoredOffer is an offer with the job's score for it.
+type scoredOffer struct {
+	offer *Offer
+	avail int
+	score float64
+}
+
+// offerHeap is a max-heap of offers by score (the worst on top) that keeps
+// the best offers adding up to a capacity.
+type offerHeap struct {
+	items []scoredOffer
+	cards int // the sum of the items' avail
+}
+
+// full reports whether the heap holds at least want cards.
+func (h *offerHeap) full(want int) bool { return len(h.items) > 0 && h.cards >= want }
+
+func (h *offerHeap) worst() float64 { return h.items[0].score }
+
+func (h *offerHeap) push(so scoredOffer) {
+	h.items = append(h.items, so)
+	h.cards += so.avail
+	for i := len(h.items) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if h.items[parent].score >= h.items[i].score {
+			break
+		}
+		h.items[parent], h.items[i] = h.items[i], h.items[parent]
+		i = parent
+	}
+}
+
+// trim drops the worst offers while the rest still hold want cards.
+func (h *offerHeap) trim(want int) {
+	for len(h.items) > 1 && h.cards-h.items[0].avail >= want {
+		h.cards -= h.items[0].avail
+		last := len(h.items) - 1
+		h.items[0] = h.items[last]
+		h.items = h.items[:last]
+		for i := 0; ; {
+			l, r, top := 2*i+1, 2*i+2, i
+			if l < last && h.items[l].score > h.items[top].score {
+				top = l
+			}
+			if r < last && h.items[r].score > h.items[top].score {
+				top = r
+			}
+			if top == i {
+				break
+			}
+			h.items[i], h.items[top] = h.items[top], h.items[i]
+			i = top
+		}
+	}
 }
 
 // neverSatisfiable reports, from the book's total (not only free) healthy

@@ -68,9 +68,13 @@ func bidCards(cards []market.BidCard) string {
 
 // Cards makes simulated cards for node from "model:count,model:count"
 // ("h100-sxm-80g:8,rtx4090-24g:2"), with IDs "<node>-g0", "<node>-g1", ...
-// and the catalog's figures.
+// and the figures of the default catalog.
 func Cards(node, spec string) ([]device.Card, error) {
-	cat := device.DefaultCatalog()
+	return CatalogCards(device.DefaultCatalog(), node, spec)
+}
+
+// CatalogCards is Cards with the figures of cat.
+func CatalogCards(cat *device.Catalog, node, spec string) ([]device.Card, error) {
 	var out []device.Card
 	for _, part := range strings.Split(spec, ",") {
 		if part = strings.TrimSpace(part); part == "" {

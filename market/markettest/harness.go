@@ -385,7 +385,9 @@ func (h *Harness) enqueue(m market.Message) {
 		if (r.Count == 0 || r.used < r.Count) && r.Match(m) {
 			r.used++
 			if r.Drop {
-				h.trace("drop %s", Describe(m))
+				if h.Trace != nil {
+					h.trace("drop %s", Describe(m))
+				}
 				return
 			}
 			delay += r.Delay
@@ -489,11 +491,15 @@ func (h *Harness) deliver(it *item) {
 		m := *it.msg
 		from, to := h.peers[m.From], h.peers[m.To]
 		if to == nil || to.Down || to.Cut || (from != nil && (from.Down || from.Cut)) {
-			h.trace("lost %s", Describe(m))
+			if h.Trace != nil {
+				h.trace("lost %s", Describe(m))
+			}
 			return
 		}
 		h.Delivered++
-		h.trace("%s", Describe(m))
+		if h.Trace != nil {
+			h.trace("%s", Describe(m))
+		}
 		err := to.Node.Step(market.MessageReceived{Now: h.Now, Message: m})
 		h.count(err)
 		h.drain(to)
