@@ -145,7 +145,7 @@ func checkEventJob(id string) error {
 func (n *Node) handle(m Message) error {
 	switch p := m.Payload.(type) {
 	case *BidRequest:
-		return n.sup.onBidRequest(m.From, p)
+		return n.sup.onBidRequest(m.From, p, m.To == Broadcast)
 	case *Award:
 		return n.sup.onAward(m.From, p)
 	case *Release:

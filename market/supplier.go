@@ -131,7 +131,10 @@ func (s *supplier) release(r *reservation) {
 	s.n.adDirty = true
 }
 
-func (s *supplier) onBidRequest(from string, m *BidRequest) error {
+// onBidRequest reserves cards and bids, or declines. A request that came by
+// the broadcast topic is not declined: silence says no to a broadcast, or a
+// thousand nodes would answer one job.
+func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) error {
 	now := s.n.now
 	if r := s.leaseByRound[roundKey{m.Job, m.Round}]; r != nil {
 		if r.coordinator != from {
@@ -182,8 +185,10 @@ func (s *supplier) onBidRequest(from string, m *BidRequest) error {
 		take = append(take, preempt[:min(len(preempt), m.Want-len(take))]...)
 	}
 	if len(take) < m.Min {
-		reason := fmt.Sprintf("%d matching cards free, the request needs at least %d", len(take), m.Min)
-		s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: reason})
+		if !broadcast {
+			reason := fmt.Sprintf("%d matching cards free, the request needs at least %d", len(take), m.Min)
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: reason})
+		}
 		return nil
 	}
 	s.leaseSeq++

@@ -10,7 +10,7 @@ import (
 )
 
 // Describe renders a message on one line for traces and scenario files:
-// "a→b bid j1 r1 L3 2 cards".
+// "a→b bid j1 r1 L3 2 cards"; a broadcast shows as "a→*".
 func Describe(m market.Message) string {
 	to := m.To
 	if to == market.Broadcast {
@@ -47,6 +47,16 @@ func Describe(m market.Message) string {
 		tail = fmt.Sprintf("share=%d epoch=%d", p.Share, p.Epoch)
 	}
 	return head + " " + tail
+}
+
+// describeTo is Describe for a message delivered to one receiver: a
+// broadcast shows as "a→b(*)".
+func describeTo(m market.Message, to string) string {
+	line := Describe(m)
+	if m.To == market.Broadcast {
+		line = strings.Replace(line, "→*", "→"+to+"(*)", 1)
+	}
+	return line
 }
 
 func bidCards(cards []market.BidCard) string {

@@ -343,7 +343,8 @@ func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int) {
 
 // Rule matches messages in flight and acts on them: drop or delay.
 type Rule struct {
-	// Match selects the messages the rule applies to.
+	// Match selects the messages the rule applies to (a broadcast is
+	// matched once per receiver, with To still "").
 	Match func(m market.Message) bool
 	// Drop drops a matching message; otherwise Delay is added to it.
 	Drop  bool
@@ -366,27 +367,25 @@ func (h *Harness) SetFaults(loss, dup float64, jitter time.Duration) {
 
 func (h *Harness) send(from *Peer, m market.Message) {
 	h.Sent++
-	if m.To == market.Broadcast {
+	if m.To == market.Broadcast { // every other node gets it, To still ""
 		for _, id := range h.order {
 			if id != from.ID {
-				mm := m
-				mm.To = id
-				h.enqueue(mm)
+				h.enqueue(m, id)
 			}
 		}
 		return
 	}
-	h.enqueue(m)
+	h.enqueue(m, m.To)
 }
 
-func (h *Harness) enqueue(m market.Message) {
+func (h *Harness) enqueue(m market.Message, to string) {
 	delay := h.opts.Latency
 	for _, r := range h.rules {
 		if (r.Count == 0 || r.used < r.Count) && r.Match(m) {
 			r.used++
 			if r.Drop {
 				if h.Trace != nil {
-					h.trace("drop %s", Describe(m))
+					h.trace("drop %s", describeTo(m, to))
 				}
 				return
 			}
@@ -405,7 +404,7 @@ func (h *Harness) enqueue(m market.Message) {
 		if h.opts.Jitter > 0 {
 			d += time.Duration(h.rng.Int64N(int64(h.opts.Jitter)))
 		}
-		h.push(&item{at: h.Now.Add(d), msg: &m})
+		h.push(&item{at: h.Now.Add(d), msg: &m, node: to})
 	}
 }
 
@@ -489,16 +488,16 @@ func (h *Harness) deliver(it *item) {
 		}
 	case it.msg != nil:
 		m := *it.msg
-		from, to := h.peers[m.From], h.peers[m.To]
+		from, to := h.peers[m.From], h.peers[it.node]
 		if to == nil || to.Down || to.Cut || (from != nil && (from.Down || from.Cut)) {
 			if h.Trace != nil {
-				h.trace("lost %s", Describe(m))
+				h.trace("lost %s", describeTo(m, it.node))
 			}
 			return
 		}
 		h.Delivered++
 		if h.Trace != nil {
-			h.trace("%s", Describe(m))
+			h.trace("%s", describeTo(m, it.node))
 		}
 		err := to.Node.Step(market.MessageReceived{Now: h.Now, Message: m})
 		h.count(err)
