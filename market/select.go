@@ -122,7 +122,7 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 		if cum >= need.total() {
 			if cum >= spareCards && beyond >= c.n.cfg.SpareNodes {
 				if x != nil {
-					for _, rest := range nodes[i:min(len(nodes), i+c.n.cfg.ExplainEntries)] {
+					for _, rest := range nodes[i:min(len(nodes), i+maxNotAsked)] {
 						x.add(ExplainEntry{Stage: "book", Node: rest.node, Model: rest.model, Cards: rest.avail, Reason: ReasonNotAsked, Score: rest.best,
 							Detail: "enough better candidates were asked"})
 					}
@@ -150,6 +150,10 @@ func (c *coordinator) sample(nodes []*nodeOffer, take func(*nodeOffer) int, roun
 	r.Shuffle(len(out), func(a, b int) { out[a], out[b] = out[b], out[a] })
 	return out
 }
+
+// maxNotAsked bounds the book candidates an explanation lists as not asked:
+// the next few are telling, the hundreds after them are not.
+const maxNotAsked = 8
 
 // kCheapest is the sum of the k lowest scores.
 func kCheapest(s []scoredAvail, k int) float64 {

@@ -375,6 +375,9 @@ func (s *JobSpec) validateCards(cat *device.Catalog) error {
 		}
 	}
 	if len(s.Models) == 0 {
+		if s.MinComputeUnits == 0 {
+			return nil // every model allowed, no minimum to check
+		}
 		allowed, derived = cat.Models(), true
 	}
 	// An uncatalogued card's compute is unknown, so it never meets a compute
