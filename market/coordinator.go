@@ -79,6 +79,7 @@ type placement struct {
 	lastHeard    time.Time
 	suspectSince time.Time
 	gang         *GangInfo // the roster sent in its Start
+	world        int       // the cards of that roster
 }
 
 func (j *job) flexible() bool {

@@ -45,16 +45,22 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 		c.touch(j)
 	}
 	if p.State == PlacementRunning && !m.Started && p.gang != nil {
-		c.sendStart(j, p, j.target) // the Start was lost
+		c.sendStart(j, p) // the Start was lost
 	}
 	c.n.send(from, &RenewalAck{Job: m.Job, Term: j.term, Share: m.Share, Epoch: m.Epoch})
 	return nil
 }
 
+// usageSlack is how much more usage than the coordinator's own clock allows
+// a runner may report (the two clocks differ; reports travel).
+const usageSlack = time.Minute
+
 // bill accepts an attempt's cumulative usage: only the rise since the last
-// report counts, at the attempt's price.
+// report counts, at the attempt's price, and never more than its cards could
+// have run since the award (a runner cannot bill time that did not pass).
 func (c *coordinator) bill(j *job, p *placement, cardSeconds float64) {
-	delta := cardSeconds - p.CardSeconds
+	limit := float64(len(p.Cards)) * (c.n.now.Sub(p.AwardedAt) + usageSlack).Seconds()
+	delta := min(cardSeconds, limit) - p.CardSeconds
 	if delta <= 0 {
 		return
 	}
@@ -146,11 +152,9 @@ func (c *coordinator) replace(j *job, p *placement) {
 			j.needSlots = append(j.needSlots, i)
 		}
 		j.nextShare = max(j.nextShare, len(j.needSlots))
-	case j.flexible():
+	case j.flexible(): // its cards go to new shares; the first takes its number
 		j.needCards += len(p.Cards)
-		if j.spec.KindOrDefault() != KindService && p.State != PlacementExited {
-			j.freeShares = append(j.freeShares, p.Share)
-		}
+		j.freeShares = append(j.freeShares, p.Share)
 	default:
 		j.needSlots = append(j.needSlots, p.Share)
 	}

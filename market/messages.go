@@ -203,33 +203,83 @@ const (
 	CauseFenced    Cause = "fenced"    // the runner could not renew its lease and stopped itself
 )
 
-func (m *BidRequest) JobID() string   { return m.Job }
-func (m *Bid) JobID() string          { return m.Job }
-func (m *Decline) JobID() string      { return m.Job }
-func (m *Award) JobID() string        { return m.Job }
-func (m *Accept) JobID() string       { return m.Job }
-func (m *Reject) JobID() string       { return m.Job }
-func (m *Release) JobID() string      { return m.Job }
-func (m *Start) JobID() string        { return m.Job }
-func (m *Renewal) JobID() string      { return m.Job }
-func (m *RenewalAck) JobID() string   { return m.Job }
-func (m *Stop) JobID() string         { return m.Job }
-func (m *AttemptEnded) JobID() string { return m.Job }
-func (m *EndAck) JobID() string       { return m.Job }
+// JobID implements Payload.
+func (m *BidRequest) JobID() string { return m.Job }
 
-func (*BidRequest) Type() string   { return "bid_request" }
-func (*Bid) Type() string          { return "bid" }
-func (*Decline) Type() string      { return "decline" }
-func (*Award) Type() string        { return "award" }
-func (*Accept) Type() string       { return "accept" }
-func (*Reject) Type() string       { return "reject" }
-func (*Release) Type() string      { return "release" }
-func (*Start) Type() string        { return "start" }
-func (*Renewal) Type() string      { return "renewal" }
-func (*RenewalAck) Type() string   { return "renewal_ack" }
-func (*Stop) Type() string         { return "stop" }
+// JobID implements Payload.
+func (m *Bid) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Decline) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Award) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Accept) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Reject) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Release) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Start) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Renewal) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *RenewalAck) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *Stop) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *AttemptEnded) JobID() string { return m.Job }
+
+// JobID implements Payload.
+func (m *EndAck) JobID() string { return m.Job }
+
+// Type implements Payload.
+func (*BidRequest) Type() string { return "bid_request" }
+
+// Type implements Payload.
+func (*Bid) Type() string { return "bid" }
+
+// Type implements Payload.
+func (*Decline) Type() string { return "decline" }
+
+// Type implements Payload.
+func (*Award) Type() string { return "award" }
+
+// Type implements Payload.
+func (*Accept) Type() string { return "accept" }
+
+// Type implements Payload.
+func (*Reject) Type() string { return "reject" }
+
+// Type implements Payload.
+func (*Release) Type() string { return "release" }
+
+// Type implements Payload.
+func (*Start) Type() string { return "start" }
+
+// Type implements Payload.
+func (*Renewal) Type() string { return "renewal" }
+
+// Type implements Payload.
+func (*RenewalAck) Type() string { return "renewal_ack" }
+
+// Type implements Payload.
+func (*Stop) Type() string { return "stop" }
+
+// Type implements Payload.
 func (*AttemptEnded) Type() string { return "attempt_ended" }
-func (*EndAck) Type() string       { return "end_ack" }
+
+// Type implements Payload.
+func (*EndAck) Type() string { return "end_ack" }
 
 const (
 	maxIDLen    = 256

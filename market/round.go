@@ -10,7 +10,8 @@ import (
 // bids, awards the winners and replaces rejected awards from the spares.
 //
 //	startRound ──BidRequests──▶ (bids, declines) ──window or early close──▶ closeBidding
-//	closeBidding ──clearing fails──▶ extend once (more asks + broadcast) ──▶ failRound (retry later)
+//	closeBidding ──falls short──▶ extend (up to MaxExtensions: wider asks, then broadcast)
+//	             ──still short──▶ failRound (release everything, retry after a backoff)
 //	closeBidding ──Awards──▶ (accepts; rejects or timeouts → spares) ──▶ finishRound
 type round struct {
 	id         uint64
@@ -617,14 +618,15 @@ func (c *coordinator) startGang(j *job) {
 			continue
 		}
 		p.gang = &GangInfo{NNodes: len(members), NodeRank: rank, Master: members[0].Node}
+		p.world = world
 		p.State = PlacementRunning
-		c.sendStart(j, p, world)
+		c.sendStart(j, p)
 	}
 	c.touch(j)
 }
 
-func (c *coordinator) sendStart(j *job, p *placement, world int) {
-	c.n.send(p.Node, &Start{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, World: world, Gang: *p.gang})
+func (c *coordinator) sendStart(j *job, p *placement) {
+	c.n.send(p.Node, &Start{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, World: p.world, Gang: *p.gang})
 }
 
 // cancelRound ends the open round: its reservations are released and its
