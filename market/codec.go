@@ -47,6 +47,8 @@ func newPayload(typ string) (Payload, bool) {
 		return &AttemptEnded{}, true
 	case "end_ack":
 		return &EndAck{}, true
+	case "superseded":
+		return &Superseded{}, true
 	}
 	return nil, false
 }

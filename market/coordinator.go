@@ -165,22 +165,7 @@ func (c *coordinator) submit(spec JobSpec) error {
 	if c.jobs[spec.ID] != nil {
 		return fmt.Errorf("%w: %s", ErrJobExists, spec.ID)
 	}
-	dur := spec.ExpectedDuration.Std()
-	if dur == 0 {
-		dur = c.n.cfg.DefaultDuration
-	}
-	j := &job{
-		spec:        spec,
-		match:       newMatcher(FilterOf(&spec)),
-		scorer:      &scorer{duration: dur, unknownMTBF: c.n.cfg.UnknownMTBF, unknownCU: c.n.cfg.UnknownComputeUnits},
-		seed:        seedOf(spec.ID),
-		term:        1,
-		target:      spec.TotalCards(),
-		submittedAt: c.n.now,
-		byAttempt:   map[shareEpoch]*placement{},
-		live:        map[int]*placement{},
-		avoid:       map[string]bool{},
-	}
+	j := c.newJob(spec)
 	c.jobs[spec.ID] = j
 	c.active[spec.ID] = j
 	c.setState(j, JobPending, "submitted")
@@ -199,6 +184,26 @@ func (c *coordinator) submit(spec JobSpec) error {
 	}
 	c.startRound(j)
 	return nil
+}
+
+// newJob returns the coordinator state of a new job of term 1.
+func (c *coordinator) newJob(spec JobSpec) *job {
+	dur := spec.ExpectedDuration.Std()
+	if dur == 0 {
+		dur = c.n.cfg.DefaultDuration
+	}
+	return &job{
+		spec:        spec,
+		match:       newMatcher(FilterOf(&spec)),
+		scorer:      &scorer{duration: dur, unknownMTBF: c.n.cfg.UnknownMTBF, unknownCU: c.n.cfg.UnknownComputeUnits},
+		seed:        seedOf(spec.ID),
+		term:        1,
+		target:      spec.TotalCards(),
+		submittedAt: c.n.now,
+		byAttempt:   map[shareEpoch]*placement{},
+		live:        map[int]*placement{},
+		avoid:       map[string]bool{},
+	}
 }
 
 // fail ends the job as failed: everything it holds is stopped or released.

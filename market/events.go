@@ -29,6 +29,18 @@ type (
 		Spec JobSpec
 	}
 
+	// JobAdopted makes this node the coordinator of a job from its record:
+	// a replica when the job's coordinator is gone, or this node's own
+	// record after a restart. The job continues under Term (at least the
+	// record's term + 1): its runners are told to renew here, whatever the
+	// record shows missing is placed again, epochs continue. A job held here
+	// at that term or higher already returns ErrStale.
+	JobAdopted struct {
+		Now    time.Time
+		Record JobRecord
+		Term   uint64
+	}
+
 	// CancelJob cancels a job this node coordinates: executions stop and
 	// reservations are released.
 	CancelJob struct {
@@ -91,6 +103,7 @@ type (
 
 func (e Tick) at() time.Time             { return e.Now }
 func (e JobSubmitted) at() time.Time     { return e.Now }
+func (e JobAdopted) at() time.Time       { return e.Now }
 func (e CancelJob) at() time.Time        { return e.Now }
 func (e ScaleJob) at() time.Time         { return e.Now }
 func (e MessageReceived) at() time.Time  { return e.Now }

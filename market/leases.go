@@ -152,6 +152,7 @@ func (c *coordinator) replace(j *job, p *placement) {
 			j.needSlots = append(j.needSlots, i)
 		}
 		j.nextShare = max(j.nextShare, len(j.needSlots))
+	case p == nil: // nothing lost (a caller restarting a gang)
 	case j.flexible(): // its cards go to new shares; the first takes its number
 		j.needCards += len(p.Cards)
 		j.freeShares = append(j.freeShares, p.Share)

@@ -24,7 +24,7 @@ const Broadcast = ""
 
 // Payload is the typed body of a Message: one of *BidRequest, *Bid,
 // *Decline, *Award, *Accept, *Reject, *Release, *Start, *Renewal,
-// *RenewalAck, *Stop, *AttemptEnded or *EndAck.
+// *RenewalAck, *Stop, *AttemptEnded, *EndAck or *Superseded.
 type Payload interface {
 	// JobID is the job the message is about.
 	JobID() string
@@ -158,6 +158,14 @@ type (
 		Job   string `json:"job"`
 		Share int    `json:"share"`
 		Epoch uint64 `json:"epoch"`
+	}
+	// Superseded tells a coordinator that a coordinator of a higher term
+	// holds the job now (a runner answers a stale coordinator with it): the
+	// stale one stops what it placed alone and lets the job go.
+	Superseded struct {
+		Job         string `json:"job"`
+		Term        uint64 `json:"term"`
+		Coordinator string `json:"coordinator"`
 	}
 )
 
@@ -504,3 +512,19 @@ func (m *AttemptEnded) validate() error {
 }
 
 func (m *EndAck) validate() error { return checkAttempt(m.Job, m.Share, m.Epoch) }
+
+// JobID implements Payload.
+func (m *Superseded) JobID() string { return m.Job }
+
+// Type implements Payload.
+func (*Superseded) Type() string { return "superseded" }
+
+func (m *Superseded) validate() error {
+	if err := checkJob(m.Job); err != nil {
+		return err
+	}
+	if m.Term < 2 {
+		return badf("term %d: only a term above 1 supersedes", m.Term)
+	}
+	return checkID("coordinator", m.Coordinator)
+}

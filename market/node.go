@@ -82,6 +82,8 @@ func (n *Node) Step(ev Event) error {
 		n.coord.tick()
 	case JobSubmitted:
 		err = n.coord.submit(e.Spec)
+	case JobAdopted:
+		err = n.coord.adopt(e.Record, e.Term)
 	case CancelJob:
 		err = n.coord.cancel(e.Job, e.Reason)
 	case ScaleJob:
@@ -170,6 +172,8 @@ func (n *Node) handle(m Message) error {
 		return n.coord.onRenewal(m.From, p)
 	case *AttemptEnded:
 		return n.coord.onAttemptEnded(m.From, p)
+	case *Superseded:
+		return n.coord.onSuperseded(m.From, p)
 	}
 	return fmt.Errorf("%w: unknown payload %T", ErrBadMessage, m.Payload)
 }

@@ -19,6 +19,10 @@ const (
 	JobSucceeded JobState = "succeeded" // every share exited 0
 	JobFailed    JobState = "failed"    // a share exited non-zero, or the mesh can never satisfy the spec
 	JobCancelled JobState = "cancelled" // cancelled by its owner
+	// JobMoved is not a state of the job but of this node's hold on it: a
+	// coordinator of a higher term has taken the job over (Reason names
+	// it), and this node has let it go.
+	JobMoved JobState = "moved"
 )
 
 // Terminal reports whether s is an end state.

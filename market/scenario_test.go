@@ -283,6 +283,20 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		return "", nil
 	case "peerlost":
 		return "", h.PeerLost(pos[0], pos[1])
+	case "adopt":
+		// adopt NODE JOB [term=N]: NODE takes the job over from the record
+		// its coordinator last persisted.
+		old := h.Peer(h.Coordinator(pos[1]))
+		rec, ok := old.Jobs[pos[1]]
+		if !ok {
+			return "", fmt.Errorf("%s persisted no record of %s", old.ID, pos[1])
+		}
+		term, _ := strconv.ParseUint(kv["term"], 10, 64)
+		if err := h.Adopt(pos[0], rec, term); err != nil {
+			return "", err
+		}
+		r, _ := h.Job(pos[1])
+		return fmt.Sprintf("%s coordinates %s: %s term=%d epoch=%d", pos[0], pos[1], r.State, r.Term, r.Epoch), nil
 	case "cancel":
 		return "", h.Step(h.Coordinator(pos[0]), market.CancelJob{Now: h.Now, Job: pos[0]})
 	case "scale":

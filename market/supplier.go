@@ -309,18 +309,30 @@ func (s *supplier) onRelease(from string, m *Release) error {
 	return nil
 }
 
-// attemptFrom finds the attempt a coordinator message is about, and lets a
-// coordinator of a higher term take the attempt over.
+// attemptFrom finds the live attempt a coordinator message is about, and
+// lets a coordinator of a higher term take the attempt over; one of a lower
+// term is told it has been superseded.
+//
+// An attempt that has ended follows a new coordinator too, and reports its
+// end to it at once: a successor learns what happened while nobody
+// coordinated.
 func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) (*attempt, error) {
 	a := s.attempts[attemptKey{job, share, epoch}]
-	if a == nil || a.end != nil {
+	if a == nil {
 		return nil, ErrStale
 	}
 	switch {
 	case term > a.rec.Term:
 		a.rec.Term, a.rec.Coordinator = term, from
 		s.touch(a)
+		if a.end != nil {
+			s.n.send(from, a.end)
+			return nil, fmt.Errorf("%w: the attempt has ended", ErrStale)
+		}
+	case a.end != nil:
+		return nil, ErrStale
 	case term < a.rec.Term:
+		s.n.send(from, &Superseded{Job: job, Term: a.rec.Term, Coordinator: a.rec.Coordinator})
 		return nil, fmt.Errorf("%w: term %d is older than %d", ErrStale, term, a.rec.Term)
 	case from != a.rec.Coordinator:
 		return nil, fmt.Errorf("%w: %s is not the coordinator of %s", ErrRefused, from, job)

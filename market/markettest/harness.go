@@ -210,6 +210,16 @@ func (h *Harness) SubmitAt(coord string, spec market.JobSpec) error {
 	return h.Step(coord, market.JobSubmitted{Now: h.Now, Spec: spec})
 }
 
+// Adopt makes node the coordinator of the job in rec (a replica of its
+// record) under term, as a successor does when the coordinator is gone.
+func (h *Harness) Adopt(node string, rec market.JobRecord, term uint64) error {
+	if h.peers[node] == nil {
+		return fmt.Errorf("markettest: no node %s", node)
+	}
+	h.coords[rec.ID] = node
+	return h.Step(node, market.JobAdopted{Now: h.Now, Record: rec, Term: term})
+}
+
 // Coordinator returns the ID of the node that coordinates job: where it
 // was submitted, or else the top HRW member.
 func (h *Harness) Coordinator(job string) string {
