@@ -22,7 +22,7 @@
 //			return
 //		case <-ticker.C:
 //			n.Step(market.Tick{Now: time.Now()})
-//		case ev := <-events: // messages, submissions, cancels, PeerLost, executor reports
+//		case ev := <-events: // messages, submissions, adoptions, cancels, PeerLost, executor reports
 //			if err := n.Step(ev); err != nil {
 //				log.Debug("market step", "err", err) // stale or refused input changes nothing
 //			}

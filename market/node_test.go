@@ -233,3 +233,35 @@ func errorsSeen(h *markettest.Harness) []string {
 	}
 	return out
 }
+
+func TestAdoptRefusesBadAndStaleRecords(t *testing.T) {
+	n := newNode(t, "b", "")
+	good := market.JobRecord{ID: "j1", Spec: market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 5, Command: []string{"x"}},
+		State: market.JobSucceeded, Term: 1, Epoch: 3, Cards: 1}
+	bad := good
+	bad.Spec.Cards = 0
+	if err := n.Step(market.JobAdopted{Now: t0, Record: bad}); !errors.Is(err, market.ErrInvalidSpec) {
+		t.Fatalf("adopting a record with a bad spec: %v", err)
+	}
+	mismatch := good
+	mismatch.ID = "j2"
+	if err := n.Step(market.JobAdopted{Now: t0, Record: mismatch}); !errors.Is(err, market.ErrBadEvent) {
+		t.Fatalf("adopting a record whose ID is not its spec's: %v", err)
+	}
+	if err := n.Step(market.JobAdopted{Now: t0, Record: good}); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := n.Job("j1")
+	if !ok || rec.Term != 2 || rec.Epoch != 3 || rec.State != market.JobSucceeded || rec.Coordinator != "b" {
+		t.Fatalf("adopted record %+v", rec)
+	}
+	if err := n.Step(market.JobAdopted{Now: t0, Record: good, Term: 2}); !errors.Is(err, market.ErrStale) {
+		t.Fatalf("adopting again at the same term: %v", err)
+	}
+	if err := n.Step(market.JobAdopted{Now: t0, Record: good, Term: 7}); err != nil {
+		t.Fatalf("adopting at a higher term: %v", err)
+	}
+	if rec, _ := n.Job("j1"); rec.Term != 7 {
+		t.Fatalf("term %d after adopting at 7", rec.Term)
+	}
+}
