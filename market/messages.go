@@ -523,8 +523,8 @@ func (m *Superseded) validate() error {
 	if err := checkJob(m.Job); err != nil {
 		return err
 	}
-	if m.Term < 2 {
-		return badf("term %d: only a term above 1 supersedes", m.Term)
+	if m.Term == 0 {
+		return badf("term must be at least 1")
 	}
 	return checkID("coordinator", m.Coordinator)
 }
