@@ -43,8 +43,9 @@ type scoredAvail struct {
 // the need at all; when not, the round also broadcasts.
 //
 // The best nodes that cover the need are asked for sure; the spares are
-// drawn at random (seeded by the job and draw) from the next ones, so that
-// coordinators with the same book do not all fall back on the same spares.
+// drawn at random (seeded by the job and draw) from the next ones, within
+// the best offers holding four times the cards needed, so that coordinators
+// with the same book do not all fall back on the same spares.
 // With spread > 1 (an extension after the round fell short, which means
 // other coordinators want the same cards) every candidate is drawn at
 // random from the best spread times as many: jobs that all lost the same
@@ -56,7 +57,7 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 	}
 	var offers map[string]*nodeOffer
 	if need.Cards > 0 {
-		offers = c.walkBook(j, 2*need.Cards*spread, skip, x, true)
+		offers = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
 	} else {
 		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
 	}
