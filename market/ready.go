@@ -22,12 +22,6 @@ type Ready struct {
 	Ad *Ad
 }
 
-// Empty reports whether rd holds nothing.
-func (rd *Ready) Empty() bool {
-	return len(rd.Messages) == 0 && len(rd.Start) == 0 && len(rd.Stop) == 0 && len(rd.Jobs) == 0 &&
-		len(rd.Attempts) == 0 && len(rd.Notifications) == 0 && rd.Ad == nil
-}
-
 // Execution asks the executor to start one share of a job on this node's
 // cards.
 type Execution struct {

@@ -468,11 +468,11 @@ func formatJob(r market.JobRecord, flags []string) string {
 		fmt.Fprintf(&b, "\n  %d live shares hold %d cards on %d nodes; %d placements in all", live, total, len(nodes), len(r.Placements))
 		return b.String()
 	}
-	for _, p := range r.Placements {
-		if !slices.Contains(flags, "all") && !(p.State == market.PlacementRunning || p.State == market.PlacementAccepted ||
-			p.State == market.PlacementAwarded || p.State == market.PlacementStopping) {
-			continue
-		}
+	shown := r.Live()
+	if slices.Contains(flags, "all") {
+		shown = r.Placements
+	}
+	for _, p := range shown {
 		cards := append([]string(nil), p.Cards...)
 		slices.Sort(cards)
 		fmt.Fprintf(&b, "\n  share=%d epoch=%d %s [%s] %s price=%.2f bid=%.2f", p.Share, p.Epoch, p.Node, strings.Join(cards, " "), p.State, p.PriceCNY, p.BidCNY)
