@@ -6,8 +6,29 @@ import "fmt"
 // is rejected or not answered in time goes to a spare under a new epoch; a
 // gang starts together once all its members have committed.
 
+// awardAll awards each winner its share, all under one new epoch: a new
+// share number for LayoutAny, the next of slots otherwise. index maps the
+// winners' lots to the round's lots (nil: they are the round's).
+func (c *coordinator) awardAll(j *job, r *round, winners []winner, slots, index []int) []*placement {
+	epoch := j.nextEpoch()
+	placed := make([]*placement, 0, len(winners))
+	for i, w := range winners {
+		share := 0
+		if j.flexible() {
+			share = j.allocShare()
+		} else {
+			share = slots[i]
+		}
+		if index != nil {
+			w.lot = index[w.lot]
+		}
+		placed = append(placed, c.award(j, r, w, share, epoch))
+	}
+	return placed
+}
+
 // award gives winner w of round r the share under epoch.
-func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64) {
+func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64) *placement {
 	lot := &r.lots[w.lot]
 	meta := &r.meta[w.lot]
 	meta.used = true
@@ -37,6 +58,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 		Kind: j.spec.KindOrDefault(), World: j.target,
 	})
 	c.touch(j)
+	return p
 }
 
 func (c *coordinator) onAccept(from string, m *Accept) error {
@@ -136,19 +158,10 @@ func (c *coordinator) fillFromSpares(j *job, r *round) {
 	if !res.ok {
 		return
 	}
-	epoch := j.nextEpoch()
-	for i, w := range res.winners {
-		share := 0
-		if j.flexible() {
-			share = j.allocShare()
-		} else {
-			share = r.unfilledIDs[i]
-		}
-		w.lot = index[w.lot]
-		c.award(j, r, w, share, epoch)
-		lot := &r.lots[w.lot]
-		r.x.replace(lot.Node, ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[w.cards[0]].Model, Cards: len(w.cards),
-			Reason: ReasonWon, Score: w.cost / float64(len(w.cards)), Detail: fmt.Sprintf("a spare, after an award failed; paid %.2f CNY per card-hour", r.placed[len(r.placed)-1].PriceCNY)})
+	for i, p := range c.awardAll(j, r, res.winners, r.unfilledIDs, index) {
+		w := &res.winners[i]
+		r.x.replace(p.Node, ExplainEntry{Stage: "bid", Node: p.Node, Model: p.Model, Cards: len(p.Cards), Reason: ReasonWon,
+			Score: w.cost / float64(len(w.cards)), Detail: fmt.Sprintf("a spare, after an award failed; paid %.2f CNY per card-hour", p.PriceCNY)})
 	}
 	r.unfilled, r.unfilledIDs = Need{}, nil
 }

@@ -270,16 +270,7 @@ func (c *coordinator) closeBidding(j *job, r *round) {
 	r.phase = phaseAwarding
 	j.priceCU = res.priceCU
 	r.expl.ClearingPriceCU = res.priceCU
-	epoch := j.nextEpoch()
-	for i, w := range res.winners {
-		share := 0
-		if j.flexible() {
-			share = j.allocShare()
-		} else {
-			share = r.slots[i]
-		}
-		c.award(j, r, w, share, epoch)
-	}
+	c.awardAll(j, r, res.winners, r.slots, nil)
 	r.closedLots = len(r.lots)
 	for i := range r.lots {
 		if !r.meta[i].used && r.meta[i].feasible == 0 {

@@ -178,31 +178,9 @@ func kCheapest(s []scoredAvail, k int) float64 {
 // floor price per compute unit). For slot layouts it reads every offer,
 // since a node's cards may span models.
 func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
-	book := c.n.cfg.Book
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
-	type modelList struct {
-		offers []Offer
-		cu     float64
-		bound  float64 // the head's floor price per compute unit
-	}
-	var lists []modelList
-	for _, model := range book.Models() {
-		offers := book.Offers(model)
-		if len(offers) == 0 {
-			continue
-		}
-		head := &offers[0]
-		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
-		if r := j.match.check(&facts); r != reasonPassed {
-			if x != nil {
-				x.add(ExplainEntry{Stage: "book", Node: "*", Model: model, Cards: len(offers), Reason: r, Detail: j.match.detail(r, &facts) + " (every offer of the model)"})
-			}
-			continue
-		}
-		cu := j.scorer.cu(head.ComputeUnits)
-		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
-	}
+	lists := c.modelsFor(j, x)
 	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
 	var best offerHeap
 	for _, l := range lists {
@@ -257,6 +235,37 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 		}
 	}
 	return out
+}
+
+// modelList is the book's offers of one model that passes the job's
+// model-level checks (model, vendor, memory, compute).
+type modelList struct {
+	offers []Offer
+	cu     float64 // the model's compute units, as scored
+	bound  float64 // the head's floor price per compute unit
+}
+
+// modelsFor returns the book's models that pass the job's model-level
+// checks; the others are explained (when x is set) and skipped.
+func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
+	var lists []modelList
+	for _, model := range c.n.cfg.Book.Models() {
+		offers := c.n.cfg.Book.Offers(model)
+		if len(offers) == 0 {
+			continue
+		}
+		head := &offers[0]
+		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
+		if r := j.match.check(&facts); r != reasonPassed {
+			if x != nil {
+				x.add(ExplainEntry{Stage: "book", Node: "*", Model: model, Cards: len(offers), Reason: r, Detail: j.match.detail(r, &facts) + " (every offer of the model)"})
+			}
+			continue
+		}
+		cu := j.scorer.cu(head.ComputeUnits)
+		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
+	}
+	return lists
 }
 
 // scoredOffer is an offer with the job's score for it.
@@ -328,16 +337,8 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 	need := j.initialNeed()
 	perNode := map[string]int{}
 	total := 0
-	for _, model := range book.Models() {
-		offers := book.Offers(model)
-		if len(offers) == 0 {
-			continue
-		}
-		head := &offers[0]
-		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
-		if j.match.check(&facts) != reasonPassed {
-			continue
-		}
+	for _, l := range c.modelsFor(j, nil) {
+		offers := l.offers
 		for i := range offers {
 			o := &offers[i]
 			price := o.PriceCNY
