@@ -1,0 +1,93 @@
+package market
+
+import (
+	"slices"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+)
+
+// What a supplier tells others about its cards: the capacity ad, and the
+// status of each card for inspection.
+
+// ad summarizes the cards per model for the capacity ad.
+func (s *supplier) ad() []Offer {
+	byModel := map[string]*Offer{}
+	var models []string
+	for _, c := range s.cards {
+		if !c.offerable() {
+			continue
+		}
+		o := byModel[c.card.Model]
+		if o == nil {
+			o = &Offer{Node: s.n.cfg.ID, Region: s.n.cfg.Region, Model: c.card.Model, Vendor: c.card.Vendor,
+				MemoryMiB: c.card.MemoryMiB, ComputeUnits: c.card.ComputeUnits,
+				PriceCNY: s.price(&c.card, false), PreemptiblePriceCNY: s.price(&c.card, true),
+				Availability: s.n.cfg.Availability}
+			byModel[c.card.Model] = o
+			models = append(models, c.card.Model)
+		}
+		o.Total++
+		switch {
+		case c.lease != nil || c.draining != nil:
+		case c.run == nil:
+			o.Free++
+		case c.run.kind == KindPreemptible && c.run.stopCause == "" && c.run.end == nil:
+			o.Preemptible++
+		}
+	}
+	slices.Sort(models)
+	out := make([]Offer, len(models))
+	for i, m := range models {
+		out[i] = *byModel[m]
+	}
+	return out
+}
+
+// CardState is what a card is doing.
+type CardState string
+
+// The card states.
+const (
+	CardFree      CardState = "free"
+	CardReserved  CardState = "reserved"
+	CardRunning   CardState = "running"
+	CardUnhealthy CardState = "unhealthy"
+	CardGone      CardState = "gone" // disappeared; work on it is being stopped
+)
+
+// CardStatus is one of this node's cards and what it is doing.
+type CardStatus struct {
+	Card  device.Card `json:"card"`
+	State CardState   `json:"state"`
+	// Job, Share and Epoch name the attempt on a running card.
+	Job   string `json:"job,omitempty"`
+	Share int    `json:"share,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Lease and LeaseJob name the reservation on a reserved card (a running
+	// preemptible card may be reserved too); Until is when it lapses.
+	Lease    string    `json:"lease,omitempty"`
+	LeaseJob string    `json:"lease_job,omitempty"`
+	Until    time.Time `json:"until,omitzero"`
+}
+
+func (s *supplier) status() []CardStatus {
+	out := make([]CardStatus, 0, len(s.cards))
+	for _, c := range s.cards {
+		st := CardStatus{Card: c.card, State: CardFree}
+		if c.lease != nil {
+			st.State, st.Lease, st.LeaseJob, st.Until = CardReserved, c.lease.id, c.lease.job, c.lease.until
+		}
+		if a := c.run; a != nil {
+			st.State, st.Job, st.Share, st.Epoch = CardRunning, a.rec.Job, a.rec.Share, a.rec.Epoch
+		}
+		switch {
+		case !c.present:
+			st.State = CardGone
+		case !c.card.Health.Healthy:
+			st.State = CardUnhealthy
+		}
+		out = append(out, st)
+	}
+	return out
+}

@@ -1,0 +1,135 @@
+package market
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+)
+
+// Event is an input to Node.Step. Every event carries the time it happened
+// (Now) in the node's clock: the Node never reads a clock. A Now earlier
+// than one already stepped counts as the later one.
+type Event interface {
+	at() time.Time
+}
+
+// The events a Node takes.
+type (
+	// Tick lets time pass: leases lapse, renewals go out, rounds close,
+	// silent runners are declared lost, waiting jobs retry. Node drives it
+	// every few tens of milliseconds (RenewInterval/3 or finer).
+	Tick struct{ Now time.Time }
+
+	// JobSubmitted hands a job to this node, which coordinates it. The spec
+	// is validated (Step returns the *SpecError); a job ID already known
+	// returns ErrJobExists.
+	JobSubmitted struct {
+		Now  time.Time
+		Spec JobSpec
+	}
+
+	// JobAdopted makes this node the coordinator of a job from its record:
+	// a replica when the job's coordinator is gone, or this node's own
+	// record after a restart. The job continues under Term (at least the
+	// record's term + 1): its runners are told to renew here, whatever the
+	// record shows missing is placed again, epochs continue. A job held here
+	// at that term or higher already returns ErrStale.
+	JobAdopted struct {
+		Now    time.Time
+		Record JobRecord
+		Term   uint64
+	}
+
+	// CancelJob cancels a job this node coordinates: executions stop and
+	// reservations are released.
+	CancelJob struct {
+		Now    time.Time
+		Job    string
+		Reason string // optional, recorded
+	}
+
+	// ScaleJob changes the card count of a running elastic job within its
+	// spec's range: up by an incremental auction, down by stopping shares.
+	ScaleJob struct {
+		Now   time.Time
+		Job   string
+		Cards int
+	}
+
+	// MessageReceived delivers a message from a peer (or the broadcast
+	// topic). Message.From must be the authenticated sender.
+	MessageReceived struct {
+		Now     time.Time
+		Message Message
+	}
+
+	// PeerLost is a hint that a peer is gone (libp2p disconnect, memberlist
+	// dead). It is never acted on alone: shares on that peer are declared
+	// lost only if they also stay silent for Config.HintGrace.
+	PeerLost struct {
+		Now  time.Time
+		Node string
+	}
+
+	// CardsChanged replaces this node's cards: a card missing from Cards has
+	// disappeared, one with Health.Healthy false is withdrawn, new ones are
+	// offered. Work on a card that goes is stopped and reported.
+	CardsChanged struct {
+		Now   time.Time
+		Cards []device.Card
+	}
+
+	// ExecutionStarted reports that the executor started an Execution's
+	// process: billing starts now.
+	ExecutionStarted struct {
+		Now   time.Time
+		Job   string
+		Share int
+		Epoch uint64
+	}
+
+	// ExecutionExited reports that an execution's process is gone, whether
+	// it exited by itself or was stopped: billing stops now and its cards
+	// are free again. ExitCode is the process's status (-1 if killed).
+	ExecutionExited struct {
+		Now      time.Time
+		Job      string
+		Share    int
+		Epoch    uint64
+		ExitCode int
+	}
+)
+
+func (e Tick) at() time.Time             { return e.Now }
+func (e JobSubmitted) at() time.Time     { return e.Now }
+func (e JobAdopted) at() time.Time       { return e.Now }
+func (e CancelJob) at() time.Time        { return e.Now }
+func (e ScaleJob) at() time.Time         { return e.Now }
+func (e MessageReceived) at() time.Time  { return e.Now }
+func (e PeerLost) at() time.Time         { return e.Now }
+func (e CardsChanged) at() time.Time     { return e.Now }
+func (e ExecutionStarted) at() time.Time { return e.Now }
+func (e ExecutionExited) at() time.Time  { return e.Now }
+
+// Errors Step returns for expected outcomes. None of them changes anything,
+// except where a reply is the protocol's answer (a Release for a stale bid,
+// a Stop for a renewal of a superseded attempt).
+var (
+	// ErrBadEvent: the event is nil, has no time, or a field is out of range.
+	ErrBadEvent = errors.New("bad event")
+	// ErrJobExists: JobSubmitted for a job ID this node already has.
+	ErrJobExists = errors.New("job exists")
+	// ErrUnknownJob: the job is not one this node coordinates or runs.
+	ErrUnknownJob = errors.New("unknown job")
+	// ErrJobEnded: the job is already succeeded, failed or cancelled.
+	ErrJobEnded = errors.New("job has ended")
+	// ErrNotElastic: ScaleJob outside the spec's elastic range, or on a job
+	// without one.
+	ErrNotElastic = errors.New("not within the job's elastic range")
+	// ErrStale: the message belongs to a round, lease or epoch that is over.
+	ErrStale = errors.New("stale message")
+	// ErrRefused: the message breaks the protocol (a bid nobody asked for,
+	// more cards than requested, an award for cards the lease lacks).
+	ErrRefused = errors.New("message refused")
+)

@@ -1,0 +1,228 @@
+package market
+
+import (
+	"fmt"
+	"time"
+)
+
+// The coordinator's side of running attempts: lease renewals carry usage
+// (billing), their silence declares a share lost, and only the current
+// epoch of a share is believed (fencing).
+
+func (c *coordinator) onRenewal(from string, m *Renewal) error {
+	j := c.jobs[m.Job]
+	if j == nil {
+		// Perhaps a successor that has not got the record yet: stay silent
+		// and let the runner fence itself if nobody answers.
+		return fmt.Errorf("%w: renewal for %s", ErrUnknownJob, m.Job)
+	}
+	if m.Term > j.term {
+		return fmt.Errorf("%w: renewal of term %d, this coordinator has term %d", ErrStale, m.Term, j.term)
+	}
+	stop := func(why string) error {
+		c.n.send(from, &Stop{Job: m.Job, Term: j.term, Share: m.Share, Epoch: m.Epoch, Reason: why})
+		return fmt.Errorf("%w: renewal for %s share %d epoch %d: %s", ErrStale, m.Job, m.Share, m.Epoch, why)
+	}
+	p := j.byAttempt[shareEpoch{m.Share, m.Epoch}]
+	if p == nil || p.Node != from {
+		return stop("not a current attempt of the job")
+	}
+	if p.State == PlacementAwarded {
+		c.accepted(j, p) // its Accept was lost: the renewal says the same
+	}
+	switch p.State {
+	case PlacementAccepted, PlacementRunning:
+	case PlacementStopping:
+		c.bill(j, p, m.CardSeconds)
+		return stop(p.Reason)
+	default:
+		return stop(fmt.Sprintf("the attempt is %s", p.State))
+	}
+	p.lastHeard, p.suspectSince = c.n.now, time.Time{}
+	c.bill(j, p, m.CardSeconds)
+	if m.Started && p.StartedAt.IsZero() {
+		p.StartedAt = c.n.now
+		c.touch(j)
+	}
+	if p.State == PlacementRunning && !m.Started && p.gang != nil {
+		c.sendStart(j, p) // the Start was lost
+	}
+	c.n.send(from, &RenewalAck{Job: m.Job, Term: j.term, Share: m.Share, Epoch: m.Epoch})
+	return nil
+}
+
+// usageSlack is how much more usage than the coordinator's own clock allows
+// a runner may report (the two clocks differ; reports travel).
+const usageSlack = time.Minute
+
+// bill accepts an attempt's cumulative usage: only the rise since the last
+// report counts, at the attempt's price, and never more than its cards could
+// have run since the award (a runner cannot bill time that did not pass).
+func (c *coordinator) bill(j *job, p *placement, cardSeconds float64) {
+	limit := float64(len(p.Cards)) * (c.n.now.Sub(p.AwardedAt) + usageSlack).Seconds()
+	delta := min(cardSeconds, limit) - p.CardSeconds
+	if delta <= 0 {
+		return
+	}
+	cost := delta * p.PriceCNY / 3600
+	p.CardSeconds += delta
+	p.CostCNY += cost
+	j.cardSeconds += delta
+	j.cost += cost
+	c.touch(j)
+}
+
+func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
+	c.n.send(from, &EndAck{Job: m.Job, Share: m.Share, Epoch: m.Epoch})
+	j := c.jobs[m.Job]
+	if j == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, m.Job)
+	}
+	p := j.byAttempt[shareEpoch{m.Share, m.Epoch}]
+	if p == nil || p.Node != from || !p.State.live() {
+		return fmt.Errorf("%w: end of %s share %d epoch %d, not a live attempt", ErrStale, m.Job, m.Share, m.Epoch)
+	}
+	if p.State == PlacementAwarded {
+		if m.Cause != CauseExited && m.Cause != CauseStopped {
+			// It ended before its Accept arrived: as good as a rejected award.
+			c.bill(j, p, m.CardSeconds)
+			c.awardFailed(j, p, ReasonRejected, "ended before its accept arrived: "+string(m.Cause))
+			return nil
+		}
+		c.accepted(j, p)
+	}
+	c.bill(j, p, m.CardSeconds)
+	code := m.ExitCode
+	p.ExitCode = &code
+	switch {
+	case p.State == PlacementStopping:
+		c.settle(j, p, PlacementStopped, m.Cause, "")
+	case m.Cause == CauseExited:
+		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d", code))
+	default:
+		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause))
+	}
+	switch p.State {
+	case PlacementExited:
+		c.onExit(j, p, code)
+	case PlacementLost:
+		c.onLost(j, p)
+	}
+	c.refresh(j)
+	c.checkDone(j)
+	return nil
+}
+
+// onExit handles a share whose process exited by itself.
+func (c *coordinator) onExit(j *job, p *placement, code int) {
+	if j.state.Terminal() {
+		return
+	}
+	switch {
+	case j.spec.KindOrDefault() == KindService:
+		j.restarts++
+		c.replace(j, p)
+	case code != 0:
+		c.fail(j, fmt.Sprintf("share %d exited with status %d", p.Share, code), &code)
+	}
+}
+
+// onLost places a lost share again under a new epoch, preferring other
+// nodes. A gang cannot run short of a member: all of it is placed again.
+func (c *coordinator) onLost(j *job, p *placement) {
+	if j.state.Terminal() {
+		return
+	}
+	j.avoid[p.Node] = true
+	if j.everRan {
+		j.rerouting = true
+	}
+	c.replace(j, p)
+}
+
+func (c *coordinator) replace(j *job, p *placement) {
+	switch {
+	case j.twoPhase():
+		c.cancelRound(j)
+		for _, q := range j.liveSorted() {
+			c.stopPlacement(j, q, "a member of the gang was lost")
+		}
+		j.needSlots = j.needSlots[:0]
+		for i := 0; i < j.target/j.perSlot(); i++ {
+			j.needSlots = append(j.needSlots, i)
+		}
+		j.nextShare = max(j.nextShare, len(j.needSlots))
+	case p == nil: // nothing lost (a caller restarting a gang)
+	case j.flexible(): // its cards go to new shares; the first takes its number
+		j.needCards += len(p.Cards)
+		j.freeShares = append(j.freeShares, p.Share)
+	default:
+		j.needSlots = append(j.needSlots, p.Share)
+	}
+	c.touch(j)
+	if j.round == nil {
+		c.startRound(j)
+	}
+}
+
+// declareLost ends an attempt whose runner went silent and places its
+// share again; the runner, if alive, is told to stop (it has fenced itself
+// already if it could not reach this coordinator).
+func (c *coordinator) declareLost(j *job, p *placement, why string) {
+	c.n.send(p.Node, &Stop{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, Reason: why})
+	c.settle(j, p, PlacementLost, "", why)
+	c.onLost(j, p)
+	c.refresh(j)
+}
+
+// peerLost notes the hint: the node's attempts are checked HintGrace after
+// it, and declared lost only if they stayed silent since.
+func (c *coordinator) peerLost(node string) {
+	for _, j := range c.active {
+		for _, p := range j.live {
+			if p.Node == node && p.suspectSince.IsZero() {
+				p.suspectSince = c.n.now
+			}
+		}
+	}
+}
+
+func (c *coordinator) tick() {
+	now := c.n.now
+	cfg := &c.n.cfg
+	for id, j := range c.active {
+		if r := j.round; r != nil {
+			if r.phase == phaseBidding && !now.Before(r.deadline) {
+				c.closeBidding(j, r)
+			} else if r.phase == phaseAwarding {
+				c.awardTimeouts(j, r)
+			}
+		}
+		for _, p := range j.liveSorted() {
+			if j.live[p.Share] != p {
+				continue // settled by an earlier step of this loop
+			}
+			silent := now.Sub(p.lastHeard)
+			switch p.State {
+			case PlacementStopping:
+				if silent > cfg.LostAfter {
+					c.settle(j, p, PlacementStopped, "", p.Reason+"; no final report")
+					c.checkDone(j)
+				}
+			case PlacementAccepted, PlacementRunning:
+				switch {
+				case silent > cfg.LostAfter:
+					c.declareLost(j, p, fmt.Sprintf("no lease renewal for %v", silent.Round(time.Millisecond)))
+				case !p.suspectSince.IsZero() && now.Sub(p.suspectSince) >= cfg.HintGrace:
+					c.declareLost(j, p, fmt.Sprintf("reported lost and silent for %v", now.Sub(p.suspectSince).Round(time.Millisecond)))
+				}
+			}
+		}
+		if j.round == nil && j.hasNeed() && !j.state.Terminal() && !now.Before(j.retryAt) {
+			c.startRound(j)
+		}
+		if j.state.Terminal() && len(j.live) == 0 {
+			delete(c.active, id)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package market
+
+import "time"
+
+// Ready is what a Node has decided since the last Advance. The driver
+// handles it in this order, then calls Advance with it:
+//
+//  1. persist Jobs and Attempts (so nothing acknowledged is lost),
+//  2. send Messages (To "" is the broadcast topic),
+//  3. stop the executions in Stop, start those in Start,
+//  4. deliver Notifications to API watchers, publish Ad if set.
+//
+// The slices and records are the driver's to read, not to modify.
+type Ready struct {
+	Messages      []Message
+	Start         []Execution
+	Stop          []StopExecution
+	Jobs          []JobRecord // records of jobs this node coordinates that changed
+	Attempts      []Attempt   // attempts this node runs that changed
+	Notifications []Notification
+	// Ad is this node's capacity ad when it changed, else nil.
+	Ad *Ad
+}
+
+// Execution asks the executor to start one share of a job on this node's
+// cards.
+type Execution struct {
+	Job         string
+	Share       int
+	Epoch       uint64
+	Coordinator string
+	// Cards are the IDs of this node's cards the share may see.
+	Cards []string
+	Exec  ExecSpec
+	Kind  Kind
+	// World is the job's card count when fully placed (WORLD_SIZE).
+	World int
+	// Gang places the share in its gang's roster (nil for jobs that are
+	// not LayoutPerNode).
+	Gang *GangInfo
+}
+
+// StopExecution asks the executor to stop a share (SIGTERM, grace, SIGKILL)
+// and report ExecutionExited when its process is gone.
+type StopExecution struct {
+	Job   string
+	Share int
+	Epoch uint64
+	Cause Cause
+}
+
+// Notification says a job changed state.
+type Notification struct {
+	Job    string    `json:"job"`
+	From   JobState  `json:"from"`
+	To     JobState  `json:"to"`
+	Reason string    `json:"reason,omitempty"`
+	Epoch  uint64    `json:"epoch"`
+	At     time.Time `json:"at"`
+}
+
+// AttemptState is where a share's attempt stands on the node that runs it.
+type AttemptState string
+
+// The attempt states, in order.
+const (
+	AttemptCommitted AttemptState = "committed" // cards held; waiting to start (gang roster, preempted work exiting)
+	AttemptRunning   AttemptState = "running"   // execution requested
+	AttemptStopping  AttemptState = "stopping"  // stop requested; waiting for the process to go
+	AttemptDone      AttemptState = "done"      // over; reporting to the coordinator
+	AttemptClosed    AttemptState = "closed"    // report acknowledged (or given up): forget it
+)
+
+// Attempt is the supplier's record of one share it runs, for persistence.
+type Attempt struct {
+	Job         string       `json:"job"`
+	Share       int          `json:"share"`
+	Epoch       uint64       `json:"epoch"`
+	Term        uint64       `json:"term"`
+	Coordinator string       `json:"coordinator"`
+	Cards       []string     `json:"cards"`
+	PriceCNY    float64      `json:"price_cny"`
+	State       AttemptState `json:"state"`
+	StartedAt   time.Time    `json:"started_at,omitzero"`
+	CardSeconds float64      `json:"card_seconds"`
+	Cause       Cause        `json:"cause,omitempty"`
+	ExitCode    int          `json:"exit_code"`
+	Version     uint64       `json:"version"`
+}

@@ -1,0 +1,392 @@
+package market
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// ask is one node a round sent a BidRequest to.
+type ask struct {
+	node     string
+	want     int
+	score    float64 // the book's best score for the node (lower is better)
+	replied  bool
+	feasible int // feasible cards in its bid (0 if it declined)
+}
+
+// nodeOffer aggregates what one node offers a job in the book.
+type nodeOffer struct {
+	node   string
+	model  string
+	avail  int
+	scores []scoredAvail // ascending
+	best   float64
+	avoid  bool
+	tie    uint64
+	kcost  float64 // slot layouts: the cost of the node's best PerSlot cards
+}
+
+type scoredAvail struct {
+	score float64
+	n     int
+}
+
+// selectCandidates picks the nodes to ask for need from the book, best
+// effective price first, with spares: at least SpareFactor times the cards
+// needed and SpareNodes nodes beyond those needed. Nodes in skip (asked
+// already, or holding a share that must be apart) are passed over; nodes in
+// avoid come last. enough reports whether the book's free cards can satisfy
+// the need at all; when not, the round also broadcasts.
+//
+// The best nodes that cover the need are asked for sure; the spares are
+// drawn at random (seeded by the job and draw) from the next ones, within
+// the best offers holding four times the cards needed, so that coordinators
+// with the same book do not all fall back on the same spares.
+// With spread > 1 (an extension after the round fell short, which means
+// other coordinators want the same cards) every candidate is drawn at
+// random from the best spread times as many: jobs that all lost the same
+// cheap nodes fan out over the next ones instead of colliding again.
+func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, x *explainer, spread int, draw uint64) (asks []*ask, enough bool) {
+	book := c.n.cfg.Book
+	if book == nil {
+		return nil, false
+	}
+	var offers map[string]*nodeOffer
+	if need.Cards > 0 {
+		offers = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
+	} else {
+		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
+	}
+	nodes := make([]*nodeOffer, 0, len(offers))
+	for _, o := range offers {
+		nodes = append(nodes, o)
+	}
+	want := need.Cards
+	if need.Slots > 0 {
+		k := need.PerSlot
+		want = k
+		nodes = slices.DeleteFunc(nodes, func(o *nodeOffer) bool {
+			if o.avail >= k {
+				o.kcost = kCheapest(o.scores, k)
+				return false
+			}
+			if x != nil {
+				x.add(ExplainEntry{Stage: "book", Node: o.node, Model: o.model, Cards: o.avail, Reason: ReasonLayout, Score: o.best,
+					Detail: fmt.Sprintf("%d free matching cards, the layout needs %d on one node", o.avail, k)})
+			}
+			return true
+		})
+		for _, o := range nodes {
+			o.best = o.kcost / float64(k)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *nodeOffer) int {
+		if a.avoid != b.avoid {
+			if a.avoid {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(a.best, b.best); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.tie, b.tie)
+	})
+	take := func(o *nodeOffer) int {
+		if need.Slots > 0 {
+			return want
+		}
+		return min(o.avail, want)
+	}
+	spareCards := int(math.Ceil(float64(need.total()) * c.n.cfg.SpareFactor))
+	rng := rand.New(rand.NewPCG(j.seed, draw))
+	if spread > 1 {
+		nodes = c.sample(nodes, take, spareCards+c.n.cfg.SpareNodes*want, spread, rng)
+	} else {
+		cum, i := 0, 0
+		for i < len(nodes) && cum < need.total() {
+			cum += take(nodes[i])
+			i++
+		}
+		rest := nodes[i:]
+		if k := slices.IndexFunc(rest, func(o *nodeOffer) bool { return o.avoid }); k >= 0 {
+			rest = rest[:k] // avoided nodes stay last
+		}
+		rng.Shuffle(len(rest), func(a, b int) { rest[a], rest[b] = rest[b], rest[a] })
+	}
+	cum, beyond := 0, 0
+	for i, o := range nodes {
+		if cum >= need.total() {
+			if cum >= spareCards && beyond >= c.n.cfg.SpareNodes {
+				if x != nil {
+					for _, rest := range nodes[i:min(len(nodes), i+maxNotAsked)] {
+						x.add(ExplainEntry{Stage: "book", Node: rest.node, Model: rest.model, Cards: rest.avail, Reason: ReasonNotAsked, Score: rest.best,
+							Detail: "enough better candidates were asked"})
+					}
+				}
+				break
+			}
+			beyond++
+		}
+		w := take(o)
+		asks = append(asks, &ask{node: o.node, want: w, score: o.best})
+		cum += w
+	}
+	return asks, cum >= need.total()
+}
+
+// sample keeps the best candidates that offer spread times round cards, in
+// a random order.
+func (c *coordinator) sample(nodes []*nodeOffer, take func(*nodeOffer) int, round, spread int, r *rand.Rand) []*nodeOffer {
+	window, cum := 0, 0
+	for window < len(nodes) && cum < spread*round {
+		cum += take(nodes[window])
+		window++
+	}
+	out := slices.Clone(nodes[:window])
+	r.Shuffle(len(out), func(a, b int) { out[a], out[b] = out[b], out[a] })
+	return out
+}
+
+// maxNotAsked bounds the book candidates an explanation lists as not asked:
+// the next few are telling, the hundreds after them are not.
+const maxNotAsked = 8
+
+// kCheapest is the sum of the k lowest scores.
+func kCheapest(s []scoredAvail, k int) float64 {
+	sum := 0.0
+	for _, sa := range s {
+		n := min(sa.n, k)
+		sum += float64(n) * sa.score
+		k -= n
+		if k == 0 {
+			break
+		}
+	}
+	return sum
+}
+
+// walkBook gathers the book's free, feasible offers per node. For LayoutAny
+// (early true) it keeps only the best offers that add up to the cards
+// wanted with spares: it visits the models cheapest first and each model's
+// offers in price order, and stops a model (or skips it) once no offer
+// left in it can beat the worst kept (a score is never below the offer's
+// floor price per compute unit). For slot layouts it reads every offer,
+// since a node's cards may span models.
+func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
+	preemptible := j.spec.KindOrDefault() == KindPreemptible
+	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
+	lists := c.modelsFor(j, x)
+	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
+	var best offerHeap
+	for _, l := range lists {
+		dear := 0
+		for i := range l.offers {
+			o := &l.offers[i]
+			if early && best.full(spareCards) && o.floorPrice()/l.cu >= best.worst() {
+				break
+			}
+			if len(skip) > 0 && skip[o.Node] {
+				continue
+			}
+			avail := o.Free
+			price := o.PriceCNY
+			if preemptible {
+				price = o.PreemptiblePriceCNY
+			} else {
+				avail += o.Preemptible
+			}
+			if avail <= 0 {
+				continue
+			}
+			if price > j.spec.MaxPriceCNY {
+				dear += avail
+				continue
+			}
+			best.push(scoredOffer{offer: o, avail: avail, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
+			if early {
+				best.trim(spareCards)
+			}
+		}
+		if dear > 0 && x != nil {
+			x.add(ExplainEntry{Stage: "book", Node: "*", Model: l.offers[0].Model, Cards: dear, Reason: ReasonPrice,
+				Detail: fmt.Sprintf("free cards of the model ask more than the job's %.2f CNY per card-hour", j.spec.MaxPriceCNY)})
+		}
+	}
+	out := map[string]*nodeOffer{}
+	for _, so := range best.items {
+		o := so.offer
+		no := out[o.Node]
+		if no == nil {
+			no = &nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
+			out[o.Node] = no
+		}
+		no.avail += so.avail
+		no.best = min(no.best, so.score)
+		no.scores = append(no.scores, scoredAvail{so.score, so.avail})
+	}
+	for _, o := range out {
+		if len(o.scores) > 1 {
+			slices.SortFunc(o.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
+		}
+	}
+	return out
+}
+
+// modelList is the book's offers of one model that passes the job's
+// model-level checks (model, vendor, memory, compute).
+type modelList struct {
+	offers []Offer
+	cu     float64 // the model's compute units, as scored
+	bound  float64 // the head's floor price per compute unit
+}
+
+// modelsFor returns the book's models that pass the job's model-level
+// checks; the others are explained (when x is set) and skipped.
+func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
+	var lists []modelList
+	for _, model := range c.n.cfg.Book.Models() {
+		offers := c.n.cfg.Book.Offers(model)
+		if len(offers) == 0 {
+			continue
+		}
+		head := &offers[0]
+		facts := cardFacts{model: head.Model, vendor: head.Vendor, memMiB: head.MemoryMiB, cu: head.ComputeUnits}
+		if r := j.match.check(&facts); r != reasonPassed {
+			if x != nil {
+				x.add(ExplainEntry{Stage: "book", Node: "*", Model: model, Cards: len(offers), Reason: r, Detail: j.match.detail(r, &facts) + " (every offer of the model)"})
+			}
+			continue
+		}
+		cu := j.scorer.cu(head.ComputeUnits)
+		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
+	}
+	return lists
+}
+
+// scoredOffer is an offer with the job's score for it.
+type scoredOffer struct {
+	offer *Offer
+	avail int
+	score float64
+}
+
+// offerHeap is a max-heap of offers by score (the worst on top) that keeps
+// the best offers adding up to a capacity.
+type offerHeap struct {
+	items []scoredOffer
+	cards int // the sum of the items' avail
+}
+
+// full reports whether the heap holds at least want cards.
+func (h *offerHeap) full(want int) bool { return len(h.items) > 0 && h.cards >= want }
+
+func (h *offerHeap) worst() float64 { return h.items[0].score }
+
+func (h *offerHeap) push(so scoredOffer) {
+	h.items = append(h.items, so)
+	h.cards += so.avail
+	for i := len(h.items) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if h.items[parent].score >= h.items[i].score {
+			break
+		}
+		h.items[parent], h.items[i] = h.items[i], h.items[parent]
+		i = parent
+	}
+}
+
+// trim drops the worst offers while the rest still hold want cards.
+func (h *offerHeap) trim(want int) {
+	for len(h.items) > 1 && h.cards-h.items[0].avail >= want {
+		h.cards -= h.items[0].avail
+		last := len(h.items) - 1
+		h.items[0] = h.items[last]
+		h.items = h.items[:last]
+		for i := 0; ; {
+			l, r, top := 2*i+1, 2*i+2, i
+			if l < last && h.items[l].score > h.items[top].score {
+				top = l
+			}
+			if r < last && h.items[r].score > h.items[top].score {
+				top = r
+			}
+			if top == i {
+				break
+			}
+			h.items[i], h.items[top] = h.items[top], h.items[i]
+			i = top
+		}
+	}
+}
+
+// neverSatisfiable reports, from the book's total (not only free) healthy
+// cards within the job's filter and price, whether the mesh could never
+// place the job as it stands, and says what is missing. A nil book knows
+// nothing and never fails a job.
+func (c *coordinator) neverSatisfiable(j *job) string {
+	book := c.n.cfg.Book
+	if book == nil {
+		return ""
+	}
+	preemptible := j.spec.KindOrDefault() == KindPreemptible
+	need := j.initialNeed()
+	perNode := map[string]int{}
+	total := 0
+	for _, l := range c.modelsFor(j, nil) {
+		offers := l.offers
+		for i := range offers {
+			o := &offers[i]
+			price := o.PriceCNY
+			if preemptible {
+				price = o.PreemptiblePriceCNY
+			}
+			if price > j.spec.MaxPriceCNY || o.Total <= 0 {
+				continue
+			}
+			total += o.Total
+			perNode[o.Node] += o.Total
+			if need.Cards > 0 && total >= need.Cards {
+				return ""
+			}
+		}
+	}
+	what := describeFilter(&j.spec)
+	if need.Cards > 0 {
+		return fmt.Sprintf("needs %d cards%s, the mesh has %d", need.Cards, what, total)
+	}
+	nodes := 0
+	for _, n := range perNode {
+		if n >= need.PerSlot {
+			nodes++
+		}
+	}
+	if nodes >= need.Slots {
+		return ""
+	}
+	return fmt.Sprintf("needs %d nodes with %d cards%s each, the mesh has %d", need.Slots, need.PerSlot, what, nodes)
+}
+
+// describeFilter says in words which cards a spec takes: " of h100-*,
+// a100-80g with at least 80 GiB at most 20.00 CNY per card-hour".
+func describeFilter(s *JobSpec) string {
+	var parts []string
+	if len(s.Models) > 0 {
+		parts = append(parts, "of "+strings.Join(s.Models, ", "))
+	}
+	if len(s.Vendors) > 0 {
+		parts = append(parts, "by "+joinVendors(s.Vendors))
+	}
+	if s.MinMemoryMiB > 0 {
+		parts = append(parts, fmt.Sprintf("with at least %d MiB", s.MinMemoryMiB))
+	}
+	if s.MinComputeUnits > 0 {
+		parts = append(parts, fmt.Sprintf("with at least %.2f compute units", s.MinComputeUnits))
+	}
+	parts = append(parts, fmt.Sprintf("at most %.2f CNY per card-hour", s.MaxPriceCNY))
+	return " " + strings.Join(parts, " ")
+}

@@ -1,0 +1,556 @@
+package market
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+)
+
+// The supplier side of a Node: its cards, the reservations it made for bids
+// and the attempts it runs.
+//
+// A card is free, reserved (under one lease), running (one attempt), or both
+// reserved and running when the running work is preemptible and an
+// on-demand bid reserved it. A card whose attempt is stopping stays with
+// that attempt until the executor reports the process gone; a preempted
+// card passes to the new attempt at once but the new execution starts only
+// when the old one has exited (draining).
+type supplier struct {
+	n            *Node
+	cards        []*cardState // in the order the cards were first seen
+	byID         map[string]*cardState
+	leases       map[string]*reservation
+	leaseByRound map[roundKey]*reservation
+	attempts     map[attemptKey]*attempt
+	leaseSeq     uint64
+}
+
+type roundKey struct {
+	job   string
+	round uint64
+}
+
+type attemptKey struct {
+	job   string
+	share int
+	epoch uint64
+}
+
+type cardState struct {
+	card     device.Card
+	present  bool
+	lease    *reservation
+	run      *attempt // the attempt that owns the card
+	draining *attempt // a preempted attempt still exiting on the card
+}
+
+func (c *cardState) offerable() bool { return c.present && c.card.Health.Healthy }
+
+type reservation struct {
+	id          string
+	job         string
+	round       uint64
+	coordinator string
+	until       time.Time
+	cards       []*cardState
+	withdrawn   []string // cards taken out of the lease (unhealthy, gone)
+	bid         *Bid
+}
+
+type attempt struct {
+	rec         Attempt
+	cards       []*cardState
+	exec        ExecSpec
+	kind        Kind
+	world       int
+	gang        *GangInfo
+	startWanted bool // start requested (Award.Start or Start)
+	startSent   bool // Execution emitted
+	runningAt   time.Time
+	lastAck     time.Time
+	nextRenew   time.Time
+	stopCause   Cause
+	end         *AttemptEnded
+	nextResend  time.Time
+	giveUpAt    time.Time
+	dirty       bool
+}
+
+func newSupplier(n *Node) *supplier {
+	s := &supplier{
+		n:            n,
+		byID:         map[string]*cardState{},
+		leases:       map[string]*reservation{},
+		leaseByRound: map[roundKey]*reservation{},
+		attempts:     map[attemptKey]*attempt{},
+	}
+	s.setCards(n.cfg.Cards)
+	return s
+}
+
+// price is what this node asks per card-hour for card, for a preemptible
+// job or not, rounded to the fen.
+func (s *supplier) price(card *device.Card, preemptible bool) float64 {
+	p, ok := s.n.cfg.Prices.PerModel[card.Model]
+	if !ok {
+		if m, known := s.n.cat.Lookup(card.Model); known {
+			p = m.DefaultPriceCNY()
+		} else {
+			p = device.Model{MemoryGiB: card.MemoryGiB(), ComputeUnits: card.ComputeUnits}.DefaultPriceCNY()
+		}
+	}
+	if preemptible {
+		p *= s.n.cfg.Prices.PreemptibleFactor
+	}
+	return math.Round(p*100) / 100
+}
+
+// expireLeases releases every reservation whose lease has passed, so none
+// outlives it. Called at the start of every Step.
+func (s *supplier) expireLeases(now time.Time) {
+	for _, r := range s.leases {
+		if now.After(r.until) {
+			s.release(r)
+		}
+	}
+}
+
+func (s *supplier) release(r *reservation) {
+	for _, c := range r.cards {
+		if c.lease == r {
+			c.lease = nil
+		}
+	}
+	delete(s.leases, r.id)
+	delete(s.leaseByRound, roundKey{r.job, r.round})
+	s.n.adDirty = true
+}
+
+// onBidRequest reserves cards and bids, or declines. A request that came by
+// the broadcast topic is not declined: silence says no to a broadcast, or a
+// thousand nodes would answer one job.
+func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) error {
+	now := s.n.now
+	if r := s.leaseByRound[roundKey{m.Job, m.Round}]; r != nil {
+		if r.coordinator != from {
+			return fmt.Errorf("%w: bid request for job %s round %d from %s, reserved for %s", ErrRefused, m.Job, m.Round, from, r.coordinator)
+		}
+		s.n.send(from, r.bid) // a duplicate request: the same answer
+		return nil
+	}
+	match := newMatcher(m.Filter)
+	type option struct {
+		c        *cardState
+		price    float64
+		rank     float64
+		preempts bool
+	}
+	var free, preempt []option
+	for _, c := range s.cards {
+		if !c.offerable() || c.lease != nil || c.draining != nil {
+			continue
+		}
+		price := s.price(&c.card, m.Filter.Preemptible)
+		busy := c.run != nil
+		// A card whose attempt of this same job is stopping (a gang
+		// restarting) is as good as free: the new attempt starts once the
+		// old one has exited.
+		soon := busy && c.run.rec.Job == m.Job && c.run.stopCause != "" && c.run.end == nil
+		if soon {
+			busy = false
+		} else if busy && (m.Filter.Preemptible || c.run.kind != KindPreemptible || c.run.stopCause != "" || c.run.end != nil) {
+			continue
+		}
+		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
+		if match.check(&facts) != reasonPassed {
+			continue
+		}
+		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
+		if busy {
+			preempt = append(preempt, o)
+		} else {
+			free = append(free, o)
+		}
+	}
+	byRank := func(a, b option) int { return cmp.Compare(a.rank, b.rank) }
+	slices.SortStableFunc(free, byRank)
+	slices.SortStableFunc(preempt, byRank)
+	take := free[:min(len(free), m.Want)]
+	if len(take) < m.Want {
+		take = append(take, preempt[:min(len(preempt), m.Want-len(take))]...)
+	}
+	if len(take) < m.Min {
+		if !broadcast {
+			reason := fmt.Sprintf("%d matching cards free, the request needs at least %d", len(take), m.Min)
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: reason})
+		}
+		return nil
+	}
+	s.leaseSeq++
+	r := &reservation{
+		id: "L" + strconv.FormatUint(s.leaseSeq, 10), job: m.Job, round: m.Round, coordinator: from,
+		until: now.Add(s.n.cfg.ReserveTTL),
+	}
+	bid := &Bid{Job: m.Job, Round: m.Round, Lease: r.id, LeaseFor: Duration(s.n.cfg.ReserveTTL),
+		Availability: s.n.cfg.Availability, Region: s.n.cfg.Region}
+	for _, o := range take {
+		o.c.lease = r
+		r.cards = append(r.cards, o.c)
+		bid.Cards = append(bid.Cards, BidCard{ID: o.c.card.ID, Model: o.c.card.Model, Vendor: o.c.card.Vendor,
+			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
+	}
+	r.bid = bid
+	s.leases[r.id] = r
+	s.leaseByRound[roundKey{m.Job, m.Round}] = r
+	s.n.adDirty = true
+	s.n.send(from, bid)
+	return nil
+}
+
+func (s *supplier) onAward(from string, m *Award) error {
+	key := attemptKey{m.Job, m.Share, m.Epoch}
+	if a := s.attempts[key]; a != nil {
+		if a.rec.Coordinator != from {
+			return fmt.Errorf("%w: award for %s share %d epoch %d from %s, runs for %s", ErrRefused, m.Job, m.Share, m.Epoch, from, a.rec.Coordinator)
+		}
+		if a.end == nil {
+			s.n.send(from, &Accept{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Lease: m.Lease, Started: a.startWanted})
+		}
+		return nil // a duplicate award
+	}
+	reject := func(err error, reason string) error {
+		s.n.send(from, &Reject{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Lease: m.Lease, Reason: reason})
+		return fmt.Errorf("%w: award for %s share %d: %s", err, m.Job, m.Share, reason)
+	}
+	r := s.leases[m.Lease]
+	if r == nil || r.job != m.Job || r.round != m.Round || r.coordinator != from {
+		return reject(ErrStale, "lease "+m.Lease+" expired or unknown")
+	}
+	inLease := map[string]*cardState{}
+	for _, c := range r.cards {
+		inLease[c.card.ID] = c
+	}
+	var cards []*cardState
+	for _, id := range m.Cards {
+		c := inLease[id]
+		switch {
+		case c == nil && slices.Contains(r.withdrawn, id):
+			s.release(r)
+			return reject(ErrStale, "card "+id+" is gone")
+		case c == nil:
+			s.release(r)
+			return reject(ErrRefused, "card "+id+" is not in lease "+m.Lease)
+		case c.lease != r || !c.offerable():
+			s.release(r)
+			return reject(ErrStale, "card "+id+" is gone")
+		}
+		cards = append(cards, c)
+	}
+	s.release(r) // the award consumes the lease; cards it does not name are free again
+	slices.SortFunc(cards, func(x, y *cardState) int { return cmp.Compare(s.position(x), s.position(y)) })
+	a := &attempt{
+		rec: Attempt{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Term: m.Term, Coordinator: from,
+			PriceCNY: m.PriceCNY, State: AttemptCommitted},
+		cards: cards, exec: m.Exec, kind: m.Kind, world: m.World, gang: m.Gang,
+		lastAck: s.n.now, nextRenew: s.n.now.Add(s.n.cfg.RenewInterval),
+	}
+	for _, c := range cards {
+		a.rec.Cards = append(a.rec.Cards, c.card.ID)
+		if victim := c.run; victim != nil {
+			s.stop(victim, CausePreempted)
+			if c.run == victim { // still exiting: drain it
+				c.draining = victim
+			}
+		}
+		c.run = a
+	}
+	s.attempts[key] = a
+	s.touch(a)
+	s.n.adDirty = true
+	if m.Start {
+		a.startWanted = true
+		s.tryStart(a)
+	}
+	s.n.send(from, &Accept{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Lease: m.Lease, Started: a.startWanted})
+	return nil
+}
+
+// tryStart emits the Execution once the attempt may start and its cards
+// are no longer draining preempted work.
+func (s *supplier) tryStart(a *attempt) {
+	if !a.startWanted || a.startSent || a.end != nil || a.stopCause != "" {
+		return
+	}
+	for _, c := range a.cards {
+		if c.draining != nil {
+			return
+		}
+	}
+	a.startSent = true
+	a.rec.State = AttemptRunning
+	s.touch(a)
+	s.n.starts = append(s.n.starts, Execution{
+		Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Coordinator: a.rec.Coordinator,
+		Cards: a.rec.Cards, Exec: a.exec, Kind: a.kind, World: a.world, Gang: a.gang,
+	})
+}
+
+func (s *supplier) onRelease(from string, m *Release) error {
+	r := s.leases[m.Lease]
+	if r == nil || r.job != m.Job || r.coordinator != from {
+		return ErrStale
+	}
+	s.release(r)
+	return nil
+}
+
+// attemptFrom finds the live attempt a coordinator message is about, and
+// lets a coordinator of a higher term take the attempt over; one of a lower
+// term is told it has been superseded.
+//
+// An attempt that has ended follows a new coordinator too, and reports its
+// end to it at once: a successor learns what happened while nobody
+// coordinated.
+func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) (*attempt, error) {
+	a := s.attempts[attemptKey{job, share, epoch}]
+	if a == nil {
+		return nil, ErrStale
+	}
+	switch {
+	case term > a.rec.Term:
+		a.rec.Term, a.rec.Coordinator = term, from
+		s.touch(a)
+		if a.end != nil {
+			s.n.send(from, a.end)
+			return nil, fmt.Errorf("%w: the attempt has ended", ErrStale)
+		}
+	case a.end != nil:
+		return nil, ErrStale
+	case term < a.rec.Term:
+		s.n.send(from, &Superseded{Job: job, Term: a.rec.Term, Coordinator: a.rec.Coordinator})
+		return nil, fmt.Errorf("%w: term %d is older than %d", ErrStale, term, a.rec.Term)
+	case from != a.rec.Coordinator:
+		return nil, fmt.Errorf("%w: %s is not the coordinator of %s", ErrRefused, from, job)
+	}
+	return a, nil
+}
+
+func (s *supplier) onStart(from string, m *Start) error {
+	a, err := s.attemptFrom(from, m.Job, m.Share, m.Epoch, m.Term)
+	if err != nil {
+		return err
+	}
+	if !a.startWanted {
+		a.startWanted, a.world = true, m.World
+		g := m.Gang
+		a.gang = &g
+		s.tryStart(a)
+	}
+	a.lastAck = s.n.now
+	return nil
+}
+
+func (s *supplier) onRenewalAck(from string, m *RenewalAck) error {
+	a, err := s.attemptFrom(from, m.Job, m.Share, m.Epoch, m.Term)
+	if err != nil {
+		return err
+	}
+	a.lastAck = s.n.now
+	return nil
+}
+
+func (s *supplier) onStop(from string, m *Stop) error {
+	a, err := s.attemptFrom(from, m.Job, m.Share, m.Epoch, m.Term)
+	if err != nil {
+		return err
+	}
+	s.stop(a, CauseStopped)
+	return nil
+}
+
+func (s *supplier) onEndAck(from string, m *EndAck) error {
+	key := attemptKey{m.Job, m.Share, m.Epoch}
+	a := s.attempts[key]
+	if a == nil || a.end == nil {
+		return ErrStale
+	}
+	s.close(key, a)
+	return nil
+}
+
+func (s *supplier) close(key attemptKey, a *attempt) {
+	a.rec.State = AttemptClosed
+	s.touch(a)
+	delete(s.attempts, key)
+}
+
+// stop ends an attempt for cause: at once if it never started, else by
+// asking the executor and waiting for ExecutionExited.
+func (s *supplier) stop(a *attempt, cause Cause) {
+	if a.end != nil || a.stopCause != "" {
+		return
+	}
+	a.stopCause = cause
+	if !a.startSent {
+		s.finish(a, 0)
+		return
+	}
+	a.rec.State = AttemptStopping
+	s.touch(a)
+	s.n.stops = append(s.n.stops, StopExecution{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause})
+}
+
+// finish records the end of an attempt, frees its cards and reports to the
+// coordinator until acknowledged.
+func (s *supplier) finish(a *attempt, exitCode int) {
+	now := s.n.now
+	cause := a.stopCause
+	if cause == "" {
+		cause = CauseExited
+	}
+	a.rec.CardSeconds = s.usage(a)
+	a.rec.State, a.rec.Cause, a.rec.ExitCode = AttemptDone, cause, exitCode
+	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds}
+	a.nextResend = now.Add(s.n.cfg.RenewInterval)
+	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
+	s.touch(a)
+	var waiting []*attempt
+	for _, c := range a.cards {
+		if c.run == a {
+			c.run = nil
+		}
+		if c.draining == a {
+			c.draining = nil
+			if c.run != nil {
+				waiting = append(waiting, c.run)
+			}
+		}
+		if !c.present && c.run == nil && c.lease == nil {
+			s.forget(c)
+		}
+	}
+	for _, w := range waiting {
+		s.tryStart(w)
+	}
+	s.n.adDirty = true
+	s.n.send(a.rec.Coordinator, a.end)
+}
+
+// usage is the attempt's card-seconds so far: its cards times the time its
+// process has run.
+func (s *supplier) usage(a *attempt) float64 {
+	if a.runningAt.IsZero() {
+		return a.rec.CardSeconds
+	}
+	return float64(len(a.cards)) * s.n.now.Sub(a.runningAt).Seconds()
+}
+
+func (s *supplier) onExecutionStarted(ev ExecutionStarted) error {
+	a := s.attempts[attemptKey{ev.Job, ev.Share, ev.Epoch}]
+	if a == nil || !a.startSent || a.end != nil {
+		return fmt.Errorf("%w: no execution of %s share %d epoch %d was started", ErrUnknownJob, ev.Job, ev.Share, ev.Epoch)
+	}
+	if a.runningAt.IsZero() {
+		a.runningAt = s.n.now
+		a.rec.StartedAt = s.n.now
+		s.touch(a)
+	}
+	return nil
+}
+
+func (s *supplier) onExecutionExited(ev ExecutionExited) error {
+	a := s.attempts[attemptKey{ev.Job, ev.Share, ev.Epoch}]
+	if a == nil || !a.startSent || a.end != nil {
+		return fmt.Errorf("%w: no execution of %s share %d epoch %d is running", ErrUnknownJob, ev.Job, ev.Share, ev.Epoch)
+	}
+	s.finish(a, ev.ExitCode)
+	return nil
+}
+
+// tick renews leases of running attempts, fences those whose coordinator
+// went silent, and re-sends unacknowledged reports.
+func (s *supplier) tick() {
+	now := s.n.now
+	for key, a := range s.attempts {
+		switch {
+		case a.end != nil:
+			if now.After(a.giveUpAt) {
+				s.close(key, a)
+			} else if !now.Before(a.nextResend) {
+				a.nextResend = now.Add(s.n.cfg.RenewInterval)
+				s.n.send(a.rec.Coordinator, a.end)
+			}
+		case a.stopCause != "":
+			// waiting for the executor
+		case now.Sub(a.lastAck) > s.n.cfg.FenceAfter:
+			s.stop(a, CauseFenced)
+		case !now.Before(a.nextRenew):
+			a.nextRenew = now.Add(s.n.cfg.RenewInterval)
+			s.n.send(a.rec.Coordinator, &Renewal{Job: a.rec.Job, Term: a.rec.Term, Share: a.rec.Share, Epoch: a.rec.Epoch,
+				Started: a.startWanted, CardSeconds: s.usage(a)})
+		}
+	}
+}
+
+// setCards replaces the card set (CardsChanged): new cards are offered,
+// missing or unhealthy ones withdrawn and their work stopped.
+func (s *supplier) setCards(cards []device.Card) {
+	seen := map[string]bool{}
+	for _, card := range cards {
+		if card.ID == "" || seen[card.ID] {
+			continue
+		}
+		seen[card.ID] = true
+		if card.Model == "" {
+			s.n.cat.Resolve(&card)
+		}
+		c := s.byID[card.ID]
+		if c == nil {
+			c = &cardState{}
+			s.byID[card.ID] = c
+			s.cards = append(s.cards, c)
+		}
+		c.card, c.present = card, true
+	}
+	for _, c := range slices.Clone(s.cards) {
+		if !seen[c.card.ID] {
+			c.present = false
+		}
+		if c.offerable() {
+			continue
+		}
+		if r := c.lease; r != nil {
+			r.cards = slices.DeleteFunc(r.cards, func(x *cardState) bool { return x == c })
+			r.withdrawn = append(r.withdrawn, c.card.ID)
+			c.lease = nil
+		}
+		if c.run != nil {
+			s.stop(c.run, CauseCardLost)
+		}
+		if !c.present && c.run == nil && c.draining == nil {
+			s.forget(c)
+		}
+	}
+	s.n.adDirty = true
+}
+
+// position is the card's place in this node's card order.
+func (s *supplier) position(c *cardState) int { return slices.Index(s.cards, c) }
+
+func (s *supplier) forget(c *cardState) {
+	delete(s.byID, c.card.ID)
+	s.cards = slices.DeleteFunc(s.cards, func(x *cardState) bool { return x == c })
+}
+
+func (s *supplier) touch(a *attempt) {
+	a.rec.Version++
+	if !a.dirty {
+		a.dirty = true
+		s.n.dirtyAttempts = append(s.n.dirtyAttempts, a)
+	}
+}
