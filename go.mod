@@ -8,6 +8,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (
