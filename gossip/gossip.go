@@ -94,8 +94,9 @@ type Gossip struct {
 	counters *counters
 	done     chan struct{}
 
-	scoresMu sync.Mutex
-	scores   map[peer.ID]float64
+	scoresMu  sync.Mutex
+	scores    map[peer.ID]float64
+	scoresGen uint64 // inspections so far
 
 	closeOnce sync.Once
 }
@@ -234,6 +235,7 @@ func (g *Gossip) PeerScores() map[peer.ID]float64 {
 func (g *Gossip) setScores(s map[peer.ID]float64) {
 	g.scoresMu.Lock()
 	g.scores = maps.Clone(s)
+	g.scoresGen++
 	g.scoresMu.Unlock()
 }
 

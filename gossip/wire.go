@@ -63,6 +63,18 @@ func EncodeAd(ad Ad, nonce []byte) ([]byte, error) {
 	if len(nonce) != NonceSize {
 		return nil, msgErr(ReasonBadField, "nonce: %d bytes, want %d", len(nonce), NonceSize)
 	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(envelopeOf(ad, nonce))
+	if err != nil {
+		return nil, msgErr(ReasonMalformed, "encode: %v", err)
+	}
+	if len(b) > MaxEnvelopeSize {
+		return nil, msgErr(ReasonOversized, "%d bytes, limit %d", len(b), MaxEnvelopeSize)
+	}
+	return b, nil
+}
+
+// envelopeOf is ad as an envelope, without any check.
+func envelopeOf(ad Ad, nonce []byte) *gossippb.Envelope {
 	groups := make([]*gossippb.CardGroup, len(ad.Cards))
 	for i, g := range ad.Cards {
 		groups[i] = &gossippb.CardGroup{
@@ -76,7 +88,7 @@ func EncodeAd(ad Ad, nonce []byte) ([]byte, error) {
 			PriceCnyPerHour: g.PriceCNY,
 		}
 	}
-	env := &gossippb.Envelope{
+	return &gossippb.Envelope{
 		Version:     Version,
 		Sender:      []byte(ad.Peer),
 		Seq:         ad.Seq,
@@ -93,14 +105,6 @@ func EncodeAd(ad Ad, nonce []byte) ([]byte, error) {
 			},
 		}},
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(env)
-	if err != nil {
-		return nil, msgErr(ReasonMalformed, "encode: %v", err)
-	}
-	if len(b) > MaxEnvelopeSize {
-		return nil, msgErr(ReasonOversized, "%d bytes, limit %d", len(b), MaxEnvelopeSize)
-	}
-	return b, nil
 }
 
 // DecodeEnvelope parses data as an envelope of this wire version. It checks
