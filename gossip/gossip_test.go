@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -55,5 +57,74 @@ func TestAdsReachEveryBook(t *testing.T) {
 		if s := g.Stats().Topics[g.Topics().Capacity]; s.Published != 1 || s.Accepted < n-1 || s.Rejects() != 0 {
 			t.Fatalf("node %d stats %+v", i, s)
 		}
+	}
+}
+
+// The Advertiser, publishing through Gossip, keeps a node's supply in its
+// peers' Books; an update shows there after MinInterval at most.
+func TestAdvertiserOverGossip(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := startGossip(t, tn.addHost(), Config{}), startGossip(t, tn.addHost(), Config{})
+	tn.connect(tn.hosts[0], tn.hosts[1])
+	supply := Supply{Region: "cafe-7", Cards: []SupplyCard{card(t, "rtx4090-24g", 0, CardFree), card(t, "rtx4090-24g", 1, CardBusy)}}
+	adv, err := NewAdvertiser(a, supply, AdvertiserConfig{Republish: a.MeshReady(), PeerCount: func() int { return a.Book().Len(time.Now()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adv.Close()
+	self := tn.hosts[0].ID()
+	eventually(t, 10*time.Second, "the peer's Book holds the node's cards", func() bool {
+		return b.Book().FreeCount(self, "rtx4090-24g", time.Now()) == 1
+	})
+	if ad, ok := a.Book().Get(self, time.Now()); !ok || ad.Region != "cafe-7" {
+		t.Fatal("the node's own ad is in its own Book")
+	}
+	supply.Cards[1].State = CardFree
+	if err := adv.Update(context.Background(), supply); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the update reaches the peer", func() bool {
+		return b.Book().FreeCount(self, "rtx4090-24g", time.Now()) == 2
+	})
+}
+
+func TestGossipConfigAndClose(t *testing.T) {
+	tn := newTestNet(t)
+	h := tn.addHost()
+	for _, cfg := range []Config{{Network: ""}, {Network: "Bad Name"}, {Network: "-x"}, {Network: "ok", ValidateQueueSize: -1}} {
+		if _, err := New(h, cfg); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+	g, err := New(h, Config{Network: "main-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Topics().Capacity; got != "gpumesh/main-1/v1/capacity" {
+		t.Fatalf("topic %q", got)
+	}
+	if got := g.Topics().BidRequest; got != "gpumesh/main-1/v1/bid-request" {
+		t.Fatalf("topic %q", got)
+	}
+	if err := g.PublishAd(context.Background(), testAd(h.ID(), 1, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the node's own ad lands in its Book", func() bool { return g.Book().Len(time.Now()) == 1 })
+	// An ad peers would refuse is refused here, with the reason.
+	if err := g.PublishAd(context.Background(), testAd(h.ID(), 1, time.Now())); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("republishing seq 1: %v", err)
+	}
+	bad := testAd(h.ID(), 2, time.Now())
+	bad.Cards[0].PriceCNY = math.Inf(1)
+	if err := g.PublishAd(context.Background(), bad); !errors.Is(err, ErrBadField) {
+		t.Fatalf("infinite price: %v", err)
+	}
+	if s := g.Stats().Topics[g.Topics().Capacity]; s.Published != 1 || s.Rejects() != 0 {
+		t.Fatalf("own refused ads are not counted against peers: %+v", s)
+	}
+	g.Close()
+	g.Close()
+	if err := g.PublishAd(context.Background(), testAd(h.ID(), 3, time.Now())); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
 	}
 }

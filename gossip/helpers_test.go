@@ -1,10 +1,8 @@
 package gossip
 
 import (
-	"context"
 	"crypto/rand"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 	"net"
 	"testing"
@@ -159,6 +157,3 @@ func mustEncode(t testing.TB, ad Ad) []byte {
 	}
 	return b
 }
-
-var _ = math.NaN
-var _ context.Context
