@@ -195,9 +195,9 @@ func TestRefreshScalesWithTheMesh(t *testing.T) {
 		firstAfterHalf time.Duration
 	}{
 		{1, 10 * time.Second, 30 * time.Second, 5 * time.Second},
-		{100, 200 * time.Second, 600 * time.Second, 100 * time.Second},
-		{1000, 30 * time.Minute, 90 * time.Minute, 15 * time.Minute},
-		{100000, 30 * time.Minute, 90 * time.Minute, 15 * time.Minute},
+		{100, 250 * time.Second, 750 * time.Second, 125 * time.Second},
+		{1000, 40 * time.Minute, MaxTTL, 20 * time.Minute},
+		{100000, 40 * time.Minute, MaxTTL, 20 * time.Minute},
 	} {
 		r := &recorder{}
 		peers := c.peers

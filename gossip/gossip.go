@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,6 +121,7 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 	}
 	opts := []pubsub.Option{
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithMessageIdFn(messageID),
 		pubsub.WithMaxMessageSize(MaxPubSubMessageSize),
 		pubsub.WithPeerScore(scoreParams(topics.Capacity), scoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(g.setScores), cfg.ScoreInspectPeriod),
@@ -185,7 +185,7 @@ func (g *Gossip) deliver() {
 }
 
 // PublishAd publishes ad, authored by this node, on the capacity topic. It
-// sets ad.Peer to this node and encodes it with a fresh nonce; the ad goes
+// sets ad.Peer to this node and encodes it; the ad goes
 // through the same validator as peers' ads, so an ad that peers would refuse
 // (bad fields, a seq not above the last one published) is refused here with
 // a *MessageError. It folds into this node's own Book like any other.
@@ -194,9 +194,7 @@ func (g *Gossip) PublishAd(ctx context.Context, ad Ad) error {
 		return ErrClosed
 	}
 	ad.Peer = g.self
-	nonce := make([]byte, NonceSize)
-	rand.Read(nonce)
-	data, err := EncodeAd(ad, nonce)
+	data, err := EncodeAd(ad)
 	if err != nil {
 		return fmt.Errorf("gossip: publish ad %d: %w", ad.Seq, err)
 	}

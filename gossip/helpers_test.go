@@ -151,7 +151,7 @@ func newPeerID(t testing.TB) peer.ID {
 
 func mustEncode(t testing.TB, ad Ad) []byte {
 	t.Helper()
-	b, err := EncodeAd(ad, make([]byte, NonceSize))
+	b, err := EncodeAd(ad)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ const (
 	// MaxClockSkew is how far in the future an IssuedAt may lie before the
 	// message is ignored as "from the future".
 	MaxClockSkew = time.Minute
-	// NonceSize is the length of Envelope.nonce.
+	// NonceSize is the length of Envelope.nonce when there is one.
 	NonceSize = 16
 
 	// MaxCardGroups bounds the models in one ad.
@@ -53,17 +53,15 @@ const (
 	maxDuration = 100 * 365 * 24 * time.Hour
 )
 
-// EncodeAd encodes ad into an envelope authored by ad.Peer. nonce must be
-// NonceSize random bytes. The ad must pass the checks every receiver applies
-// (CheckAd); EncodeAd refuses one that would be rejected.
-func EncodeAd(ad Ad, nonce []byte) ([]byte, error) {
+// EncodeAd encodes ad into an envelope authored by ad.Peer, without a nonce:
+// on a signed topic the sequence number and expiry already make a replayed
+// ad harmless. The ad must pass the checks every receiver applies (CheckAd);
+// EncodeAd refuses one that would be rejected.
+func EncodeAd(ad Ad) ([]byte, error) {
 	if err := CheckAd(ad); err != nil {
 		return nil, err
 	}
-	if len(nonce) != NonceSize {
-		return nil, msgErr(ReasonBadField, "nonce: %d bytes, want %d", len(nonce), NonceSize)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(envelopeOf(ad, nonce))
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(envelopeOf(ad, nil))
 	if err != nil {
 		return nil, msgErr(ReasonMalformed, "encode: %v", err)
 	}
@@ -108,7 +106,8 @@ func envelopeOf(ad Ad, nonce []byte) *gossippb.Envelope {
 }
 
 // DecodeEnvelope parses data as an envelope of this wire version. It checks
-// the size, the encoding, the version, the sender and the nonce; the body
+// the size, the encoding, the version, the sender and the nonce's length
+// (none, or NonceSize; the direct protocols will require one); the body
 // is left to the decoder of its kind.
 func DecodeEnvelope(data []byte) (*gossippb.Envelope, error) {
 	if len(data) > MaxEnvelopeSize {
@@ -124,8 +123,8 @@ func DecodeEnvelope(data []byte) (*gossippb.Envelope, error) {
 	if _, err := peer.IDFromBytes(env.GetSender()); err != nil {
 		return nil, msgErr(ReasonBadSender, "%v", err)
 	}
-	if len(env.GetNonce()) != NonceSize {
-		return nil, msgErr(ReasonBadField, "nonce: %d bytes, want %d", len(env.GetNonce()), NonceSize)
+	if n := len(env.GetNonce()); n != 0 && n != NonceSize {
+		return nil, msgErr(ReasonBadField, "nonce: %d bytes, want none or %d", n, NonceSize)
 	}
 	return env, nil
 }
