@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -50,7 +51,7 @@ func memInUse() uint64 {
 
 // newSimMesh builds the mesh: hosts, a random graph of degree about
 // 2*links, then gossip on every host, and waits for every gossipsub mesh.
-func newSimMesh(tb testing.TB, n, links int) *simMesh {
+func newSimMesh(tb testing.TB, n, links int, opts ...pubsub.Option) *simMesh {
 	tb.Helper()
 	s := &simMesh{tb: tb, tn: newTestNet(tb), seqs: make([]uint64, n)}
 	m0 := memInUse()
@@ -60,7 +61,7 @@ func newSimMesh(tb testing.TB, n, links int) *simMesh {
 	s.tn.connectRandom(links, 42)
 	m1 := memInUse()
 	for i, h := range s.tn.hosts {
-		s.nodes = append(s.nodes, startGossip(tb, h, Config{OnAd: s.onAd}))
+		s.nodes = append(s.nodes, startGossip(tb, h, Config{OnAd: s.onAd, PubSubOptions: opts}))
 		s.seqs[i] = 1
 	}
 	waitMesh(tb, s.nodes...)
@@ -177,9 +178,9 @@ type meshFigures struct {
 // runMesh measures a mesh of n nodes: propagation of trials ads, traffic
 // with nothing published, and traffic at the refresh rate the Advertiser
 // settles to in a mesh of n nodes.
-func runMesh(tb testing.TB, n, trials int, window time.Duration) meshFigures {
+func runMesh(tb testing.TB, n, trials int, window time.Duration, opts ...pubsub.Option) meshFigures {
 	start := time.Now()
-	s := newSimMesh(tb, n, 5)
+	s := newSimMesh(tb, n, 10, opts...)
 	f := meshFigures{nodes: n, build: time.Since(start), hostKiB: float64(s.hostBytes) / 1024, gossipKiB: float64(s.gossipBytes) / 1024}
 
 	r := mrand.New(mrand.NewPCG(7, 7))
@@ -222,13 +223,31 @@ func benchNodes() int {
 	return 1000
 }
 
+// floodOptions turn gossipsub into the naive baseline: a mesh as wide as
+// every node's neighbourhood, so that every node forwards every message to
+// every neighbour (flooding), with gossip (IHAVE) as before.
+func floodOptions() []pubsub.Option {
+	p := pubsub.DefaultGossipSubParams()
+	p.D, p.Dlo, p.Dhi = 64, 64, 64
+	return []pubsub.Option{pubsub.WithGossipSubParams(p)}
+}
+
 // BenchmarkMesh1000 builds an in-memory mesh of 1000 gossip nodes
 // (GPUMESH_BENCH_NODES to change) and reports the propagation and traffic
-// figures. Run it once:
+// figures, then the same for the naive baseline (flooding, floodOptions) on
+// the same graph. Run it once:
 //
-//	go test -run '^$' -bench Mesh1000 -benchtime 1x ./gossip/
+//	go test -run '^$' -bench Mesh1000 -benchtime 1x -timeout 30m ./gossip/
 func BenchmarkMesh1000(b *testing.B) {
 	f := runMesh(b, benchNodes(), 21, 20*time.Second)
+	b.Log(f)
+	flood := runMesh(b, benchNodes(), 21, 20*time.Second, floodOptions()...)
+	b.Log("flooding baseline: ", flood)
+	b.ReportMetric(float64(flood.p99Median.Microseconds())/1000, "flood-ms-to-99%-median")
+	b.ReportMetric(flood.bytesPerAdPerNode, "flood-B-in/ad/node")
+	b.ReportMetric(f.bytesPerAdPerNode, "B-in/ad/node")
+	b.ReportMetric(flood.bytesPerAdPerNode/f.bytesPerAdPerNode, "flood/gossip-bytes")
+	b.ReportMetric(float64(flood.p99Median)/float64(f.p99Median), "flood/gossip-latency")
 	b.ReportMetric(float64(f.p99Median.Microseconds())/1000, "ms-to-99%-median")
 	b.ReportMetric(float64(f.p99P90.Microseconds())/1000, "ms-to-99%-p90")
 	b.ReportMetric(float64(f.allMed.Microseconds())/1000, "ms-to-all-median")
@@ -238,7 +257,6 @@ func BenchmarkMesh1000(b *testing.B) {
 	b.ReportMetric(f.fixedRefreshInExtrapolated, "fixed10s-B/s/node-in-est")
 	b.ReportMetric(f.hostKiB+f.gossipKiB, "KiB/node")
 	b.ReportMetric(f.gossipKiB, "gossip-KiB/node")
-	b.Log(f)
 }
 
 // TestMeshScale checks the goals on a 1000-node in-memory mesh: a
