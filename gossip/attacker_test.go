@@ -108,24 +108,29 @@ func (a *attacker) send(msgs ...*pubsubpb.Message) {
 }
 
 // message returns a message carrying data on the attacker's topic, authored
-// by from and signed with key (unsigned when key is nil), as gossipsub
-// signs: the message without signature and key, prefixed with
-// pubsub.SignPrefix.
+// by from and signed with key (unsigned when key is nil).
 func (a *attacker) message(data []byte, from peer.ID, key crypto.PrivKey) *pubsubpb.Message {
 	a.t.Helper()
 	a.seqno++
-	seqno := binary.BigEndian.AppendUint64(nil, a.seqno)
-	m := &pubsubpb.Message{From: []byte(from), Data: data, Seqno: seqno, Topic: &a.topic}
+	return pubsubMessage(a.t, a.topic, from, a.seqno, data, key)
+}
+
+// pubsubMessage builds a pubsub message as gossipsub signs one: key signs
+// the message without signature and key, prefixed with pubsub.SignPrefix.
+// A nil key leaves it unsigned.
+func pubsubMessage(t testing.TB, topic string, from peer.ID, seqno uint64, data []byte, key crypto.PrivKey) *pubsubpb.Message {
+	t.Helper()
+	m := &pubsubpb.Message{From: []byte(from), Data: data, Seqno: binary.BigEndian.AppendUint64(nil, seqno), Topic: &topic}
 	if key == nil {
 		return m
 	}
 	b, err := proto.Marshal(m)
 	if err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
 	sig, err := key.Sign(append([]byte(pubsub.SignPrefix), b...))
 	if err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
 	m.Signature = sig
 	return m

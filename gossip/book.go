@@ -29,6 +29,7 @@ type Book struct {
 type bookEntry struct {
 	ad        Ad
 	lastHeard time.Time // receiver's clock when the ad was applied
+	signed    []byte    // the pubsub message the ad came in, for book sync; nil if unknown
 }
 
 // tombstone keeps a forgotten peer's last sequence number until its last ad
@@ -49,7 +50,11 @@ func NewBook() *Book {
 // ErrDuplicate when the Book holds the same or a newer sequence number from
 // the peer (or forgot the peer at that sequence number). The Book keeps ad;
 // the caller must not change its Cards afterwards.
-func (b *Book) Apply(ad Ad, now time.Time) error {
+func (b *Book) Apply(ad Ad, now time.Time) error { return b.applySigned(ad, nil, now) }
+
+// applySigned is Apply, keeping signed, the pubsub message the ad came in,
+// to serve book syncs.
+func (b *Book) applySigned(ad Ad, signed []byte, now time.Time) error {
 	if ad.Expired(now) {
 		return msgErr(ReasonExpired, "ad %d of %s", ad.Seq, ad.Peer)
 	}
@@ -59,7 +64,7 @@ func (b *Book) Apply(ad Ad, now time.Time) error {
 		return err
 	}
 	delete(b.forgotten, ad.Peer)
-	b.peers[ad.Peer] = &bookEntry{ad: ad, lastHeard: now}
+	b.peers[ad.Peer] = &bookEntry{ad: ad, lastHeard: now, signed: signed}
 	if now.Sub(b.lastPrune) >= pruneEvery {
 		b.pruneLocked(now)
 	}
@@ -178,6 +183,22 @@ func (b *Book) Snapshot(now time.Time) []PeerSummary {
 	}
 	b.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	return out
+}
+
+// signedAds returns the signed messages of up to limit ads unexpired at now.
+func (b *Book) signedAds(now time.Time, limit int) [][]byte {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var out [][]byte
+	for _, e := range b.peers {
+		if len(out) == limit {
+			break
+		}
+		if e.signed != nil && !e.ad.Expired(now) {
+			out = append(out, e.signed)
+		}
+	}
 	return out
 }
 

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"math"
@@ -14,7 +15,10 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip/gossippb"
+	pubsubpb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 )
 
 // The fuzz targets decode at this fixed time (Unix ms); the seed ads in
@@ -95,6 +99,75 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	})
 }
 
+// Run: go test -run '^$' -fuzz FuzzDecodeSynced ./gossip/
+//
+// A book-sync message is taken only if it is a pubsub message on the
+// capacity topic whose signature verifies and whose ad decodes; whatever is
+// taken re-encodes; nothing panics.
+func FuzzDecodeSynced(f *testing.F) {
+	for _, s := range syncSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ad, err := decodeSynced(data, fuzzTopic, time.UnixMilli(fuzzNowMs))
+		if err != nil {
+			if ReasonOf(err) == ReasonNone {
+				t.Fatalf("refusal without a reason: %v", err)
+			}
+			return
+		}
+		m := new(pubsubpb.Message)
+		if proto.Unmarshal(data, m) != nil || verifySignature(m) != nil || peer.ID(m.GetFrom()) != ad.Peer {
+			t.Fatal("took a message that is not signed by the ad's author")
+		}
+		if _, err := EncodeAd(ad); err != nil {
+			t.Fatalf("taken ad does not re-encode: %v", err)
+		}
+	})
+}
+
+const fuzzTopic = "gpumesh/fuzz/v1/capacity"
+
+// syncSeeds are book-sync messages: good ones signed by a fixed key, and
+// one of each way to spoil them.
+func syncSeeds(tb testing.TB) [][]byte {
+	key, err := crypto.UnmarshalEd25519PrivateKey(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, ed25519.SeedSize)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	author, _ := peer.IDFromPrivateKey(key)
+	other, _, _ := crypto.GenerateEd25519Key(nil)
+	now := time.UnixMilli(fuzzNowMs).Add(-time.Second)
+	ad := testAd(author, 3, now)
+	data, err := EncodeAd(ad)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	enc := func(m *pubsubpb.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return b
+	}
+	good := pubsubMessage(tb, fuzzTopic, author, 1, data, key)
+	altered := pubsubMessage(tb, fuzzTopic, author, 2, data, key)
+	altered.Data = append([]byte(nil), data...)
+	altered.Data[len(altered.Data)-1] ^= 1
+	withKey := pubsubMessage(tb, fuzzTopic, author, 3, data, key)
+	withKey.Key, _ = crypto.MarshalPublicKey(key.GetPublic())
+	return [][]byte{
+		enc(good),
+		enc(withKey),
+		enc(altered),
+		enc(pubsubMessage(tb, fuzzTopic, author, 4, data, nil)),
+		enc(pubsubMessage(tb, fuzzTopic, author, 5, data, other)),
+		enc(pubsubMessage(tb, "gpumesh/other/v1/capacity", author, 6, data, key)),
+		nil,
+		[]byte("garbage"),
+	}
+}
+
 // fuzzSeeds are the inputs the corpus starts from: a good ad, the largest
 // ad, and one of each kind of bad envelope.
 func fuzzSeeds() [][]byte {
@@ -141,12 +214,14 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	if os.Getenv("GPUMESH_WRITE_FUZZ_SEEDS") != "1" {
 		t.Skip("set GPUMESH_WRITE_FUZZ_SEEDS=1 to rewrite testdata/fuzz")
 	}
-	for _, target := range []string{"FuzzDecodeAd", "FuzzDecodeEnvelope"} {
+	for target, seeds := range map[string][][]byte{
+		"FuzzDecodeAd": fuzzSeeds(), "FuzzDecodeEnvelope": fuzzSeeds(), "FuzzDecodeSynced": syncSeeds(t),
+	} {
 		dir := filepath.Join("testdata", "fuzz", target)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for i, s := range fuzzSeeds() {
+		for i, s := range seeds {
 			body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
 			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 )
 
 // Config configures a Gossip. Network is required; every other field has
@@ -39,6 +40,13 @@ type Config struct {
 	// gossipsub drops new ones (counted as "throttled"). Default: 4096, room
 	// for every node of a 1000-node mesh announcing itself at once.
 	ValidateQueueSize int
+	// SyncPeers is how many peers a node fetches the Book from (SyncFrom)
+	// as they join its capacity topic: enough to learn the mesh's capacity
+	// at once instead of waiting for slow refreshes. Default: 3; -1 turns
+	// automatic syncs off.
+	SyncPeers int
+	// SyncTimeout bounds one book sync, either side. Default: 10 s.
+	SyncTimeout time.Duration
 	// PubSubOptions are appended to gossip's own gossipsub options; tests and
 	// simulations use them to tune gossipsub (WithGossipSubParams). Default:
 	// none.
@@ -67,6 +75,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ValidateQueueSize == 0 {
 		c.ValidateQueueSize = 4096
 	}
+	switch {
+	case c.SyncPeers == 0:
+		c.SyncPeers = 3
+	case c.SyncPeers < -1:
+		return c, fmt.Errorf("gossip: SyncPeers %d: want -1 (off), 0 (default) or more", c.SyncPeers)
+	case c.SyncPeers == -1:
+		c.SyncPeers = 0
+	}
+	if c.SyncTimeout < 0 {
+		return c, fmt.Errorf("gossip: negative SyncTimeout %s", c.SyncTimeout)
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = 10 * time.Second
+	}
 	return c, nil
 }
 
@@ -77,10 +99,15 @@ var ErrClosed = errors.New("gossip: closed")
 // peer scoring, a message size limit and a validator on every topic. It
 // folds the capacity ads it hears, its own included, into a Book.
 //
-// Gossip owns one goroutine (the delivery loop) and the gossipsub instance;
-// Close stops both.
+// It also serves and makes book syncs (SyncFrom), so that a joining node
+// learns its peers' capacity at once.
+//
+// Gossip owns two goroutines (the delivery loop and the sync loop), the
+// gossipsub instance and the book-sync handlers in flight; Close stops them
+// all and waits.
 type Gossip struct {
 	cfg    Config
+	host   host.Host
 	self   peer.ID
 	topics Topics
 	log    *slog.Logger
@@ -92,6 +119,13 @@ type Gossip struct {
 	sub      *pubsub.Subscription
 	counters *counters
 	done     chan struct{}
+	syncDone chan struct{}
+
+	serveMu    sync.Mutex
+	closing    bool
+	serving    sync.WaitGroup
+	served     map[peer.ID]time.Time // last sync served to each peer
+	serveSlots chan struct{}
 
 	scoresMu  sync.Mutex
 	scores    map[peer.ID]float64
@@ -111,13 +145,17 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 	topics, _ := TopicsFor(cfg.Network) // the network was validated above
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gossip{
-		cfg: cfg, self: h.ID(), topics: topics,
+		cfg: cfg, host: h, self: h.ID(), topics: topics,
 		log:      cfg.Logger.With("component", "gossip", "network", cfg.Network),
 		ctx:      ctx,
 		cancel:   cancel,
 		counters: newCounters(h.ID(), topics.Capacity),
 		done:     make(chan struct{}),
+		syncDone: make(chan struct{}),
 		scores:   map[peer.ID]float64{},
+		served:   map[peer.ID]time.Time{},
+
+		serveSlots: make(chan struct{}, maxSyncServes),
 	}
 	opts := []pubsub.Option{
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
@@ -138,7 +176,14 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		cancel()
 		return nil, err
 	}
+	events, err := g.capacity.EventHandler()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("gossip: peer events of %s: %w", topics.Capacity, err)
+	}
+	h.SetStreamHandler(topics.BookSync, g.serveSync)
 	go g.deliver()
+	go g.syncLoop(events)
 	return g, nil
 }
 
@@ -173,8 +218,14 @@ func (g *Gossip) deliver() {
 			continue
 		}
 		// The validator checked the seq, but a newer ad from the same peer
-		// may have been applied since: Apply decides again.
-		if err := g.cfg.Book.Apply(ad, g.cfg.Clock.Now()); err != nil {
+		// may have been applied since: Apply decides again. The Book keeps
+		// the signed message to serve book syncs.
+		signed, err := proto.Marshal(msg.Message)
+		if err != nil {
+			g.log.Error("re-encode a validated message", "err", err)
+			continue
+		}
+		if err := g.cfg.Book.applySigned(ad, signed, g.cfg.Clock.Now()); err != nil {
 			g.log.Debug("ad not applied", "peer", ad.Peer, "seq", ad.Seq, "err", err)
 			continue
 		}
@@ -251,10 +302,16 @@ func (g *Gossip) ListPeers() []peer.ID { return g.capacity.ListPeers() }
 // hold nothing of ours.
 func (g *Gossip) Close() error {
 	g.closeOnce.Do(func() {
+		g.serveMu.Lock()
+		g.closing = true
+		g.serveMu.Unlock()
+		g.host.RemoveStreamHandler(g.topics.BookSync)
 		g.sub.Cancel() // the delivery loop's Next returns
-		_ = g.capacity.Close()
-		g.cancel()
+		g.cancel()     // the sync loop, syncs and serves in flight end
 		<-g.done
+		<-g.syncDone
+		g.serving.Wait()
+		_ = g.capacity.Close()
 	})
 	return nil
 }

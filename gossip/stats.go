@@ -23,6 +23,16 @@ type Stats struct {
 	RPCsIn, RPCsOut, DroppedRPCs uint64
 	// Topics holds the counters of each topic this node joined, by name.
 	Topics map[string]TopicStats
+	// Sync counts the book syncs this node made and the ads they brought.
+	Sync SyncStats
+}
+
+// SyncStats counts book syncs (Gossip.SyncFrom) and their ads by verdict.
+type SyncStats struct {
+	Syncs    uint64            // completed syncs
+	Applied  uint64            // ads that were new to the Book
+	Rejected map[string]uint64 // ads that ended a sync, by reason
+	Ignored  map[string]uint64 // ads skipped: expired, stale, duplicate
 }
 
 // TopicStats counts the messages of one topic by verdict.
@@ -68,6 +78,8 @@ type counters struct {
 	bytesIn, bytesOut            atomic.Uint64
 	rpcsIn, rpcsOut, droppedRPCs atomic.Uint64
 	topics                       map[string]*topicCounters
+	syncs, syncApplied           atomic.Uint64
+	syncByReason                 [numReasons]atomic.Uint64
 
 	meshMu sync.Mutex
 	mesh   map[string]map[peer.ID]struct{} // topic → mesh peers
@@ -110,11 +122,29 @@ func (c *counters) verdict(topic string, local bool, r Reason) {
 	}
 }
 
+// synced records the verdict on one ad of a book sync.
+func (c *counters) synced(r Reason) {
+	if r == ReasonNone {
+		c.syncApplied.Add(1)
+		return
+	}
+	c.syncByReason[r].Add(1)
+}
+
 func (c *counters) snapshot() Stats {
 	s := Stats{
 		BytesIn: c.bytesIn.Load(), BytesOut: c.bytesOut.Load(),
 		RPCsIn: c.rpcsIn.Load(), RPCsOut: c.rpcsOut.Load(), DroppedRPCs: c.droppedRPCs.Load(),
 		Topics: make(map[string]TopicStats, len(c.topics)),
+		Sync: SyncStats{Syncs: c.syncs.Load(), Applied: c.syncApplied.Load(),
+			Rejected: map[string]uint64{}, Ignored: map[string]uint64{}},
+	}
+	for r := Reason(1); r < numReasons; r++ {
+		if n := c.syncByReason[r].Load(); n > 0 && r.Verdict() == Reject {
+			s.Sync.Rejected[r.String()] = n
+		} else if n > 0 {
+			s.Sync.Ignored[r.String()] = n
+		}
 	}
 	for name, t := range c.topics {
 		ts := TopicStats{
