@@ -17,7 +17,8 @@
 // # Topics and validation
 //
 // Topics live under "gpumesh/<network>/v1/" (TopicsFor): "capacity" now,
-// "bid-request" named for the broadcast fallback. Gossipsub runs with
+// "bid-request" named for the broadcast fallback, and the "book-sync"
+// stream protocol. Gossipsub runs with
 // StrictSign, MaxPubSubMessageSize, peer scoring (see score.go for every
 // weight and why) and a ValidatorEx on the capacity topic that rejects
 // what is malformed or forged (the envelope's sender must be the pubsub
@@ -37,6 +38,13 @@
 // however many peers there are; an ad lives three intervals. Membership is
 // what removes a dead node at once (Book.Forget); expiry is the backstop.
 //
+// Because refreshes are slow in a large mesh, a node that joins does not
+// wait for them: it fetches the Books of its first peers over the
+// book-sync stream protocol (SyncFrom, automatic for Config.SyncPeers
+// peers). Peers serve the ads exactly as their authors signed them, and the
+// joiner checks each as gossip would, so a peer can withhold ads but not
+// forge one.
+//
 // The Book holds the newest unexpired ad of every peer, its own included,
 // and answers the market's queries (by model or "h100-*" prefix, memory,
 // compute units, free count, price) and `gpumesh peers` (Snapshot). Time is
@@ -45,7 +53,8 @@
 // # Usage
 //
 // Node wires it together; every goroutine here is owned by a Gossip or an
-// Advertiser and stopped by its Close:
+// Advertiser and stopped by its Close (gossipsub's own goroutines end with
+// the Gossip's context; gossipsub offers no way to wait for them):
 //
 //	g, err := gossip.New(host, gossip.Config{Network: "main", Logger: log})
 //	if err != nil { ... }
