@@ -5,6 +5,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,20 +25,26 @@ func TestMain(m *testing.M) {
 // testNet is an in-memory libp2p network of hosts with ed25519 identities
 // (as gpumesh nodes have), each on its own address.
 type testNet struct {
-	t     testing.TB
-	mn    mocknet.Mocknet
-	hosts []host.Host
+	t         testing.TB
+	mn        mocknet.Mocknet
+	hosts     []host.Host
+	closeOnce sync.Once
 }
 
 func newTestNet(t testing.TB) *testNet {
 	tn := &testNet{t: t, mn: mocknet.New()}
-	t.Cleanup(func() {
+	t.Cleanup(tn.close)
+	return tn
+}
+
+// close closes every host and the network; it runs at cleanup if not before.
+func (tn *testNet) close() {
+	tn.closeOnce.Do(func() {
 		for _, h := range tn.hosts {
 			h.Close()
 		}
 		tn.mn.Close()
 	})
-	return tn
 }
 
 // addHost adds a host linked to every host already in the network.
