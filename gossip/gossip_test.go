@@ -54,8 +54,13 @@ func TestAdsReachEveryBook(t *testing.T) {
 		if !ok || ad.FreeCards() != 7 || ad.Region != "cn-east" {
 			t.Fatalf("node %d holds %+v", i, ad)
 		}
-		if s := g.Stats().Topics[g.Topics().Capacity]; s.Published != 1 || s.Accepted < n-1 || s.Rejects() != 0 {
+		st := g.Stats()
+		if s := st.Topics[g.Topics().Capacity]; s.Published != 1 || s.Accepted != n-1 || s.Rejects() != 0 || s.Ignores() != 0 || s.MeshPeers == 0 {
 			t.Fatalf("node %d stats %+v", i, s)
+		}
+		// Every node received the n-1 other ads, each well over 150 bytes.
+		if st.BytesIn < (n-1)*150 || st.BytesOut == 0 || st.RPCsIn == 0 {
+			t.Fatalf("node %d traffic %+v", i, st)
 		}
 	}
 }
