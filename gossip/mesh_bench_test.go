@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -171,6 +172,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // meshFigures are what a mesh run measures.
 type meshFigures struct {
 	nodes                       int
+	load                        string // the machine's load average when the run began
 	build                       time.Duration
 	p99Median, p99P90, allMed   time.Duration
 	quietIn, quietOut           float64 // B/s per node, nothing published
@@ -186,8 +188,9 @@ type meshFigures struct {
 // settles to in a mesh of n nodes.
 func runMesh(tb testing.TB, n, trials int, window time.Duration, opts ...pubsub.Option) meshFigures {
 	start := time.Now()
+	load, _ := os.ReadFile("/proc/loadavg") // absent off Linux: the figure is then left out
 	s := newSimMesh(tb, n, 10, opts...)
-	f := meshFigures{nodes: n, build: time.Since(start),
+	f := meshFigures{nodes: n, build: time.Since(start), load: string(bytes.TrimSpace(load)),
 		hostKiB: float64(s.hostBytes) / 1024, gossipKiB: float64(s.gossipBytes) / 1024, linkKiB: float64(s.linkBytes) / 1024}
 
 	r := mrand.New(mrand.NewPCG(7, 7))
@@ -225,10 +228,10 @@ func (s *simMesh) close() {
 }
 
 func (f meshFigures) String() string {
-	return fmt.Sprintf("%d nodes (built in %s): ad to 99%% of nodes median %s (p90 %s), to all %s; "+
+	return fmt.Sprintf("%d nodes on %d CPUs, load average %q (built in %s): ad to 99%% of nodes median %s (p90 %s), to all %s; "+
 		"quiet %.0f B/s in, %.0f B/s out per node; idle with %.2f refreshes/s mesh-wide %.0f B/s in, %.0f B/s out per node "+
 		"(%.0f B per ad per node; a fixed 10 s refresh would be ~%.0f B/s in); memory per node: host %.0f KiB + gossip %.0f KiB + %.0f KiB for its ~20 links",
-		f.nodes, f.build.Round(time.Second), f.p99Median, f.p99P90, f.allMed,
+		f.nodes, runtime.GOMAXPROCS(0), f.load, f.build.Round(time.Second), f.p99Median, f.p99P90, f.allMed,
 		f.quietIn, f.quietOut, f.idleAdsPerSec, f.idleIn, f.idleOut, f.bytesPerAdPerNode, f.fixedRefreshInExtrapolated, f.hostKiB, f.gossipKiB, f.linkKiB)
 }
 
@@ -289,8 +292,8 @@ func TestMeshScale(t *testing.T) {
 	if f.p99Median >= 500*time.Millisecond {
 		t.Errorf("median time to 99%% of nodes %s, goal < 0.5 s", f.p99Median)
 	}
-	if f.idleIn+f.idleOut >= 2000 {
-		t.Errorf("idle traffic %.0f B/s in + %.0f B/s out per node, goal < 2 KB/s", f.idleIn, f.idleOut)
+	if f.idleIn >= 2000 || f.idleOut >= 2000 {
+		t.Errorf("idle traffic %.0f B/s in, %.0f B/s out per node, goal < 2 KB/s", f.idleIn, f.idleOut)
 	}
 }
 
