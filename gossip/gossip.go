@@ -137,6 +137,10 @@ type Gossip struct {
 // New starts gossip on h, joins the network's capacity topic and subscribes
 // to it. (The bid-request topic is named in Topics but not joined until
 // bid requests exist.) The Gossip stays up until Close.
+//
+// Call New before h connects to its peers: peers connected earlier learn
+// that h speaks gossipsub only from an identify push, which go-libp2p's
+// mocknet was seen to lose.
 func New(h host.Host, cfg Config) (*Gossip, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
