@@ -189,7 +189,7 @@ type meshFigures struct {
 func runMesh(tb testing.TB, n, trials int, window time.Duration, opts ...pubsub.Option) meshFigures {
 	start := time.Now()
 	load, _ := os.ReadFile("/proc/loadavg") // absent off Linux: the figure is then left out
-	s := newSimMesh(tb, n, 10, opts...)
+	s := newSimMesh(tb, n, benchLinks(), opts...)
 	f := meshFigures{nodes: n, build: time.Since(start), load: string(bytes.TrimSpace(load)),
 		hostKiB: float64(s.hostBytes) / 1024, gossipKiB: float64(s.gossipBytes) / 1024, linkKiB: float64(s.linkBytes) / 1024}
 
@@ -230,9 +230,18 @@ func (s *simMesh) close() {
 func (f meshFigures) String() string {
 	return fmt.Sprintf("%d nodes on %d CPUs, load average %q (built in %s): ad to 99%% of nodes median %s (p90 %s), to all %s; "+
 		"quiet %.0f B/s in, %.0f B/s out per node; idle with %.2f refreshes/s mesh-wide %.0f B/s in, %.0f B/s out per node "+
-		"(%.0f B per ad per node; a fixed 10 s refresh would be ~%.0f B/s in); memory per node: host %.0f KiB + gossip %.0f KiB + %.0f KiB for its ~20 links",
+		"(%.0f B per ad per node; a fixed 10 s refresh would be ~%.0f B/s in); memory per node: host %.0f KiB + gossip %.0f KiB + %.0f KiB for its links",
 		f.nodes, runtime.GOMAXPROCS(0), f.load, f.build.Round(time.Second), f.p99Median, f.p99P90, f.allMed,
 		f.quietIn, f.quietOut, f.idleAdsPerSec, f.idleIn, f.idleOut, f.bytesPerAdPerNode, f.fixedRefreshInExtrapolated, f.hostKiB, f.gossipKiB, f.linkKiB)
+}
+
+// benchLinks is how many random links each node adds (GPUMESH_BENCH_LINKS,
+// default 10): a node ends up with about twice as many connections.
+func benchLinks() int {
+	if n, err := strconv.Atoi(os.Getenv("GPUMESH_BENCH_LINKS")); err == nil && n > 0 {
+		return n
+	}
+	return 10
 }
 
 func benchNodes() int {
@@ -252,9 +261,12 @@ func floodOptions() []pubsub.Option {
 }
 
 // BenchmarkMesh1000 builds an in-memory mesh of 1000 gossip nodes
-// (GPUMESH_BENCH_NODES to change) and reports the propagation and traffic
-// figures, then the same for the naive baseline (flooding, floodOptions) on
-// the same graph. Run it once:
+// (GPUMESH_BENCH_NODES to change), each with about 20 connections
+// (GPUMESH_BENCH_LINKS=10; 5 gives about 10), and reports the propagation
+// and traffic figures, then the same for the naive baseline (flooding,
+// floodOptions) on the same graph. Every node runs on this one machine, so
+// propagation times measure its CPUs as much as the protocol (see
+// TestPropagationInProtocolTime for protocol time). Run it once:
 //
 //	go test -run '^$' -bench Mesh1000 -benchtime 1x -timeout 30m ./gossip/
 func BenchmarkMesh1000(b *testing.B) {
@@ -281,8 +293,10 @@ func BenchmarkMesh1000(b *testing.B) {
 
 // TestMeshScale checks the goals on a 1000-node in-memory mesh: a
 // new ad reaches 99% of nodes in under 0.5 s (median), and idle gossip
-// stays under 2 KB/s per node. It takes minutes, so it runs only with
-// GPUMESH_SCALE=1.
+// stays under 2 KB/s per node each way. It takes a minute or two, so it
+// runs only with GPUMESH_SCALE=1 (GPUMESH_BENCH_NODES and
+// GPUMESH_BENCH_LINKS apply). On a 2-core machine the propagation goal
+// holds with ~10 connections per node and is CPU-bound beyond.
 func TestMeshScale(t *testing.T) {
 	if os.Getenv("GPUMESH_SCALE") != "1" {
 		t.Skip("set GPUMESH_SCALE=1 to run the 1000-node mesh")
