@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -47,6 +48,11 @@ type Config struct {
 	SyncPeers int
 	// SyncTimeout bounds one book sync, either side. Default: 10 s.
 	SyncTimeout time.Duration
+	// OnBroadcast, if set, makes the node join the bid-request topic and
+	// receive every checked message published there, its own included
+	// (Broadcast). It is called from a delivery goroutine and must not
+	// block. Default: nil (the topic is not joined).
+	OnBroadcast func(Message)
 	// PubSubOptions are appended to gossip's own gossipsub options; tests and
 	// simulations use them to tune gossipsub (WithGossipSubParams). Default:
 	// none.
@@ -121,6 +127,11 @@ type Gossip struct {
 	done     chan struct{}
 	syncDone chan struct{}
 
+	broadcast *pubsub.Topic        // nil unless Config.OnBroadcast is set
+	bsub      *pubsub.Subscription // its subscription
+	bdone     chan struct{}
+	bseq      atomic.Uint64
+
 	serveMu    sync.Mutex
 	closing    bool
 	serving    sync.WaitGroup
@@ -153,8 +164,9 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		log:      cfg.Logger.With("component", "gossip", "network", cfg.Network),
 		ctx:      ctx,
 		cancel:   cancel,
-		counters: newCounters(h.ID(), topics.Capacity),
+		counters: newCounters(h.ID(), topics.Capacity, topics.BidRequest),
 		done:     make(chan struct{}),
+		bdone:    make(chan struct{}),
 		syncDone: make(chan struct{}),
 		scores:   map[peer.ID]float64{},
 		served:   map[peer.ID]time.Time{},
@@ -185,8 +197,13 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		cancel()
 		return nil, fmt.Errorf("gossip: peer events of %s: %w", topics.Capacity, err)
 	}
+	if err := g.joinBroadcast(); err != nil {
+		cancel()
+		return nil, err
+	}
 	h.SetStreamHandler(topics.BookSync, g.serveSync)
 	go g.deliver()
+	go g.deliverBroadcasts()
 	go g.syncLoop(events)
 	return g, nil
 }
@@ -312,10 +329,17 @@ func (g *Gossip) Close() error {
 		g.host.RemoveStreamHandler(g.topics.BookSync)
 		g.sub.Cancel() // the delivery loop's Next returns
 		g.cancel()     // the sync loop, syncs and serves in flight end
+		if g.bsub != nil {
+			g.bsub.Cancel()
+		}
 		<-g.done
+		<-g.bdone
 		<-g.syncDone
 		g.serving.Wait()
 		_ = g.capacity.Close()
+		if g.broadcast != nil {
+			_ = g.broadcast.Close()
+		}
 	})
 	return nil
 }

@@ -110,8 +110,12 @@ func envelopeOf(ad Ad, nonce []byte) *gossippb.Envelope {
 // (none, or NonceSize; the direct protocols will require one); the body
 // is left to the decoder of its kind.
 func DecodeEnvelope(data []byte) (*gossippb.Envelope, error) {
-	if len(data) > MaxEnvelopeSize {
-		return nil, msgErr(ReasonOversized, "%d bytes, limit %d", len(data), MaxEnvelopeSize)
+	return decodeEnvelope(data, MaxEnvelopeSize)
+}
+
+func decodeEnvelope(data []byte, limit int) (*gossippb.Envelope, error) {
+	if len(data) > limit {
+		return nil, msgErr(ReasonOversized, "%d bytes, limit %d", len(data), limit)
 	}
 	env := new(gossippb.Envelope)
 	if err := proto.Unmarshal(data, env); err != nil {

@@ -65,6 +65,7 @@ type Envelope struct {
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_CapacityAd
+	//	*Envelope_Payload
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -158,6 +159,15 @@ func (x *Envelope) GetCapacityAd() *CapacityAd {
 	return nil
 }
 
+func (x *Envelope) GetPayload() *Payload {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Payload); ok {
+			return x.Payload
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -166,7 +176,72 @@ type Envelope_CapacityAd struct {
 	CapacityAd *CapacityAd `protobuf:"bytes,16,opt,name=capacity_ad,json=capacityAd,proto3,oneof"`
 }
 
+type Envelope_Payload struct {
+	Payload *Payload `protobuf:"bytes,17,opt,name=payload,proto3,oneof"`
+}
+
 func (*Envelope_CapacityAd) isEnvelope_Body() {}
+
+func (*Envelope_Payload) isEnvelope_Body() {}
+
+// Payload carries a message of a layer above gossip (the market's bid
+// requests, bids, awards, lease renewals; the node's job forwarding, queries,
+// log chunks and record replication) on a direct stream or the bid-request
+// topic. gossip checks the envelope (size, version, sender, expiry); the layer
+// that owns kind decodes and checks data.
+type Payload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind names the message type within its layer ("market", "rpc.submit").
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// data is the encoded message; its schema belongs to kind's owner.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Payload) Reset() {
+	*x = Payload{}
+	mi := &file_gossip_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Payload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Payload) ProtoMessage() {}
+
+func (x *Payload) ProtoReflect() protoreflect.Message {
+	mi := &file_gossip_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Payload.ProtoReflect.Descriptor instead.
+func (*Payload) Descriptor() ([]byte, []int) {
+	return file_gossip_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Payload) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Payload) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
 
 // CapacityAd is what a node offers: its healthy cards grouped by model, the
 // price of each model, its region and how reliable it has been. Published on
@@ -184,7 +259,7 @@ type CapacityAd struct {
 
 func (x *CapacityAd) Reset() {
 	*x = CapacityAd{}
-	mi := &file_gossip_proto_msgTypes[1]
+	mi := &file_gossip_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +271,7 @@ func (x *CapacityAd) String() string {
 func (*CapacityAd) ProtoMessage() {}
 
 func (x *CapacityAd) ProtoReflect() protoreflect.Message {
-	mi := &file_gossip_proto_msgTypes[1]
+	mi := &file_gossip_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +284,7 @@ func (x *CapacityAd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityAd.ProtoReflect.Descriptor instead.
 func (*CapacityAd) Descriptor() ([]byte, []int) {
-	return file_gossip_proto_rawDescGZIP(), []int{1}
+	return file_gossip_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CapacityAd) GetRegion() string {
@@ -256,7 +331,7 @@ type CardGroup struct {
 
 func (x *CardGroup) Reset() {
 	*x = CardGroup{}
-	mi := &file_gossip_proto_msgTypes[2]
+	mi := &file_gossip_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +343,7 @@ func (x *CardGroup) String() string {
 func (*CardGroup) ProtoMessage() {}
 
 func (x *CardGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_gossip_proto_msgTypes[2]
+	mi := &file_gossip_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +356,7 @@ func (x *CardGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardGroup.ProtoReflect.Descriptor instead.
 func (*CardGroup) Descriptor() ([]byte, []int) {
-	return file_gossip_proto_rawDescGZIP(), []int{2}
+	return file_gossip_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CardGroup) GetModel() string {
@@ -356,7 +431,7 @@ type Availability struct {
 
 func (x *Availability) Reset() {
 	*x = Availability{}
-	mi := &file_gossip_proto_msgTypes[3]
+	mi := &file_gossip_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +443,7 @@ func (x *Availability) String() string {
 func (*Availability) ProtoMessage() {}
 
 func (x *Availability) ProtoReflect() protoreflect.Message {
-	mi := &file_gossip_proto_msgTypes[3]
+	mi := &file_gossip_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +456,7 @@ func (x *Availability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Availability.ProtoReflect.Descriptor instead.
 func (*Availability) Descriptor() ([]byte, []int) {
-	return file_gossip_proto_rawDescGZIP(), []int{3}
+	return file_gossip_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Availability) GetUptimeS() uint64 {
@@ -409,7 +484,7 @@ var File_gossip_proto protoreflect.FileDescriptor
 
 const file_gossip_proto_rawDesc = "" +
 	"\n" +
-	"\fgossip.proto\x12\x11gpumesh.gossip.v1\"\xf4\x01\n" +
+	"\fgossip.proto\x12\x11gpumesh.gossip.v1\"\xac\x02\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06sender\x18\x02 \x01(\fR\x06sender\x12\x10\n" +
@@ -419,8 +494,12 @@ const file_gossip_proto_rawDesc = "" +
 	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\x12\x14\n" +
 	"\x05nonce\x18\x06 \x01(\fR\x05nonce\x12@\n" +
 	"\vcapacity_ad\x18\x10 \x01(\v2\x1d.gpumesh.gossip.v1.CapacityAdH\x00R\n" +
-	"capacityAdB\x06\n" +
-	"\x04body\"\x9d\x01\n" +
+	"capacityAd\x126\n" +
+	"\apayload\x18\x11 \x01(\v2\x1a.gpumesh.gossip.v1.PayloadH\x00R\apayloadB\x06\n" +
+	"\x04body\"1\n" +
+	"\aPayload\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x9d\x01\n" +
 	"\n" +
 	"CapacityAd\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x122\n" +
@@ -453,22 +532,24 @@ func file_gossip_proto_rawDescGZIP() []byte {
 	return file_gossip_proto_rawDescData
 }
 
-var file_gossip_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_gossip_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_gossip_proto_goTypes = []any{
 	(*Envelope)(nil),     // 0: gpumesh.gossip.v1.Envelope
-	(*CapacityAd)(nil),   // 1: gpumesh.gossip.v1.CapacityAd
-	(*CardGroup)(nil),    // 2: gpumesh.gossip.v1.CardGroup
-	(*Availability)(nil), // 3: gpumesh.gossip.v1.Availability
+	(*Payload)(nil),      // 1: gpumesh.gossip.v1.Payload
+	(*CapacityAd)(nil),   // 2: gpumesh.gossip.v1.CapacityAd
+	(*CardGroup)(nil),    // 3: gpumesh.gossip.v1.CardGroup
+	(*Availability)(nil), // 4: gpumesh.gossip.v1.Availability
 }
 var file_gossip_proto_depIdxs = []int32{
-	1, // 0: gpumesh.gossip.v1.Envelope.capacity_ad:type_name -> gpumesh.gossip.v1.CapacityAd
-	2, // 1: gpumesh.gossip.v1.CapacityAd.cards:type_name -> gpumesh.gossip.v1.CardGroup
-	3, // 2: gpumesh.gossip.v1.CapacityAd.availability:type_name -> gpumesh.gossip.v1.Availability
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2, // 0: gpumesh.gossip.v1.Envelope.capacity_ad:type_name -> gpumesh.gossip.v1.CapacityAd
+	1, // 1: gpumesh.gossip.v1.Envelope.payload:type_name -> gpumesh.gossip.v1.Payload
+	3, // 2: gpumesh.gossip.v1.CapacityAd.cards:type_name -> gpumesh.gossip.v1.CardGroup
+	4, // 3: gpumesh.gossip.v1.CapacityAd.availability:type_name -> gpumesh.gossip.v1.Availability
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_gossip_proto_init() }
@@ -478,6 +559,7 @@ func file_gossip_proto_init() {
 	}
 	file_gossip_proto_msgTypes[0].OneofWrappers = []any{
 		(*Envelope_CapacityAd)(nil),
+		(*Envelope_Payload)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -485,7 +567,7 @@ func file_gossip_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gossip_proto_rawDesc), len(file_gossip_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

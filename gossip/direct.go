@@ -1,0 +1,387 @@
+package gossip
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// Kinds of the frames that end a call's reply.
+const (
+	kindEnd   = "rpc.end"
+	kindError = "rpc.error"
+)
+
+// ErrRemote wraps the error text a peer returned for a call.
+var ErrRemote = errors.New("remote error")
+
+// DirectConfig configures Direct. Network is required.
+type DirectConfig struct {
+	// Network names the mesh; protocols are "/gpumesh/<network>/v1/msg" and
+	// "/gpumesh/<network>/v1/rpc".
+	Network string
+	// Clock stamps and checks messages. Default: SystemClock().
+	Clock Clock
+	// Logger gets refused frames. Default: discard.
+	Logger *slog.Logger
+	// Timeout bounds opening a stream and each frame read or written.
+	// Default: 5 s.
+	Timeout time.Duration
+	// TTL is the lifetime of the messages this node sends. Default:
+	// DefaultMessageTTL.
+	TTL time.Duration
+	// MaxInbound bounds the inbound streams handled at once; more are
+	// reset. Default: 512.
+	MaxInbound int
+	// OnMessage receives every checked one-way message. It is called from
+	// stream goroutines, concurrently, and must not block.
+	OnMessage func(Message)
+	// OnCall serves a call: req is the checked request; reply sends one
+	// frame of the answer (it blocks until the frame is written or the
+	// stream fails). The error it returns goes back to the caller as text.
+	// ctx ends when the caller goes away or Direct closes. Nil refuses
+	// every call.
+	OnCall func(ctx context.Context, req Message, reply func(kind string, data []byte) error) error
+}
+
+// Direct carries messages of the layers above gossip point to point over
+// libp2p streams: one-way messages (Send, several per stream) and calls with
+// a streamed reply (Call). Every frame is a payload envelope checked by
+// DecodeMessage against the stream's authenticated remote peer.
+//
+// Direct owns the handlers of its inbound streams; Close removes its
+// protocols, ends the streams and waits for the handlers.
+type Direct struct {
+	cfg      DirectConfig
+	h        host.Host
+	msgProto protocol.ID
+	rpcProto protocol.ID
+	seq      atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	slots  chan struct{}
+
+	refused atomic.Uint64
+}
+
+// NewDirect registers the network's direct protocols on h.
+func NewDirect(h host.Host, cfg DirectConfig) (*Direct, error) {
+	if err := ValidateNetwork(cfg.Network); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultMessageTTL
+	}
+	if cfg.MaxInbound <= 0 {
+		cfg.MaxInbound = 512
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Direct{
+		cfg:      cfg,
+		h:        h,
+		msgProto: protocol.ID(fmt.Sprintf("/gpumesh/%s/v%d/msg", cfg.Network, Version)),
+		rpcProto: protocol.ID(fmt.Sprintf("/gpumesh/%s/v%d/rpc", cfg.Network, Version)),
+		ctx:      ctx,
+		cancel:   cancel,
+		slots:    make(chan struct{}, cfg.MaxInbound),
+	}
+	// Sequence numbers start from the clock so a restarted node's continue
+	// upwards.
+	d.seq.Store(uint64(cfg.Clock.Now().UnixMicro()))
+	h.SetStreamHandler(d.msgProto, d.tracked(d.serveMessages))
+	h.SetStreamHandler(d.rpcProto, d.tracked(d.serveCall))
+	return d, nil
+}
+
+// Refused counts inbound frames that failed their checks.
+func (d *Direct) Refused() uint64 { return d.refused.Load() }
+
+// Close removes the protocols, resets the streams being served and waits
+// for their handlers.
+func (d *Direct) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.h.RemoveStreamHandler(d.msgProto)
+	d.h.RemoveStreamHandler(d.rpcProto)
+	d.cancel()
+	d.wg.Wait()
+	return nil
+}
+
+// tracked wraps a handler so Close can wait for it and so at most
+// MaxInbound run at once.
+func (d *Direct) tracked(serve func(network.Stream)) network.StreamHandler {
+	return func(s network.Stream) {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			s.Reset()
+			return
+		}
+		d.wg.Add(1)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		select {
+		case d.slots <- struct{}{}:
+			defer func() { <-d.slots }()
+		default:
+			s.Reset()
+			return
+		}
+		stop := context.AfterFunc(d.ctx, func() { s.Reset() })
+		defer stop()
+		serve(s)
+	}
+}
+
+// Out is one message to send: its kind and encoded data.
+type Out struct {
+	Kind string
+	Data []byte
+}
+
+// Send delivers messages to peer to in order on one stream, waiting at most
+// Timeout for each step. Delivery is not acknowledged: the layer above
+// retries what matters.
+func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	frames := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		b, err := d.encode(m.Kind, m.Data)
+		if err != nil {
+			return err
+		}
+		frames[i] = b
+	}
+	s, err := d.open(ctx, to, d.msgProto)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(s)
+	for _, f := range frames {
+		if err := writeFrame(w, f); err != nil {
+			s.Reset()
+			return fmt.Errorf("gossip: sending to %s: %w", to, err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		s.Reset()
+		return fmt.Errorf("gossip: sending to %s: %w", to, err)
+	}
+	return s.Close()
+}
+
+// Call sends a request of kind to peer to and passes each frame of the reply
+// to onReply, until the reply ends. An error the peer returned wraps
+// ErrRemote. Opening the stream and sending the request wait at most
+// Timeout; the reply's frames are awaited for as long as ctx allows, so a
+// caller following a log passes a context without deadline.
+func (d *Direct) Call(ctx context.Context, to peer.ID, kind string, data []byte, onReply func(Message) error) error {
+	req, err := d.encode(kind, data)
+	if err != nil {
+		return err
+	}
+	s, err := d.open(ctx, to, d.rpcProto)
+	if err != nil {
+		return err
+	}
+	defer s.Reset()
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	if err := writeFrame(s, req); err != nil {
+		return fmt.Errorf("gossip: call %s on %s: %w", kind, to, err)
+	}
+	if err := s.CloseWrite(); err != nil {
+		return fmt.Errorf("gossip: call %s on %s: %w", kind, to, err)
+	}
+	_ = s.SetWriteDeadline(time.Time{})
+	r := bufio.NewReader(s)
+	for {
+		frame, err := readFrame(r, MaxDirectSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("gossip: call %s on %s: reply: %w", kind, to, err)
+		}
+		m, err := DecodeMessage(frame, to, d.cfg.Clock.Now(), MaxDirectSize)
+		if err != nil {
+			return fmt.Errorf("gossip: call %s on %s: reply: %w", kind, to, err)
+		}
+		switch m.Kind {
+		case kindEnd:
+			return nil
+		case kindError:
+			return fmt.Errorf("%w from %s: %s", ErrRemote, to.ShortString(), m.Data)
+		}
+		if err := onReply(m); err != nil {
+			return err
+		}
+	}
+}
+
+func (d *Direct) open(ctx context.Context, to peer.ID, proto protocol.ID) (network.Stream, error) {
+	octx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	s, err := d.h.NewStream(network.WithAllowLimitedConn(octx, "gpumesh"), to, proto)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: opening %s to %s: %w", proto, to.ShortString(), err)
+	}
+	_ = s.SetWriteDeadline(time.Now().Add(d.cfg.Timeout))
+	return s, nil
+}
+
+func (d *Direct) encode(kind string, data []byte) ([]byte, error) {
+	now := d.cfg.Clock.Now()
+	nonce := make([]byte, NonceSize)
+	_, _ = rand.Read(nonce)
+	return EncodeMessage(Message{
+		Sender:    d.h.ID(),
+		Seq:       d.seq.Add(1),
+		IssuedAt:  now,
+		ExpiresAt: now.Add(d.cfg.TTL),
+		Nonce:     nonce,
+		Kind:      kind,
+		Data:      data,
+	})
+}
+
+func (d *Direct) serveMessages(s network.Stream) {
+	defer s.Close()
+	from := s.Conn().RemotePeer()
+	r := bufio.NewReader(s)
+	for {
+		_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
+		frame, err := readFrame(r, MaxDirectSize)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			d.refuse(from, err)
+			s.Reset()
+			return
+		}
+		m, err := DecodeMessage(frame, from, d.cfg.Clock.Now(), MaxDirectSize)
+		if err != nil {
+			d.refuse(from, err)
+			continue
+		}
+		if d.cfg.OnMessage != nil {
+			d.cfg.OnMessage(m)
+		}
+	}
+}
+
+func (d *Direct) serveCall(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
+	frame, err := readFrame(bufio.NewReader(s), MaxDirectSize)
+	if err != nil {
+		d.refuse(from, err)
+		s.Reset()
+		return
+	}
+	req, err := DecodeMessage(frame, from, d.cfg.Clock.Now(), MaxDirectSize)
+	if err != nil {
+		d.refuse(from, err)
+		s.Reset()
+		return
+	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	defer cancel()
+	reply := func(kind string, data []byte) error {
+		if kind == kindEnd || kind == kindError {
+			return fmt.Errorf("gossip: reply kind %q is reserved", kind)
+		}
+		return d.writeReply(s, kind, data)
+	}
+	var callErr error
+	if d.cfg.OnCall == nil {
+		callErr = fmt.Errorf("this node serves no calls")
+	} else {
+		callErr = d.cfg.OnCall(ctx, req, reply)
+	}
+	if callErr != nil {
+		_ = d.writeReply(s, kindError, []byte(callErr.Error()))
+	} else {
+		_ = d.writeReply(s, kindEnd, nil)
+	}
+	s.Close()
+}
+
+func (d *Direct) writeReply(s network.Stream, kind string, data []byte) error {
+	b, err := d.encode(kind, data)
+	if err != nil {
+		return err
+	}
+	_ = s.SetWriteDeadline(time.Now().Add(d.cfg.Timeout))
+	return writeFrame(s, b)
+}
+
+func (d *Direct) refuse(from peer.ID, err error) {
+	d.refused.Add(1)
+	d.cfg.Logger.Debug("direct frame refused", "peer", from, "err", err)
+}
+
+func writeFrame(w io.Writer, frame []byte) error {
+	var hdr [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(hdr[:], uint64(len(frame)))
+	if _, err := w.Write(hdr[:n]); err != nil {
+		return err
+	}
+	_, err := w.Write(frame)
+	return err
+}
+
+// readFrame reads one length-prefixed frame of at most limit bytes. A clean
+// end of stream before a frame is io.EOF.
+func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, err
+	}
+	if n > uint64(limit) {
+		return nil, msgErr(ReasonOversized, "frame of %d bytes, limit %d", n, limit)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("truncated frame: %w", err)
+	}
+	return buf, nil
+}

@@ -1,0 +1,187 @@
+package gossip
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+)
+
+type inbox struct {
+	mu   sync.Mutex
+	msgs []Message
+}
+
+func (b *inbox) add(m Message) { b.mu.Lock(); b.msgs = append(b.msgs, m); b.mu.Unlock() }
+func (b *inbox) all() []Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Message(nil), b.msgs...)
+}
+
+func startDirect(t *testing.T, h host.Host, cfg DirectConfig) *Direct {
+	t.Helper()
+	cfg.Network = "test"
+	d, err := NewDirect(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestDirectSendDeliversInOrderWithAuthenticatedSender(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	var got inbox
+	da := startDirect(t, a, DirectConfig{})
+	startDirect(t, b, DirectConfig{OnMessage: got.add})
+	if err := da.Send(context.Background(), b.ID(), Out{"market", []byte("one")}, Out{"market", []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "two messages delivered", func() bool { return len(got.all()) == 2 })
+	msgs := got.all()
+	if string(msgs[0].Data) != "one" || string(msgs[1].Data) != "two" || msgs[0].Sender != a.ID() || msgs[1].Seq <= msgs[0].Seq {
+		t.Fatalf("delivered %+v", msgs)
+	}
+}
+
+func TestDirectCallStreamsRepliesAndErrors(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	da := startDirect(t, a, DirectConfig{})
+	startDirect(t, b, DirectConfig{OnCall: func(ctx context.Context, req Message, reply func(string, []byte) error) error {
+		switch req.Kind {
+		case "count":
+			for i := range 3 {
+				if err := reply("n", fmt.Appendf(nil, "%d", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "wait":
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return fmt.Errorf("no such call %q", req.Kind)
+	}})
+	var parts []string
+	err := da.Call(context.Background(), b.ID(), "count", nil, func(m Message) error {
+		parts = append(parts, string(m.Data))
+		return nil
+	})
+	if err != nil || strings.Join(parts, ",") != "0,1,2" {
+		t.Fatalf("call = %v, %v", parts, err)
+	}
+	err = da.Call(context.Background(), b.ID(), "nope", nil, func(Message) error { return nil })
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), `no such call "nope"`) {
+		t.Fatalf("unknown call: err = %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := da.Call(ctx, b.ID(), "wait", nil, func(Message) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call past its context: err = %v", err)
+	}
+}
+
+func TestDirectRefusesForgedAndOversizedFrames(t *testing.T) {
+	tn := newTestNet(t)
+	a, b, c := tn.addHost(), tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	var got inbox
+	db := startDirect(t, b, DirectConfig{OnMessage: got.add})
+	// a writes a frame that claims c wrote it.
+	nonce := make([]byte, NonceSize)
+	rand.Read(nonce)
+	now := time.Now()
+	forged, err := EncodeMessage(Message{Sender: c.ID(), Seq: 1, IssuedAt: now, ExpiresAt: now.Add(time.Minute), Nonce: nonce, Kind: "market", Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, _ := EncodeMessage(Message{Sender: a.ID(), Seq: 2, IssuedAt: now.Add(-2 * time.Minute), ExpiresAt: now.Add(-time.Minute), Nonce: nonce, Kind: "market"})
+	for _, frame := range [][]byte{forged, expired, []byte("garbage")} {
+		s, err := a.NewStream(context.Background(), b.ID(), db.msgProto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := bufio.NewWriter(s)
+		writeFrame(w, frame)
+		w.Flush()
+		s.Close()
+	}
+	// An oversized length prefix resets the stream without reading it.
+	s, err := a.NewStream(context.Background(), b.ID(), db.msgProto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	s.Close()
+	eventually(t, 5*time.Second, "four refusals counted", func() bool { return db.Refused() == 4 })
+	if n := len(got.all()); n != 0 {
+		t.Fatalf("%d bad frames were delivered", n)
+	}
+}
+
+func TestDirectCloseWaitsForHandlers(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	da := startDirect(t, a, DirectConfig{})
+	started := make(chan struct{})
+	db, err := NewDirect(b, DirectConfig{Network: "test", OnCall: func(ctx context.Context, _ Message, _ func(string, []byte) error) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- da.Call(context.Background(), b.ID(), "hold", nil, func(Message) error { return nil }) }()
+	<-started
+	db.Close() // returns only after the handler has ended
+	if err := <-errc; err == nil {
+		t.Fatal("a call cut by Close reported success")
+	}
+	if err := da.Call(context.Background(), b.ID(), "hold", nil, func(Message) error { return nil }); err == nil {
+		t.Fatal("a call to a closed Direct succeeded")
+	}
+}
+
+func TestBroadcastReachesSubscribersAndChecksTheSigner(t *testing.T) {
+	tn := newTestNet(t)
+	var hosts []host.Host
+	for range 3 {
+		hosts = append(hosts, tn.addHost())
+	}
+	var boxes [3]inbox
+	var gs []*Gossip
+	for i, h := range hosts {
+		gs = append(gs, startGossip(t, h, Config{OnBroadcast: boxes[i].add, SyncPeers: -1}))
+	}
+	tn.connect(hosts[0], hosts[1])
+	tn.connect(hosts[1], hosts[2])
+	eventually(t, 10*time.Second, "bid-request mesh forms", func() bool {
+		return len(gs[0].ps.ListPeers(gs[0].topics.BidRequest)) > 0 && len(gs[2].ps.ListPeers(gs[2].topics.BidRequest)) > 0
+	})
+	eventually(t, 10*time.Second, "a broadcast reaches every node", func() bool {
+		gs[0].Broadcast(context.Background(), "market", []byte("bid-request"))
+		return len(boxes[2].all()) > 0 && len(boxes[1].all()) > 0
+	})
+	m := boxes[2].all()[0]
+	if m.Sender != hosts[0].ID() || string(m.Data) != "bid-request" || m.Kind != "market" {
+		t.Fatalf("received %+v", m)
+	}
+	if err := startGossip(t, tn.addHost(), Config{}).Broadcast(context.Background(), "market", nil); err == nil {
+		t.Fatal("broadcast without OnBroadcast succeeded")
+	}
+}
