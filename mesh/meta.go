@@ -16,9 +16,9 @@ const MaxMetaSize = 512
 
 // Limits on Meta's fields, checked on both sides.
 const (
-	MaxRegionLen = 64  // bytes
-	MaxModels    = 16  // distinct card models
-	MaxModelLen  = 48  // bytes
+	MaxRegionLen = 64 // bytes
+	MaxModels    = 16 // distinct card models
+	MaxModelLen  = 48 // bytes
 	MaxCards     = 4096
 	maxAddrs     = 16
 )

@@ -88,12 +88,12 @@ type transport struct {
 
 	mu      sync.Mutex
 	closed  bool
-	writers int           // writer goroutines running
-	idle    chan struct{} // signalled when a writer exits
-	links  map[string]*link // by peer ID string (memberlist node name)
-	byAddr map[string]*link // by synthetic host:port
-	conns  map[*streamConn]struct{}
-	wg     sync.WaitGroup
+	writers int              // writer goroutines running
+	idle    chan struct{}    // signalled when a writer exits
+	links   map[string]*link // by peer ID string (memberlist node name)
+	byAddr  map[string]*link // by synthetic host:port
+	conns   map[*streamConn]struct{}
+	wg      sync.WaitGroup
 
 	stats transportStats
 }
