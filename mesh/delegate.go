@@ -50,7 +50,14 @@ func (d *delegate) MergeRemoteState([]byte, bool) {}
 // address is not that peer's synthetic address, or whose metadata does not
 // decode: nothing else changes.
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
-	return d.table.validAlive(n)
+	if err := d.table.validAlive(n); err != nil {
+		return err
+	}
+	now := d.now()
+	if id, ok := d.table.leftLate(n, now); ok {
+		d.hub.publish(EventLeft, id, now)
+	}
+	return nil
 }
 
 // NotifyJoin records a member that became alive.
@@ -70,13 +77,19 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 }
 
 // NotifyLeave records a member that memberlist declared dead or that left.
+// memberlist does not tell which (the Node it passes never carries the
+// state), so a member that announced Meta.Leaving is taken as left.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	now := d.now()
-	state, kind := StateDead, EventDead
+	state := StateDead
 	if n.State == memberlist.StateLeft {
-		state, kind = StateLeft, EventLeft
+		state = StateLeft
 	}
-	if id, ok := d.table.markGone(n, state, now); ok {
+	if id, state, ok := d.table.markGone(n, state, now); ok {
+		kind := EventDead
+		if state == StateLeft {
+			kind = EventLeft
+		}
 		d.hub.publish(kind, id, now)
 	}
 }

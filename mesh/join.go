@@ -195,6 +195,7 @@ func (m *Mesh) joinLoop() {
 			n, err := m.join(ctx, infos)
 			cancel()
 			if err != nil {
+				m.joinFailures.Add(1)
 				m.log.Warn("mesh: bootstrap peers unreachable; running alone, will retry", "retry_in", delay, "err", err)
 				timer.Reset(jitter(delay))
 				delay = min(2*delay, m.cfg.JoinRetryMax)

@@ -1,8 +1,13 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,8 +15,28 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain fails the run if goroutines outlive it. memberlist's Shutdown
+// does not wait for its own goroutines: a probe in flight finishes within a
+// probe interval or two (its ack timer), so leaks are checked until a
+// deadline rather than once.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := goleak.Find()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+				code = 1
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // polling interval
+		}
+	}
+	os.Exit(code)
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -81,4 +106,30 @@ func describe(nodes []*Mesh) string {
 		s += "\n"
 	}
 	return s
+}
+
+// testLogger returns a logger whose records are printed only if the test
+// fails.
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("logs:\n%s", buf.String())
+			mu.Unlock()
+		}
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: level}))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }

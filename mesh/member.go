@@ -102,16 +102,22 @@ func (t *memberTable) validAlive(n *memberlist.Node) error {
 	t.mu.Lock()
 	e := t.entries[n.Name]
 	known := e != nil && bytes.Equal(e.meta, n.Meta)
+	var id peer.ID
+	if e != nil {
+		id = e.id
+	}
 	t.mu.Unlock()
 	if known {
-		if n.Port != swimPort || !swimIP(e.id).Equal(n.Addr) {
+		if n.Port != swimPort || !swimIP(id).Equal(n.Addr) {
 			return fmt.Errorf("member %s claims address %v:%d, not its own", n.Name, n.Addr, n.Port)
 		}
 		return nil
 	}
-	id, err := peer.Decode(n.Name)
-	if err != nil {
-		return fmt.Errorf("member name %q is not a peer ID", n.Name)
+	if id == "" {
+		var err error
+		if id, err = peer.Decode(n.Name); err != nil {
+			return fmt.Errorf("member name %q is not a peer ID", n.Name)
+		}
 	}
 	if n.Port != swimPort || !swimIP(id).Equal(n.Addr) {
 		return fmt.Errorf("member %s claims address %v:%d, not its own", n.Name, n.Addr, n.Port)
@@ -120,6 +126,28 @@ func (t *memberTable) validAlive(n *memberlist.Node) error {
 		return fmt.Errorf("member %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// leftLate turns a member seen dead into left when its announcement of
+// leaving (an alive message with Meta.Leaving) arrives after the news of its
+// end: memberlist ignores that alive message as stale, but still shows it
+// to the alive delegate first. It reports whether the member turned left.
+func (t *memberTable) leftLate(n *memberlist.Node, now time.Time) (peer.ID, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entries[n.Name]
+	if e == nil || e.state != StateDead || bytes.Equal(e.meta, n.Meta) {
+		return "", false
+	}
+	meta, err := decodeMeta(n.Meta)
+	if err != nil || !meta.Leaving {
+		return "", false
+	}
+	e.state = StateLeft
+	e.since = now
+	e.meta = n.Meta
+	e.decoded = &meta
+	return e.id, true
 }
 
 // upsert records n as alive with its metadata. It returns the member's ID
@@ -152,21 +180,32 @@ func (t *memberTable) upsert(n *memberlist.Node, now time.Time) (peer.ID, bool) 
 	return e.id, wasAlive
 }
 
-// markGone records n as dead or left.
-func (t *memberTable) markGone(n *memberlist.Node, state State, now time.Time) (peer.ID, bool) {
+// markGone records n as dead, or left if memberlist says so or the member
+// announced it was leaving. It returns the state recorded.
+func (t *memberTable) markGone(n *memberlist.Node, state State, now time.Time) (peer.ID, State, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.entries[n.Name]
 	if e == nil {
-		return "", false
+		return "", 0, false
 	}
 	if e.state == StateAlive {
 		t.alive--
 	}
+	if state == StateDead {
+		if e.decoded == nil {
+			if meta, err := decodeMeta(e.meta); err == nil {
+				e.decoded = &meta
+			}
+		}
+		if e.decoded != nil && e.decoded.Leaving {
+			state = StateLeft
+		}
+	}
 	e.state = state
 	e.since = now
 	e.suspectAt = time.Time{}
-	return e.id, true
+	return e.id, state, true
 }
 
 // suspect records that this node's probe of name failed.

@@ -41,6 +41,8 @@ type Mesh struct {
 	notifiee *network.NotifyBundle
 	addrSub  event.Subscription
 	found    chan peer.AddrInfo // peers found by mDNS, for the join loop
+	// joinFailures counts the join loop's failed attempts (for tests).
+	joinFailures atomic.Uint64
 	mdns     interface{ Close() error }
 
 	ctx       context.Context // cancelled when the mesh closes
@@ -371,6 +373,29 @@ func (m *Mesh) Close() error {
 	return m.shutdown(true)
 }
 
+// leave announces that this node is leaving (Meta.Leaving, so that members
+// record a leave even if memberlist's leave message reaches them first or
+// not at all), then leaves memberlist and waits for the news to be written
+// out, all within Config.LeaveTimeout.
+func (m *Mesh) leave() error {
+	deadline := time.Now().Add(m.cfg.LeaveTimeout)
+	m.metaMu.Lock()
+	m.meta.Leaving = true
+	err := m.refreshMetaLocked()
+	m.metaMu.Unlock()
+	if err == nil {
+		// Returns once the news went out to its full fan-out, or at the
+		// timeout; either way the leave follows.
+		_ = m.ml.UpdateNode(time.Until(deadline) / 2)
+	}
+	var errs []error
+	if err := m.ml.Leave(max(time.Until(deadline), time.Millisecond)); err != nil {
+		errs = append(errs, fmt.Errorf("mesh: leave: %w", err))
+	}
+	m.tr.drain(max(time.Until(deadline), 0))
+	return errors.Join(errs...)
+}
+
 // shutdown stops the node; leave says whether to leave gracefully first.
 func (m *Mesh) shutdown(leave bool) error {
 	m.closeOnce.Do(func() {
@@ -386,10 +411,7 @@ func (m *Mesh) shutdown(leave bool) error {
 
 		var errs []error
 		if leave && m.cfg.LeaveTimeout > 0 {
-			if err := m.ml.Leave(m.cfg.LeaveTimeout); err != nil {
-				errs = append(errs, fmt.Errorf("mesh: leave: %w", err))
-			}
-			m.tr.drain(m.cfg.LeaveTimeout)
+			errs = append(errs, m.leave())
 		}
 		if err := m.ml.Shutdown(); err != nil {
 			errs = append(errs, fmt.Errorf("mesh: shutdown memberlist: %w", err))

@@ -42,6 +42,7 @@ var ErrBadMeta = errors.New("bad node metadata")
 //	3 cards      uint32
 //	4 free_cards uint32
 //	5 models     repeated string
+//	6 leaving    bool
 //
 // Unknown fields are skipped, so later versions may add fields.
 type Meta struct {
@@ -59,6 +60,10 @@ type Meta struct {
 	// Models are the catalog keys of the node's cards ("h100-sxm-80g"), at
 	// most MaxModels of at most MaxModelLen bytes each.
 	Models []string
+	// Leaving is set by the mesh while the node leaves gracefully (Close),
+	// so that members tell a leave from a crash whatever order the news
+	// reaches them in. Ignored by UpdateMeta.
+	Leaving bool
 }
 
 // validate checks the field limits.
@@ -111,6 +116,10 @@ func encodeMeta(m Meta) ([]byte, error) {
 	for _, model := range m.Models {
 		buf = protowire.AppendTag(buf, 5, protowire.BytesType)
 		buf = protowire.AppendString(buf, model)
+	}
+	if m.Leaving {
+		buf = protowire.AppendTag(buf, 6, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
 	}
 	if len(buf) > MaxMetaSize {
 		return nil, fmt.Errorf("%w: %d bytes without addresses, limit %d", ErrMetaTooLarge, len(buf), MaxMetaSize)
@@ -190,7 +199,17 @@ func decodeMeta(b []byte) (Meta, error) {
 			}
 			m.Models = append(m.Models, v)
 			b = b[n:]
-		case num >= 1 && num <= 5:
+		case num == 6 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return Meta{}, fmt.Errorf("%w: leaving: %v", ErrBadMeta, protowire.ParseError(n))
+			}
+			if v > 1 {
+				return Meta{}, fmt.Errorf("%w: leaving flag %d, want 0 or 1", ErrBadMeta, v)
+			}
+			m.Leaving = v == 1
+			b = b[n:]
+		case num >= 1 && num <= 6:
 			return Meta{}, fmt.Errorf("%w: field %d has wire type %d", ErrBadMeta, num, typ)
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)

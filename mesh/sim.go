@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
@@ -127,6 +128,10 @@ func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh sim: add peer: %w", err)
 	}
+	// A dial that passed the link check just before a Cut or Isolate can
+	// still complete over the old link: close such connections the moment
+	// they appear.
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: s.connected})
 	m, err := start(cfg, h, true, nil, keys, simHooks{beforeDial: s.link(h.ID())})
 	if err != nil {
 		h.Close()
@@ -165,6 +170,17 @@ func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 		l.SetOptions(mocknet.LinkOptions{Latency: d})
 		s.links[p] = l
 		return nil
+	}
+}
+
+// connected closes a connection the network does not allow.
+func (s *SimNetwork) connected(_ network.Network, c network.Conn) {
+	a, b := c.LocalPeer(), c.RemotePeer()
+	s.mu.Lock()
+	blocked := s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
+	s.mu.Unlock()
+	if blocked {
+		_ = c.Close()
 	}
 }
 

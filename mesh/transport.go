@@ -362,6 +362,9 @@ func (t *transport) openPacketStream(l *link) (*packetStream, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkConn(s); err != nil {
+		return nil, err
+	}
 	_ = s.Scope().SetService(swimService)
 	ps := &packetStream{s: s, outbound: true}
 	ps.lastUse.Store(time.Now().UnixNano())
@@ -370,6 +373,18 @@ func (t *transport) openPacketStream(l *link) (*packetStream, error) {
 		return nil, errTransportClosed
 	}
 	return ps, nil
+}
+
+// checkConn resets a stream whose connection closed while it was being
+// opened. libp2p resets the streams of a connection it closes, but mocknet
+// only those it had listed when the close began: a stream opened in that
+// window would live on as a pipe between peers the simulation cut apart.
+func checkConn(s network.Stream) error {
+	if s.Conn().IsClosed() {
+		_ = s.Reset()
+		return errors.New("connection closed while the stream opened")
+	}
+	return nil
 }
 
 // addPacketStream registers a packet stream and starts its reader. An
@@ -410,6 +425,9 @@ func (t *transport) dropStream(l *link, ps *packetStream, reset bool) {
 
 // handlePacketStream serves a packet stream a peer opened.
 func (t *transport) handlePacketStream(s network.Stream) {
+	if checkConn(s) != nil {
+		return
+	}
 	_ = s.Scope().SetService(swimService)
 	id := s.Conn().RemotePeer()
 	t.mu.Lock()
@@ -530,6 +548,9 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		t.stats.dialFailures.Add(1)
 		return nil, err
 	}
+	if err := checkConn(s); err != nil {
+		return nil, err
+	}
 	_ = s.Scope().SetService(swimService)
 	c := t.newStreamConn(s, l)
 	if c == nil {
@@ -541,6 +562,9 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 
 // handleStream hands a memberlist stream a peer opened to memberlist.
 func (t *transport) handleStream(s network.Stream) {
+	if checkConn(s) != nil {
+		return
+	}
 	_ = s.Scope().SetService(swimService)
 	t.mu.Lock()
 	if t.closed {
