@@ -43,7 +43,7 @@ type Mesh struct {
 	found    chan peer.AddrInfo // peers found by mDNS, for the join loop
 	// joinFailures counts the join loop's failed attempts (for tests).
 	joinFailures atomic.Uint64
-	mdns     interface{ Close() error }
+	mdns         interface{ Close() error }
 
 	ctx       context.Context // cancelled when the mesh closes
 	cancel    context.CancelFunc
