@@ -250,6 +250,9 @@ func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 func (t *transport) resolveLocked(a memberlist.Address) (*link, error) {
 	if a.Name != "" {
 		if l := t.links[a.Name]; l != nil {
+			if a.Addr != "" && a.Addr != l.addr.hp {
+				return nil, fmt.Errorf("member %s: address %s is not its own", a.Name, a.Addr)
+			}
 			return l, nil
 		}
 		id, err := peer.Decode(a.Name)
