@@ -1,0 +1,316 @@
+package mesh
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// SimNetwork is an in-memory network of mesh nodes in one process, for
+// simulations, tests and demos. Everything a node sends travels over libp2p
+// mocknet, so the protocols built on Mesh.Host run unchanged.
+//
+// Any two nodes can reach each other unless the network says otherwise:
+// links are made on first contact (a full mesh of links up front would cost
+// memory quadratic in the node count). Cut, Isolate and Crash take links
+// away; SetLatency slows them.
+//
+// The simulated hosts have no transport security, no resource manager and
+// no NAT traversal; a mesh secret still keys memberlist's encryption, but
+// there is no private network (pnet) handshake.
+type SimNetwork struct {
+	mn      mocknet.Mocknet
+	log     *slog.Logger
+	latency time.Duration
+
+	mu        sync.Mutex
+	nodes     map[peer.ID]*Mesh
+	links     map[simPair]mocknet.Link
+	latencies map[simPair]time.Duration
+	cut       map[simPair]bool
+	isolated  map[peer.ID]bool
+	crashed   map[peer.ID]bool
+	next      uint32 // for node addresses
+	closed    bool
+}
+
+// SimOptions configures a SimNetwork.
+type SimOptions struct {
+	// Latency is the one-way delay of every link unless SetLatency says
+	// otherwise. Default 0.
+	Latency time.Duration
+	// Logger is the default logger of the nodes. Default: discard.
+	Logger *slog.Logger
+}
+
+// simPair is an unordered pair of peers.
+type simPair struct{ a, b peer.ID }
+
+func pairOf(a, b peer.ID) simPair {
+	if b < a {
+		a, b = b, a
+	}
+	return simPair{a, b}
+}
+
+// ErrSimUnreachable is what a simulated node gets when it contacts a peer
+// across a cut link, or an isolated or crashed one.
+var ErrSimUnreachable = errors.New("mesh sim: peer unreachable")
+
+// NewSimNetwork returns an empty simulated network.
+func NewSimNetwork(opts SimOptions) *SimNetwork {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &SimNetwork{
+		mn:        mocknet.New(),
+		log:       opts.Logger,
+		latency:   opts.Latency,
+		nodes:     make(map[peer.ID]*Mesh),
+		links:     make(map[simPair]mocknet.Link),
+		latencies: make(map[simPair]time.Duration),
+		cut:       make(map[simPair]bool),
+		isolated:  make(map[peer.ID]bool),
+		crashed:   make(map[peer.ID]bool),
+	}
+}
+
+// AddNode starts a node on the simulated network. cfg is as for New, except
+// that DataDir, ListenAddrs, DisableNAT, connection and resource limits do
+// not apply; a nil Identity gets a fresh ed25519 key. The node joins
+// cfg.Join in the background like a real one; tests usually call Join.
+func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
+	if cfg.Identity == nil {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("mesh sim: key: %w", err)
+		}
+		cfg.Identity = k
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = s.log
+	}
+	cfg.MDNS = false
+	cfg.ListenAddrs = nil
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var keys meshKeys
+	if len(cfg.Secret) > 0 {
+		var err error
+		if keys, err = deriveKeys(cfg.Secret); err != nil {
+			return nil, err
+		}
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.next++
+	n := s.next
+	s.mu.Unlock()
+	ip := net.IPv4(10, byte(n>>16), byte(n>>8), byte(n)).String()
+	h, err := s.mn.AddPeer(cfg.Identity, ma.StringCast("/ip4/"+ip+"/tcp/4747"))
+	if err != nil {
+		return nil, fmt.Errorf("mesh sim: add peer: %w", err)
+	}
+	// A dial that passed the link check just before a Cut or Isolate can
+	// still complete over the old link: close such connections the moment
+	// they appear.
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: s.connected})
+	m, err := start(cfg, h, true, nil, keys, simHooks{beforeDial: s.link(h.ID())})
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.nodes[h.ID()] = m
+	s.mu.Unlock()
+	return m, nil
+}
+
+// link returns the dial hook of node self: it makes the link to a peer on
+// first contact, or fails if the network keeps them apart.
+func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
+	return func(_ context.Context, other peer.ID) error {
+		p := pairOf(self, other)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed || s.cut[p] || s.isolated[self] || s.isolated[other] || s.crashed[self] || s.crashed[other] {
+			return ErrSimUnreachable
+		}
+		if _, ok := s.links[p]; ok {
+			return nil
+		}
+		if _, ok := s.nodes[other]; !ok {
+			return fmt.Errorf("%w: %s is not on the network", ErrSimUnreachable, other.ShortString())
+		}
+		l, err := s.mn.LinkPeers(p.a, p.b)
+		if err != nil {
+			return fmt.Errorf("mesh sim: link: %w", err)
+		}
+		d, ok := s.latencies[p]
+		if !ok {
+			d = s.latency
+		}
+		l.SetOptions(mocknet.LinkOptions{Latency: d})
+		s.links[p] = l
+		return nil
+	}
+}
+
+// connected closes a connection the network does not allow.
+func (s *SimNetwork) connected(_ network.Network, c network.Conn) {
+	a, b := c.LocalPeer(), c.RemotePeer()
+	s.mu.Lock()
+	blocked := s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
+	s.mu.Unlock()
+	if blocked {
+		_ = c.Close()
+	}
+}
+
+// Connect links two nodes and opens a libp2p connection between them (for
+// protocols that need a connection before any membership traffic).
+func (s *SimNetwork) Connect(a, b peer.ID) error {
+	if err := s.link(a)(context.Background(), b); err != nil {
+		return err
+	}
+	_, err := s.mn.ConnectPeers(a, b)
+	return err
+}
+
+// SetLatency sets the one-way delay between two nodes, now and for links made
+// later.
+func (s *SimNetwork) SetLatency(a, b peer.ID, d time.Duration) {
+	p := pairOf(a, b)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latencies[p] = d
+	if l, ok := s.links[p]; ok {
+		l.SetOptions(mocknet.LinkOptions{Latency: d})
+	}
+}
+
+// Cut takes the link between two nodes away and closes their connections,
+// until Heal.
+func (s *SimNetwork) Cut(a, b peer.ID) {
+	p := pairOf(a, b)
+	s.mu.Lock()
+	s.cut[p] = true
+	s.mu.Unlock()
+	s.sever(p)
+}
+
+// Heal undoes Cut; the nodes reconnect on their next contact.
+func (s *SimNetwork) Heal(a, b peer.ID) {
+	s.mu.Lock()
+	delete(s.cut, pairOf(a, b))
+	s.mu.Unlock()
+}
+
+// Isolate cuts a node off from every other, until Reconnect.
+func (s *SimNetwork) Isolate(id peer.ID) {
+	s.mu.Lock()
+	s.isolated[id] = true
+	s.mu.Unlock()
+	s.severAll(id)
+}
+
+// Reconnect undoes Isolate.
+func (s *SimNetwork) Reconnect(id peer.ID) {
+	s.mu.Lock()
+	delete(s.isolated, id)
+	s.mu.Unlock()
+}
+
+// Crash stops a node as a power cut would: its links vanish and its
+// connections close, then it stops without leaving the mesh, so the others
+// must detect its failure. (Closing a mocknet host alone leaves its peers'
+// streams hanging, hence the links first.)
+func (s *SimNetwork) Crash(id peer.ID) error {
+	s.mu.Lock()
+	m := s.nodes[id]
+	if m == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("mesh sim: no node %s", id)
+	}
+	s.crashed[id] = true
+	delete(s.nodes, id)
+	s.mu.Unlock()
+	s.severAll(id)
+	return m.shutdown(false)
+}
+
+// severAll takes away every link of a node.
+func (s *SimNetwork) severAll(id peer.ID) {
+	s.mu.Lock()
+	var pairs []simPair
+	for p := range s.links {
+		if p.a == id || p.b == id {
+			pairs = append(pairs, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range pairs {
+		s.sever(p)
+	}
+}
+
+// sever removes a link and closes the connections over it.
+func (s *SimNetwork) sever(p simPair) {
+	s.mu.Lock()
+	l, ok := s.links[p]
+	delete(s.links, p)
+	s.mu.Unlock()
+	if ok {
+		_ = s.mn.Unlink(l)
+	}
+	_ = s.mn.DisconnectPeers(p.a, p.b)
+	_ = s.mn.DisconnectPeers(p.b, p.a)
+}
+
+// Nodes returns the running nodes (not crashed, not closed through the
+// network).
+func (s *SimNetwork) Nodes() []*Mesh {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Mesh, 0, len(s.nodes))
+	for _, m := range s.nodes {
+		out = append(out, m)
+	}
+	return out
+}
+
+// Close closes every node (without leaving: the whole network goes at once)
+// and the mocknet.
+func (s *SimNetwork) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	nodes := make([]*Mesh, 0, len(s.nodes))
+	for _, m := range s.nodes {
+		nodes = append(nodes, m)
+	}
+	clear(s.nodes)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range nodes {
+		wg.Go(func() { _ = m.shutdown(false) })
+	}
+	wg.Wait()
+	return s.mn.Close()
+}

@@ -1,0 +1,132 @@
+package mesh
+
+import (
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+)
+
+// streamConn is a libp2p stream as the net.Conn memberlist uses for state
+// exchanges and fallback probes.
+//
+// Deadlines are enforced here rather than left to the stream: a stream that
+// cannot enforce them (mocknet's ignore them) would otherwise let a silent
+// peer hold a memberlist goroutine forever. When a deadline passes during a
+// Read or Write, the stream is reset and the call returns an error for which
+// Timeout() is true (os.ErrDeadlineExceeded). The stream's own deadlines are
+// set as well.
+type streamConn struct {
+	s      network.Stream
+	local  net.Addr
+	remote net.Addr
+	count  *atomic.Uint64 // bytes read and written, for Stats
+	onDone func(*streamConn)
+
+	mu       sync.Mutex
+	rdl, wdl time.Time
+
+	closeOnce sync.Once
+}
+
+var _ net.Conn = (*streamConn)(nil)
+
+func (c *streamConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	dl := c.rdl
+	c.mu.Unlock()
+	stop, err := c.guard(dl)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.s.Read(p)
+	if stop() && err != nil {
+		err = os.ErrDeadlineExceeded
+	}
+	c.count.Add(uint64(n))
+	return n, err
+}
+
+func (c *streamConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	dl := c.wdl
+	c.mu.Unlock()
+	stop, err := c.guard(dl)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.s.Write(p)
+	if stop() && err != nil {
+		err = os.ErrDeadlineExceeded
+	}
+	c.count.Add(uint64(n))
+	return n, err
+}
+
+// guard arms a timer that resets the stream at the deadline dl (zero: none).
+// The returned func disarms it and tells whether it fired.
+func (c *streamConn) guard(dl time.Time) (func() bool, error) {
+	if dl.IsZero() {
+		return func() bool { return false }, nil
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return nil, os.ErrDeadlineExceeded
+	}
+	var fired atomic.Bool
+	t := time.AfterFunc(d, func() {
+		fired.Store(true)
+		_ = c.s.Reset()
+	})
+	return func() bool {
+		t.Stop()
+		return fired.Load()
+	}, nil
+}
+
+// Close closes the stream; a second Close does nothing.
+func (c *streamConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		err = c.s.Close()
+		if c.onDone != nil {
+			c.onDone(c)
+		}
+	})
+	return err
+}
+
+// reset aborts the stream (used when the transport shuts down).
+func (c *streamConn) reset() {
+	_ = c.s.Reset()
+}
+
+func (c *streamConn) LocalAddr() net.Addr  { return c.local }
+func (c *streamConn) RemoteAddr() net.Addr { return c.remote }
+
+func (c *streamConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdl, c.wdl = t, t
+	c.mu.Unlock()
+	_ = c.s.SetDeadline(t)
+	return nil
+}
+
+func (c *streamConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdl = t
+	c.mu.Unlock()
+	_ = c.s.SetReadDeadline(t)
+	return nil
+}
+
+func (c *streamConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wdl = t
+	c.mu.Unlock()
+	_ = c.s.SetWriteDeadline(t)
+	return nil
+}
