@@ -1,0 +1,57 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// LogRequest names the output a GET /v1/jobs/{id}/logs wants.
+type LogRequest struct {
+	Job    string
+	Share  int    // default 0
+	Stream string // "stdout" (default) or "stderr"
+	Offset int64  // bytes already read
+	Follow bool   // keep streaming until the attempt ends
+}
+
+// Backend is what the API serves: the node. Its methods are called from
+// request goroutines, concurrently, and return *HTTPError for expected
+// failures (400 with Field for a bad spec, 404 for an unknown job, 413 for an
+// oversize payload); any other error is a 500.
+type Backend interface {
+	// Submit validates spec, hands it to the job's coordinator and returns
+	// the job's record once the coordinator has acknowledged it.
+	Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error)
+	// PutPayload stores a payload archive of at most market.MaxPayloadBytes
+	// read from r and returns its reference.
+	PutPayload(ctx context.Context, r io.Reader) (market.PayloadRef, error)
+	// Jobs lists the jobs this node knows: those it coordinates or holds a
+	// replica of, and those submitted through it.
+	Jobs(ctx context.Context) ([]market.JobRecord, error)
+	// Job returns a job's record from whichever peer holds it.
+	Job(ctx context.Context, id string) (market.JobRecord, error)
+	// Cancel cancels a job through its coordinator.
+	Cancel(ctx context.Context, id string) (market.JobRecord, error)
+	// Scale changes an elastic job's card count through its coordinator.
+	Scale(ctx context.Context, id string, cards int) (market.JobRecord, error)
+	// Logs writes a share's output to w from req.Offset, following it while
+	// the attempt runs when req.Follow is set; flush is called after each
+	// chunk.
+	Logs(ctx context.Context, req LogRequest, w io.Writer, flush func()) error
+	// Peers lists the mesh's members, this node first.
+	Peers(ctx context.Context) ([]Peer, error)
+	// Cards lists this node's cards.
+	Cards(ctx context.Context) ([]Card, error)
+	// Status is the operator's one-screen summary (GET /v1/status).
+	Status(ctx context.Context) (any, error)
+	// Subscribe returns a channel of events and a function that ends the
+	// subscription. The channel is closed when the subscription ends.
+	Subscribe() (<-chan Event, func())
+	// Ready reports the readiness checks of /readyz.
+	Ready() map[string]bool
+	// Metrics serves /metrics; nil serves 404.
+	Metrics() http.Handler
+}

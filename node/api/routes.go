@@ -1,0 +1,264 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// maxSpecBytes bounds a job spec body.
+const maxSpecBytes = 1 << 20
+
+// Handler returns the API's routes over b, behind the token check of cfg.
+// dashboard, when not nil, is served at / and below (static files).
+func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	h := &handlers{b: b}
+	mux.HandleFunc("POST /v1/jobs", h.submit)
+	mux.HandleFunc("GET /v1/jobs", h.list)
+	mux.HandleFunc("GET /v1/jobs/{id}", h.get)
+	mux.HandleFunc("DELETE /v1/jobs/{id}", h.cancel)
+	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
+	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
+	mux.HandleFunc("POST /v1/payloads", h.payload)
+	mux.HandleFunc("GET /v1/peers", h.peers)
+	mux.HandleFunc("GET /v1/cards", h.cards)
+	mux.HandleFunc("GET /v1/status", h.status)
+	mux.HandleFunc("GET /v1/events", h.events)
+	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /metrics", h.metrics)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+	})
+	if dashboard != nil {
+		mux.Handle("GET /", dashboard)
+	} else {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+		})
+	}
+	return requireToken(cfg.Token, mux)
+}
+
+type handlers struct{ b Backend }
+
+func (h *handlers) submit(w http.ResponseWriter, r *http.Request) {
+	var spec market.JobSpec
+	if err := decodeJSON(r, maxSpecBytes, &spec); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := h.b.Submit(r.Context(), spec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
+	jobs, err := h.b.Jobs(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []market.JobRecord{}
+	}
+	writeJSON(w, http.StatusOK, JobList{Jobs: jobs})
+}
+
+func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.b.Job(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.b.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (h *handlers) scale(w http.ResponseWriter, r *http.Request) {
+	var req ScaleRequest
+	if err := decodeJSON(r, 4096, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := h.b.Scale(r.Context(), r.PathValue("id"), req.Cards)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := LogRequest{Job: r.PathValue("id"), Stream: q.Get("stream"), Follow: q.Get("follow") == "1" || q.Get("follow") == "true"}
+	var err error
+	if s := q.Get("share"); s != "" {
+		if req.Share, err = strconv.Atoi(s); err != nil || req.Share < 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "share", Err: fmt.Errorf("share %q: want a number ≥ 0", s)})
+			return
+		}
+	}
+	if s := q.Get("offset"); s != "" {
+		if req.Offset, err = strconv.ParseInt(s, 10, 64); err != nil || req.Offset < 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "offset", Err: fmt.Errorf("offset %q: want a number ≥ 0", s)})
+			return
+		}
+	}
+	if req.Stream != "" && req.Stream != "stdout" && req.Stream != "stderr" {
+		writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "stream", Err: fmt.Errorf("stream %q: want stdout or stderr", req.Stream)})
+		return
+	}
+	// Headers go out with the first chunk, so an error found before any
+	// output still gets its status code.
+	lw := &lazyWriter{w: w}
+	flush := func() {
+		lw.start()
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	if err := h.b.Logs(r.Context(), req, lw, flush); err != nil && !lw.started {
+		writeError(w, err)
+	}
+}
+
+// lazyWriter writes the log response's headers on the first byte.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (l *lazyWriter) start() {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		l.w.Header().Set("X-Content-Type-Options", "nosniff")
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.start()
+	return l.w.Write(p)
+}
+
+func (h *handlers) payload(w http.ResponseWriter, r *http.Request) {
+	body := http.MaxBytesReader(w, r.Body, market.MaxPayloadBytes)
+	ref, err := h.b.PutPayload(r.Context(), body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", market.MaxPayloadBytes)
+		}
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ref)
+}
+
+func (h *handlers) peers(w http.ResponseWriter, r *http.Request) {
+	peers, err := h.b.Peers(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, PeerList{Peers: peers})
+}
+
+func (h *handlers) cards(w http.ResponseWriter, r *http.Request) {
+	cards, err := h.b.Cards(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if cards == nil {
+		cards = []Card{}
+	}
+	writeJSON(w, http.StatusOK, CardList{Cards: cards})
+}
+
+func (h *handlers) status(w http.ResponseWriter, r *http.Request) {
+	st, err := h.b.Status(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// events streams server-sent events until the client goes or the server
+// closes; a comment line every 15 s keeps proxies from closing it.
+func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, Errorf(http.StatusInternalServerError, "streaming unsupported"))
+		return
+	}
+	ch, stop := h.b.Subscribe()
+	defer stop()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": gpumesh events\n\n")
+	flusher.Flush()
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			data, _ := json.Marshal(ev)
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)
+			flusher.Flush()
+		}
+	}
+}
+
+func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, Health{Status: "ok"})
+}
+
+func (h *handlers) readyz(w http.ResponseWriter, _ *http.Request) {
+	checks := h.b.Ready()
+	for name, ok := range checks {
+		if !ok {
+			writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unready", Checks: checks, Reason: name + " not ready"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Checks: checks})
+}
+
+func (h *handlers) metrics(w http.ResponseWriter, r *http.Request) {
+	m := h.b.Metrics()
+	if m == nil {
+		writeJSON(w, http.StatusNotFound, Error{Error: "metrics are not enabled"})
+		return
+	}
+	m.ServeHTTP(w, r)
+}

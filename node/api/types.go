@@ -1,0 +1,87 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// The JSON bodies of the API. Jobs are served as market.JobRecord (fields
+// id, spec, state, reason, term, epoch, cards, placements [{share, epoch,
+// node, cards, model, state, price_cny, started_at, ended_at, card_seconds,
+// cost_cny, exit_code}], card_seconds, cost_cny, exit_code, submitted_at,
+// running_at, ended_at, explanation) and submitted as market.JobSpec.
+
+// JobList is the body of GET /v1/jobs.
+type JobList struct {
+	Jobs []market.JobRecord `json:"jobs"`
+}
+
+// ScaleRequest is the body of POST /v1/jobs/{id}/scale.
+type ScaleRequest struct {
+	Cards int `json:"cards"`
+}
+
+// PayloadRef is the body of a POST /v1/payloads answer: put it in the
+// spec's payload field.
+type PayloadRef = market.PayloadRef
+
+// Peer is one member of the mesh as this node sees it.
+type Peer struct {
+	ID    string `json:"id"`
+	Self  bool   `json:"self,omitempty"`
+	State string `json:"state"` // alive, suspect, dead, left
+	// Addrs are full multiaddrs ending in /p2p/ID, usable with --join.
+	Addrs     []string  `json:"addrs"`
+	Region    string    `json:"region,omitempty"`
+	Cards     int       `json:"cards"`
+	FreeCards int       `json:"free_cards"`
+	Models    []string  `json:"models,omitempty"`
+	LastHeard time.Time `json:"last_heard,omitzero"`
+	RTTMillis float64   `json:"rtt_ms,omitempty"`
+	// Coordinator says whether the peer coordinates jobs.
+	Coordinator bool `json:"coordinator"`
+}
+
+// PeerList is the body of GET /v1/peers.
+type PeerList struct {
+	Peers []Peer `json:"peers"`
+}
+
+// Card is one of this node's cards and what it is doing.
+type Card struct {
+	device.Card
+	Healthy bool   `json:"healthy"`
+	State   string `json:"state"` // free, reserved, running
+	Job     string `json:"job,omitempty"`
+	Share   int    `json:"share,omitempty"`
+	Epoch   uint64 `json:"epoch,omitempty"`
+}
+
+// CardList is the body of GET /v1/cards.
+type CardList struct {
+	Cards []Card `json:"cards"`
+}
+
+// Event is one server-sent event of GET /v1/events: data is the JSON of
+// Event, the SSE event name is Type.
+type Event struct {
+	Type string    `json:"type"` // "job", "member", "auction", "reroute"
+	At   time.Time `json:"at"`
+	// Job events: the job, its new state and why.
+	Job    string `json:"job,omitempty"`
+	State  string `json:"state,omitempty"`
+	From   string `json:"from,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Epoch  uint64 `json:"epoch,omitempty"`
+	// Member events: the peer and its new state.
+	Peer string `json:"peer,omitempty"`
+}
+
+// Health is the body of /healthz and /readyz.
+type Health struct {
+	Status string          `json:"status"` // "ok" or "unready"
+	Checks map[string]bool `json:"checks,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+}
