@@ -43,6 +43,7 @@ var ErrBadMeta = errors.New("bad node metadata")
 //	4 free_cards uint32
 //	5 models     repeated string
 //	6 leaving    bool
+//	7 coordinator bool
 //
 // Unknown fields are skipped, so later versions may add fields.
 type Meta struct {
@@ -64,6 +65,9 @@ type Meta struct {
 	// so that members tell a leave from a crash whatever order the news
 	// reaches them in. Ignored by UpdateMeta.
 	Leaving bool
+	// Coordinator says the node coordinates jobs now (its --coordinator
+	// mode and how long it has been a member decide; see package node).
+	Coordinator bool
 }
 
 // validate checks the field limits.
@@ -119,6 +123,10 @@ func encodeMeta(m Meta) ([]byte, error) {
 	}
 	if m.Leaving {
 		buf = protowire.AppendTag(buf, 6, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
+	}
+	if m.Coordinator {
+		buf = protowire.AppendTag(buf, 7, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
 	if len(buf) > MaxMetaSize {
@@ -199,17 +207,21 @@ func decodeMeta(b []byte) (Meta, error) {
 			}
 			m.Models = append(m.Models, v)
 			b = b[n:]
-		case num == 6 && typ == protowire.VarintType:
+		case (num == 6 || num == 7) && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return Meta{}, fmt.Errorf("%w: leaving: %v", ErrBadMeta, protowire.ParseError(n))
+				return Meta{}, fmt.Errorf("%w: flag %d: %v", ErrBadMeta, num, protowire.ParseError(n))
 			}
 			if v > 1 {
-				return Meta{}, fmt.Errorf("%w: leaving flag %d, want 0 or 1", ErrBadMeta, v)
+				return Meta{}, fmt.Errorf("%w: flag %d is %d, want 0 or 1", ErrBadMeta, num, v)
 			}
-			m.Leaving = v == 1
+			if num == 6 {
+				m.Leaving = v == 1
+			} else {
+				m.Coordinator = v == 1
+			}
 			b = b[n:]
-		case num >= 1 && num <= 6:
+		case num >= 1 && num <= 7:
 			return Meta{}, fmt.Errorf("%w: field %d has wire type %d", ErrBadMeta, num, typ)
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)

@@ -35,8 +35,16 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 	in.Leaving = true
 	b, _ = encodeMeta(in)
-	if out, _ := decodeMeta(b); !out.Leaving {
+	if out, _ := decodeMeta(b); !out.Leaving || out.Coordinator {
 		t.Fatal("leaving flag lost")
+	}
+	in.Leaving, in.Coordinator = false, true
+	b, _ = encodeMeta(in)
+	if out, _ := decodeMeta(b); out.Leaving || !out.Coordinator {
+		t.Fatalf("coordinator flag lost: %+v", out)
+	}
+	if _, err := decodeMeta(append(b, 7<<3, 2)); err == nil {
+		t.Fatal("a coordinator flag of 2 was accepted")
 	}
 }
 

@@ -1,0 +1,150 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/executor"
+)
+
+// CoordinatorMode says whether a node coordinates jobs.
+type CoordinatorMode string
+
+// The coordinator modes.
+const (
+	// CoordinatorAuto: the node coordinates jobs once it has been a member
+	// for Config.CoordinatorAfter. Nodes that come and go often (a café PC
+	// taken back, a home PC switched off) rarely stay that long, so they
+	// rarely coordinate: the rule keeps job records on steady machines.
+	CoordinatorAuto CoordinatorMode = "auto"
+	// CoordinatorNever: the node only supplies cards and forwards
+	// submissions.
+	CoordinatorNever CoordinatorMode = "never"
+)
+
+// ParseCoordinatorMode reads the --coordinator flag.
+func ParseCoordinatorMode(s string) (CoordinatorMode, error) {
+	switch CoordinatorMode(s) {
+	case CoordinatorAuto, CoordinatorNever:
+		return CoordinatorMode(s), nil
+	}
+	return "", fmt.Errorf("coordinator mode %q: want auto or never", s)
+}
+
+// Defaults of Config.
+const (
+	DefaultTickInterval     = 20 * time.Millisecond
+	DefaultCoordinatorAfter = 30 * time.Second
+	DefaultSendWorkers      = 8
+	DefaultReplicas         = 3
+)
+
+// Config configures a Node. DataDir is required; every other field has the
+// default its comment states.
+type Config struct {
+	// DataDir holds the identity key, the state file, payloads and attempt
+	// directories. Created 0700 if missing.
+	DataDir string
+	// Mesh configures identity, listening, joining, the network name and
+	// secret. DataDir and Logger are filled in from this Config when empty;
+	// Meta is the node's (region and cards).
+	Mesh mesh.Config
+	// Sim, when set, puts the node on this in-memory network instead of a
+	// real libp2p host (demos, benchmarks, tests).
+	Sim *mesh.SimNetwork
+	// Devices are the card backends. nil: every real backend
+	// (device.DefaultBackends).
+	Devices []device.Backend
+	// Region is the supplier's label, advertised with its cards.
+	Region string
+	// Prices overrides the price per card-hour (CNY) of model keys; a model
+	// not listed asks the catalog's default.
+	Prices map[string]float64
+	// Availability is what the node advertises about its uptime; zero asks
+	// coordinators to assume their default.
+	Availability market.Availability
+	// Coordinator says whether the node coordinates jobs. Default auto.
+	Coordinator CoordinatorMode
+	// CoordinatorAfter is how long an auto node must have been a member
+	// before it coordinates. Default 30 s; simulations set it lower.
+	CoordinatorAfter time.Duration
+	// Replicas is R: a job record is held by its coordinator and the next
+	// R-1 members in HRW order. Default 3.
+	Replicas int
+	// Executor configures the executor; Root defaults to DataDir/attempts,
+	// Isolation to auto, HideDirs to include DataDir.
+	Executor executor.Config
+	// API, when set, serves the local API on API.Addr.
+	API *api.Config
+	// Dashboard, when set, is served at / of the API.
+	Dashboard func() any
+	// Market adjusts the market's configuration (timings) before the node
+	// starts; tests and simulations use it.
+	Market func(*market.Config)
+	// TickInterval is how often the market's clock advances. Default 20 ms.
+	TickInterval time.Duration
+	// SendWorkers bounds the goroutines that deliver market messages.
+	// Default 8.
+	SendWorkers int
+	// Logger receives the node's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Coordinator == "" {
+		c.Coordinator = CoordinatorAuto
+	}
+	if c.CoordinatorAfter == 0 {
+		c.CoordinatorAfter = DefaultCoordinatorAfter
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.SendWorkers <= 0 {
+		c.SendWorkers = DefaultSendWorkers
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Mesh.DataDir == "" {
+		c.Mesh.DataDir = c.DataDir
+	}
+	if c.Mesh.Logger == nil {
+		c.Mesh.Logger = c.Logger
+	}
+	if c.Mesh.Network == "" {
+		c.Mesh.Network = mesh.DefaultNetwork
+	}
+	return c
+}
+
+// Validate reports the first field of c that is wrong.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("node: DataDir is required")
+	}
+	if _, err := ParseCoordinatorMode(string(c.Coordinator)); err != nil && c.Coordinator != "" {
+		return fmt.Errorf("node: %w", err)
+	}
+	if c.Replicas < 0 || c.Replicas > 7 {
+		return fmt.Errorf("node: Replicas %d: want 1 to 7", c.Replicas)
+	}
+	if c.CoordinatorAfter < 0 {
+		return fmt.Errorf("node: CoordinatorAfter %s: must not be negative", c.CoordinatorAfter)
+	}
+	for model, p := range c.Prices {
+		if p <= 0 || p > market.MaxPriceCap {
+			return fmt.Errorf("node: price of %s: %v CNY per card-hour: want (0, %d]", model, p, market.MaxPriceCap)
+		}
+	}
+	return nil
+}
