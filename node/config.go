@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -83,7 +84,7 @@ type Config struct {
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
 	// Dashboard, when set, is served at / of the API.
-	Dashboard func() any
+	Dashboard http.Handler
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)

@@ -398,3 +398,7 @@ func (e *Executor) Close() error {
 	e.wg.Wait()
 	return nil
 }
+
+// Root is the directory holding the attempts' directories (Config.Root),
+// where ReadLog finds their output.
+func (e *Executor) Root() string { return e.cfg.Root }

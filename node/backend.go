@@ -1,0 +1,201 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+var _ api.Backend = (*Node)(nil)
+
+// serveAPI starts the local API.
+func (n *Node) serveAPI(cfg api.Config) error {
+	ln, err := api.Listen(cfg)
+	if err != nil {
+		return err
+	}
+	var dash http.Handler
+	if n.cfg.Dashboard != nil {
+		dash = n.cfg.Dashboard
+	}
+	n.server = api.Serve(ln, api.Handler(cfg, n, dash))
+	n.log.Info("API listening", "addr", n.server.Addr())
+	return nil
+}
+
+// logChunk is how much of a log one read returns.
+const logChunk = 64 << 10
+
+// Logs implements api.Backend: it finds the node that runs (or ran) the
+// share and streams the attempt's output from it.
+func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
+	rec, err := n.Job(ctx, req.Job)
+	if err != nil {
+		return err
+	}
+	p, ok := latestPlacement(rec, req.Share)
+	if !ok {
+		if len(rec.Placements) == 0 {
+			return api.Errorf(http.StatusNotFound, "job %s has not been placed yet (%s)", req.Job, rec.State)
+		}
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %d (shares: %v)", req.Job, req.Share, shares(rec))}
+	}
+	write := func(b []byte) error {
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		flush()
+		return nil
+	}
+	stream := executor.Stream(req.Stream)
+	if p.Node == n.id.String() {
+		return n.localLogs(ctx, attemptName(req.Job, p.Share, p.Epoch), stream, req.Offset, req.Follow, write)
+	}
+	pid, err := peer.Decode(p.Node)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(logsRequest{Job: req.Job, Share: p.Share, Epoch: p.Epoch, Stream: req.Stream, Offset: req.Offset, Follow: req.Follow})
+	err = n.direct.Call(ctx, pid, kindLogs, data, func(m gossip.Message) error {
+		if m.Kind != kindLogChunk {
+			return fmt.Errorf("unexpected %q frame in a log reply", m.Kind)
+		}
+		return write(m.Data)
+	})
+	if err != nil {
+		return fromCallError(err)
+	}
+	return nil
+}
+
+// localLogs streams an attempt's output from this node's files, following
+// it while the attempt runs when follow is set.
+func (n *Node) localLogs(ctx context.Context, name string, stream executor.Stream, offset int64, follow bool, write func([]byte) error) error {
+	root := n.exec.Root()
+	for {
+		var changed <-chan struct{}
+		run, running := n.exec.Lookup(name)
+		if running {
+			changed = run.Changed()
+		}
+		b, next, err := executor.ReadLog(root, name, stream, offset, logChunk)
+		if errors.Is(err, executor.ErrNoLog) {
+			return api.Errorf(http.StatusNotFound, "no output of attempt %s on this node", name)
+		}
+		if err != nil {
+			return err
+		}
+		if len(b) > 0 {
+			if err := write(b); err != nil {
+				return err
+			}
+			offset = next
+			continue
+		}
+		if !follow || !running {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		case <-n.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Peers implements api.Backend.
+func (n *Node) Peers(context.Context) ([]api.Peer, error) {
+	now := time.Now()
+	book := map[peer.ID]gossip.PeerSummary{}
+	for _, s := range n.gossip.Book().Snapshot(now) {
+		book[s.Peer] = s
+	}
+	members := n.mesh.Members()
+	out := make([]api.Peer, 0, len(members))
+	for _, m := range members {
+		p := api.Peer{
+			ID:          m.ID.String(),
+			Self:        m.Self,
+			State:       m.State.String(),
+			Region:      m.Region,
+			Cards:       m.Cards,
+			FreeCards:   m.FreeCards,
+			Models:      m.Models,
+			LastHeard:   m.LastHeard,
+			RTTMillis:   float64(m.RTT.Microseconds()) / 1000,
+			Coordinator: m.Coordinator,
+		}
+		if s, ok := book[m.ID]; ok {
+			p.Cards, p.FreeCards, p.Models = s.Cards, s.FreeCards, s.Models
+		}
+		addrs := m.Addrs
+		if m.Self {
+			addrs = n.mesh.Host().Addrs()
+		}
+		for _, a := range addrs {
+			p.Addrs = append(p.Addrs, fmt.Sprintf("%s/p2p/%s", a, m.ID))
+		}
+		if m.State == mesh.StateDead || m.State == mesh.StateLeft {
+			p.FreeCards = 0
+		}
+		if m.Self {
+			out = append([]api.Peer{p}, out...)
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Cards implements api.Backend.
+func (n *Node) Cards(ctx context.Context) ([]api.Card, error) {
+	var statuses []market.CardStatus
+	if err := n.do(ctx, func() { statuses = n.mk.Cards() }); err != nil {
+		return nil, err
+	}
+	out := make([]api.Card, 0, len(statuses))
+	for _, s := range statuses {
+		out = append(out, api.Card{Card: s.Card, Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
+	}
+	return out, nil
+}
+
+// Status implements api.Backend.
+func (n *Node) Status(ctx context.Context) (any, error) {
+	cards, err := n.Cards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{
+		"peer":    n.id.String(),
+		"uptime":  time.Since(n.started).Round(time.Second).String(),
+		"members": n.mesh.NumAlive(),
+		"cards":   cards,
+	}, nil
+}
+
+// Subscribe implements api.Backend.
+func (n *Node) Subscribe() (<-chan api.Event, func()) { return n.events.subscribe() }
+
+// Ready implements api.Backend: the store is open, the cards were read, and
+// the node is in a mesh (or was asked to join none).
+func (n *Node) Ready() map[string]bool {
+	joined := n.mesh.NumAlive() > 1 || (len(n.cfg.Mesh.Join) == 0 && !n.cfg.Mesh.MDNS)
+	return map[string]bool{"store": true, "devices": true, "mesh": joined}
+}
+
+// Metrics implements api.Backend.
+func (n *Node) Metrics() http.Handler { return nil }

@@ -1,0 +1,287 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// startMarket builds the market for this node and restores what the state
+// file holds: the jobs it coordinated are adopted again under a higher term;
+// attempts it ran whose processes died with the node are recorded as lost
+// (their coordinators place them again when the leases lapse).
+func (n *Node) startMarket(cards []device.Card) error {
+	n.book = market.NewBook()
+	mcfg := market.DefaultConfig(n.id.String())
+	mcfg.Cards = cards
+	mcfg.Region = n.cfg.Region
+	mcfg.Availability = n.cfg.Availability
+	mcfg.Prices.PerModel = n.cfg.Prices
+	mcfg.Book = n.book
+	if n.cfg.Market != nil {
+		n.cfg.Market(&mcfg)
+	}
+	mk, err := market.New(mcfg)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.mk = mk
+
+	now := time.Now()
+	var restored, ended int
+	err = n.store.ForEach(store.Jobs, func(id string, raw []byte) error {
+		var rec market.JobRecord
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			n.log.Error("unreadable job record in the state file; skipped", "job", id, "err", err)
+			return nil
+		}
+		n.view.put(rec)
+		if rec.State.Terminal() || rec.Coordinator != n.id.String() {
+			ended++
+			return nil
+		}
+		if err := n.mk.Step(market.JobAdopted{Now: now, Record: rec, Term: rec.Term + 1}); err != nil {
+			n.log.Warn("cannot resume job", "job", id, "err", err)
+			return nil
+		}
+		restored++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("node: reading jobs: %w", err)
+	}
+	var lost []store.Op
+	err = n.store.ForEach(store.Attempts, func(key string, raw []byte) error {
+		var a market.Attempt
+		if err := json.Unmarshal(raw, &a); err != nil || a.State == market.AttemptClosed || a.State == market.AttemptDone {
+			return nil
+		}
+		a.State, a.Cause = market.AttemptDone, market.CauseFenced
+		lost = append(lost, store.Put(store.Attempts, key, a))
+		n.log.Warn("attempt lost with the node's last run", "job", a.Job, "share", a.Share, "epoch", a.Epoch)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("node: reading attempts: %w", err)
+	}
+	if err := n.store.Apply(lost); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if restored+ended > 0 {
+		n.log.Info("state restored", "jobs_resumed", restored, "jobs_ended", ended, "attempts_lost", len(lost))
+	}
+	n.drain()
+	return nil
+}
+
+// drive is the one goroutine that owns the market: it feeds it time,
+// messages, membership changes and API calls, and carries out what it
+// decides.
+func (n *Node) drive() {
+	defer n.wg.Done()
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-ticker.C:
+			n.updateCoordinatorFlag()
+			n.step(market.Tick{Now: time.Now()})
+		case f := <-n.inputs:
+			f()
+		case <-n.wake:
+			n.foldPending()
+		}
+		n.drain()
+	}
+}
+
+// step applies one event; expected refusals (stale, unknown job) are
+// logged at debug and change nothing.
+func (n *Node) step(ev market.Event) error {
+	err := n.mk.Step(ev)
+	if err != nil {
+		level := slogDebug
+		if errors.Is(err, market.ErrBadMessage) || errors.Is(err, market.ErrRefused) {
+			level = slogInfo
+		}
+		n.log.Log(n.ctx, level, "market refused input", "event", fmt.Sprintf("%T", ev), "err", err)
+	}
+	return err
+}
+
+// drain carries out everything the market has decided, in the order Ready
+// documents: persist, send, stop, start, notify, advertise.
+func (n *Node) drain() {
+	for n.mk.HasReady() {
+		rd := n.mk.Ready()
+		n.persist(rd)
+		n.send(rd.Messages)
+		for _, s := range rd.Stop {
+			n.stopExecution(s)
+		}
+		for _, e := range rd.Start {
+			n.startExecution(e)
+		}
+		for _, note := range rd.Notifications {
+			n.notify(note)
+		}
+		if rd.Ad != nil {
+			n.advertise(*rd.Ad)
+		}
+		n.mk.Advance(rd)
+	}
+}
+
+// persist writes the changed job records and attempts in one transaction
+// before anything that depends on them leaves the node.
+func (n *Node) persist(rd market.Ready) {
+	var ops []store.Op
+	for _, rec := range rd.Jobs {
+		ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
+		n.view.put(rec)
+	}
+	for _, a := range rd.Attempts {
+		key := attemptName(a.Job, a.Share, a.Epoch)
+		if a.State == market.AttemptClosed {
+			ops = append(ops, store.Delete(store.Attempts, key))
+		} else {
+			ops = append(ops, store.Put(store.Attempts, key, a))
+		}
+	}
+	if err := n.store.Apply(ops); err != nil {
+		n.log.Error("cannot write state; what this node decides now may not survive a restart", "err", err)
+	}
+}
+
+// onAd is gossip's callback for a new capacity ad: it records the newest
+// ad per peer and wakes the driver, without blocking.
+func (n *Node) onAd(ad gossip.Ad) {
+	n.pendingMu.Lock()
+	n.pendingAds[ad.Peer] = ad
+	n.pendingMu.Unlock()
+	n.nudge()
+}
+
+func (n *Node) nudge() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pumpMembers moves membership events to the driver.
+func (n *Node) pumpMembers(sub *mesh.Subscription) {
+	defer n.wg.Done()
+	defer sub.Close()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case ev, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			n.pendingMu.Lock()
+			n.pendingMembers = append(n.pendingMembers, ev)
+			n.pendingMu.Unlock()
+			n.nudge()
+		}
+	}
+}
+
+// foldPending applies the ads and membership events gathered since the
+// last call.
+func (n *Node) foldPending() {
+	n.pendingMu.Lock()
+	ads := n.pendingAds
+	n.pendingAds = map[peer.ID]gossip.Ad{}
+	members := n.pendingMembers
+	n.pendingMembers = nil
+	n.pendingMu.Unlock()
+
+	now := time.Now()
+	for p, ad := range ads {
+		if p == n.id {
+			continue // the market knows its own cards
+		}
+		if m, ok := n.mesh.Member(p); ok && (m.State == mesh.StateDead || m.State == mesh.StateLeft) {
+			continue
+		}
+		n.book.Put(p.String(), offersOf(ad, now))
+	}
+	for _, ev := range members {
+		n.events.publish(memberEvent(ev))
+		switch ev.Kind {
+		case mesh.EventDead, mesh.EventLeft:
+			n.book.Remove(ev.Peer.String())
+			n.gossip.Book().Forget(ev.Peer)
+			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+		case mesh.EventDisconnect:
+			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+		case mesh.EventJoin:
+			// A peer back from the dead: its next ad brings its cards back.
+		}
+	}
+}
+
+// pumpHealth moves card health changes to the market.
+func (n *Node) pumpHealth() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case ev, ok := <-n.devices.Events():
+			if !ok {
+				return
+			}
+			n.log.Warn("card health changed", "card", ev.CardID, "healthy", ev.Health.Healthy, "reason", ev.Health.Reason)
+			cards := n.devices.Cards()
+			n.postWait(func() {
+				n.step(market.CardsChanged{Now: time.Now(), Cards: cards})
+				n.updateMeta()
+			})
+		}
+	}
+}
+
+// postWait queues f for the driver, waiting for room; it gives up only when
+// the node closes.
+func (n *Node) postWait(f func()) {
+	select {
+	case n.inputs <- f:
+	case <-n.ctx.Done():
+	}
+}
+
+// updateCoordinatorFlag advertises this node as a coordinator once it has
+// been up for CoordinatorAfter in auto mode.
+func (n *Node) updateCoordinatorFlag() {
+	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter
+	if want != n.coordNow {
+		n.coordNow = want
+		n.updateMeta()
+	}
+}
+
+// updateMeta refreshes what memberlist tells peers about this node.
+func (n *Node) updateMeta() {
+	var statuses []market.CardStatus
+	if n.mk != nil {
+		statuses = n.mk.Cards()
+	}
+	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow)
+	if err := n.mesh.UpdateMeta(meta); err != nil {
+		n.log.Warn("cannot update node metadata", "err", err)
+	}
+}

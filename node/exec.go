@@ -1,0 +1,228 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
+)
+
+// runSlot is the driver's handle on one attempt between the market's
+// decision to start it and the end of its process.
+type runSlot struct {
+	mu   sync.Mutex
+	run  *executor.Run
+	stop executor.StopReason // asked before the process existed
+}
+
+func attemptName(job string, share int, epoch uint64) string {
+	return executor.Attempt{JobID: job, Share: share, Epoch: epoch}.Name()
+}
+
+// startExecution starts one share on this node's cards. Preparing it (the
+// payload may come from the coordinator) happens on a goroutine the node
+// owns, which then watches the process and reports its end.
+func (n *Node) startExecution(e market.Execution) {
+	key := attemptKey{e.Job, e.Share, e.Epoch}
+	if _, ok := n.runs[key]; ok {
+		return
+	}
+	slot := &runSlot{}
+	n.runs[key] = slot
+	var master string
+	if e.Gang != nil {
+		master = n.masterAddr(e.Gang.Master)
+	}
+	n.wg.Add(1)
+	go n.runAttempt(key, e, slot, master)
+}
+
+func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, master string) {
+	defer n.wg.Done()
+	log := n.log.With("job", e.Job, "share", e.Share, "epoch", e.Epoch)
+	a, release, err := n.attemptOf(e, master)
+	var run *executor.Run
+	if err == nil {
+		run, err = n.exec.Start(a)
+		release()
+	}
+	if err != nil {
+		log.Warn("attempt did not start", "err", err)
+		n.postWait(func() {
+			delete(n.runs, key)
+			n.step(market.ExecutionStarted{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch})
+			n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: exitCannotStart})
+		})
+		return
+	}
+	slot.mu.Lock()
+	slot.run = run
+	stop := slot.stop
+	slot.mu.Unlock()
+	if stop != "" {
+		run.Stop(stop)
+	}
+	started := run.StartedAt()
+	n.postWait(func() {
+		n.step(market.ExecutionStarted{Now: started, Job: e.Job, Share: e.Share, Epoch: e.Epoch})
+	})
+	<-run.Done() // the executor stops every run when the node closes
+	res := run.Result()
+	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "seconds", res.Seconds())
+	n.postWait(func() {
+		delete(n.runs, key)
+		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode})
+	})
+}
+
+// exitCannotStart is the exit code reported for an attempt whose process
+// could not be started (command not found, payload unavailable), as a
+// shell reports a command it cannot run.
+const exitCannotStart = 127
+
+// stopExecution stops an attempt; its watcher reports the end.
+func (n *Node) stopExecution(s market.StopExecution) {
+	key := attemptKey{s.Job, s.Share, s.Epoch}
+	slot, ok := n.runs[key]
+	if !ok {
+		// Never started here, or already gone: tell the market at once.
+		n.step(market.ExecutionExited{Now: time.Now(), Job: s.Job, Share: s.Share, Epoch: s.Epoch, ExitCode: -1})
+		return
+	}
+	reason := stopReason(s.Cause)
+	slot.mu.Lock()
+	run := slot.run
+	if run == nil {
+		slot.stop = reason
+	}
+	slot.mu.Unlock()
+	if run != nil {
+		run.Stop(reason)
+	}
+}
+
+func stopReason(c market.Cause) executor.StopReason {
+	switch c {
+	case market.CausePreempted:
+		return executor.StopPreempted
+	case market.CauseFenced:
+		return executor.StopFenced
+	}
+	return executor.StopCancelled
+}
+
+// attemptOf builds what the executor runs for an execution; release closes
+// its payload once the executor has unpacked it.
+func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), err error) {
+	release = func() {}
+	inventory := n.devices.Cards()
+	byID := make(map[string]device.Card, len(inventory))
+	for _, c := range inventory {
+		byID[c.ID] = c
+	}
+	cards := make([]device.Card, 0, len(e.Cards))
+	for _, id := range e.Cards {
+		c, ok := byID[id]
+		if !ok {
+			return a, release, fmt.Errorf("card %s is no longer on this node", id)
+		}
+		cards = append(cards, c)
+	}
+	a = executor.Attempt{
+		JobID:      e.Job,
+		Share:      e.Share,
+		Epoch:      e.Epoch,
+		Command:    e.Exec.Command,
+		Env:        e.Exec.Env,
+		DeviceEnv:  envMap(device.VisibleEnv(cards, inventory)),
+		LocalCards: len(cards),
+	}
+	a.Limits.Devices = executor.CardDevices(n.cfg.Executor.DevDir, cards)
+	if e.Gang != nil {
+		if master == "" {
+			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+		}
+		a.Gang = &executor.Gang{
+			NNodes:     e.Gang.NNodes,
+			NodeRank:   e.Gang.NodeRank,
+			MasterAddr: master,
+			MasterPort: masterPort(e.Job, e.Epoch),
+			WorldSize:  e.World,
+		}
+		// Ranks reach each other directly.
+		a.Limits.Network = executor.NetworkHost
+	}
+	if p := e.Exec.Payload; p != nil {
+		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
+		defer cancel()
+		r, err := n.openPayload(ctx, e.Coordinator, *p)
+		if err != nil {
+			return a, release, fmt.Errorf("payload %s: %w", p.Digest, err)
+		}
+		a.Payload, release = r, func() { r.Close() }
+	}
+	return a, release, nil
+}
+
+func envMap(kv []string) map[string]string {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// masterPort is the rendezvous port of a gang attempt: derived from the job
+// and epoch, so every rank computes the same one and two gangs mastered on
+// one node rarely collide.
+func masterPort(job string, epoch uint64) int {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", job, epoch)
+	return 20000 + int(h.Sum32()%10000)
+}
+
+// masterAddr is the IP address other ranks use to reach the gang's master
+// node: its first IPv4 address that is not loopback, else its first IPv6
+// one, else loopback (a mesh on one machine).
+func (n *Node) masterAddr(id string) string {
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return ""
+	}
+	var addrs []ma.Multiaddr
+	if pid == n.id {
+		addrs = n.mesh.Host().Addrs()
+	} else if m, ok := n.mesh.Member(pid); ok {
+		addrs = m.Addrs
+	}
+	var v6, loop string
+	for _, a := range addrs {
+		ip, err := manet.ToIP(a)
+		switch {
+		case err != nil || ip.IsUnspecified():
+		case ip.IsLoopback():
+			if loop == "" {
+				loop = ip.String()
+			}
+		case ip.To4() != nil:
+			return ip.String()
+		case v6 == "":
+			v6 = ip.String()
+		}
+	}
+	if v6 != "" {
+		return v6
+	}
+	return loop
+}

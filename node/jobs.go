@@ -1,0 +1,327 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// callTimeout bounds a call to another node on behalf of an API request.
+const callTimeout = 10 * time.Second
+
+// coordinators returns the members that should hold a job, best first:
+// rendezvous hashing (market.Coordinators) over the coordinator-eligible
+// alive members. Eligible are the members whose metadata says they
+// coordinate (see CoordinatorMode); while no member is eligible yet (a mesh
+// that has just formed), every alive member is. Every node computes the
+// same list from the same membership, so "submit anywhere, ask anywhere"
+// needs no directory.
+func (n *Node) coordinators(job string, r int) []peer.ID {
+	var eligible, alive []string
+	for _, m := range n.mesh.Members() {
+		if m.State != mesh.StateAlive {
+			continue
+		}
+		alive = append(alive, m.ID.String())
+		if m.Coordinator && !m.Leaving {
+			eligible = append(eligible, m.ID.String())
+		}
+	}
+	if len(eligible) == 0 {
+		eligible = alive
+	}
+	if len(eligible) == 0 {
+		eligible = []string{n.id.String()}
+	}
+	ids := market.Coordinators(job, eligible, r)
+	out := make([]peer.ID, 0, len(ids))
+	for _, s := range ids {
+		if id, err := peer.Decode(s); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Submit implements api.Backend: it checks the spec, then hands it to the
+// job's coordinator (this node, or the first of the HRW list that answers)
+// and returns the record the coordinator acknowledged.
+func (n *Node) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
+	if spec.ID == "" {
+		id, err := newJobID()
+		if err != nil {
+			return market.JobRecord{}, err
+		}
+		spec.ID = id
+	}
+	if err := checkSpec(&spec); err != nil {
+		return market.JobRecord{}, err
+	}
+	if spec.Payload != nil && !n.payload.has(*spec.Payload) {
+		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload",
+			Err: fmt.Errorf("payload %s is not on this node: upload it first (POST /v1/payloads)", spec.Payload.Digest)}
+	}
+	n.view.addSubmitted(spec.ID, time.Now())
+	var lastErr error
+	for _, c := range n.coordinators(spec.ID, n.cfg.Replicas) {
+		if c == n.id {
+			return n.submitLocal(ctx, spec, n.id.String())
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		rec, err := n.call(cctx, c, kindSubmit, submitRequest{Spec: spec, Origin: n.id.String()})
+		cancel()
+		var he *api.HTTPError
+		if err == nil || errors.As(err, &he) {
+			return rec, err // an answer, even a refusal, ends the search
+		}
+		n.log.Warn("coordinator unreachable; trying the next", "job", spec.ID, "coordinator", c.ShortString(), "err", err)
+		lastErr = err
+	}
+	return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "no coordinator reachable for job %s: %v", spec.ID, lastErr)
+}
+
+func newJobID() (string, error) {
+	b := make([]byte, market.JobIDRandomBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return market.NewJobID(b)
+}
+
+// checkSpec validates a spec and maps a bad field to a 400.
+func checkSpec(spec *market.JobSpec) error {
+	if err := spec.Validate(nil); err != nil {
+		var se *market.SpecError
+		if errors.As(err, &se) {
+			return &api.HTTPError{Status: http.StatusBadRequest, Field: se.Field, Err: err}
+		}
+		return &api.HTTPError{Status: http.StatusBadRequest, Err: err}
+	}
+	return nil
+}
+
+// submitLocal makes this node the job's coordinator. The payload is copied
+// from origin first, and the record is on disk before the call returns.
+func (n *Node) submitLocal(ctx context.Context, spec market.JobSpec, origin string) (market.JobRecord, error) {
+	if err := checkSpec(&spec); err != nil {
+		return market.JobRecord{}, err
+	}
+	if spec.Payload != nil {
+		if err := n.fetchPayload(ctx, origin, *spec.Payload); err != nil {
+			return market.JobRecord{}, api.Errorf(http.StatusBadGateway, "job %s: %v", spec.ID, err)
+		}
+	}
+	var rec market.JobRecord
+	var stepErr error
+	err := n.do(ctx, func() {
+		stepErr = n.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec})
+		n.drain() // persisted before the acknowledgement leaves
+		rec, _ = n.mk.Job(spec.ID)
+	})
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	switch {
+	case errors.Is(stepErr, market.ErrJobExists):
+		// A retried submission of the same spec is acknowledged again.
+		if !reflect.DeepEqual(rec.Spec, spec) {
+			return market.JobRecord{}, api.Errorf(http.StatusConflict, "job %s exists with another spec", spec.ID)
+		}
+	case stepErr != nil:
+		var se *market.SpecError
+		if errors.As(stepErr, &se) {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: se.Field, Err: stepErr}
+		}
+		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job %s: %v", spec.ID, stepErr)
+	}
+	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
+	return rec, nil
+}
+
+// Job implements api.Backend.
+func (n *Node) Job(ctx context.Context, id string) (market.JobRecord, error) {
+	if err := market.ValidateJobID(id); err != nil {
+		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job id %q: %v", id, err)
+	}
+	return n.routed(ctx, id, kindGet, id, n.localJob)
+}
+
+// routed runs a job operation where the job lives: here if this node
+// coordinates it, else on the members of its HRW list in order until one
+// knows it.
+func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(context.Context, string) (market.JobRecord, error)) (market.JobRecord, error) {
+	if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() {
+		return local(ctx, id)
+	}
+	var lastErr error
+	for _, c := range n.coordinators(id, n.cfg.Replicas) {
+		var rec market.JobRecord
+		var err error
+		if c == n.id {
+			rec, err = local(ctx, id)
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			rec, err = n.call(cctx, c, kind, req)
+			cancel()
+		}
+		if err == nil {
+			return rec, nil
+		}
+		if !isNotFound(err) {
+			lastErr = err
+		}
+	}
+	if rec, ok := n.view.job(id); ok {
+		return rec, nil // this node's last copy: better than nothing
+	}
+	if lastErr != nil {
+		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinators did not answer: %v", id, lastErr)
+	}
+	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %s", id)
+}
+
+func (n *Node) localJob(ctx context.Context, id string) (market.JobRecord, error) {
+	var rec market.JobRecord
+	var ok bool
+	if err := n.do(ctx, func() { rec, ok = n.mk.Job(id) }); err != nil {
+		return rec, err
+	}
+	if !ok {
+		if old, found := n.view.job(id); found && old.State.Terminal() {
+			return old, nil
+		}
+		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
+	}
+	return rec, nil
+}
+
+// Jobs implements api.Backend: the jobs this node coordinates and those
+// submitted through it, newest first.
+func (n *Node) Jobs(ctx context.Context) ([]market.JobRecord, error) {
+	recs := n.view.all()
+	remote := n.view.remote()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, id := range remote {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if rec, err := n.Job(ctx, id); err == nil {
+				mu.Lock()
+				recs = append(recs, rec)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sortJobs(recs)
+	return recs, nil
+}
+
+// Cancel implements api.Backend.
+func (n *Node) Cancel(ctx context.Context, id string) (market.JobRecord, error) {
+	if err := market.ValidateJobID(id); err != nil {
+		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job id %q: %v", id, err)
+	}
+	return n.routed(ctx, id, kindCancel, id, n.cancelLocal)
+}
+
+func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, error) {
+	var rec market.JobRecord
+	var ok bool
+	var stepErr error
+	err := n.do(ctx, func() {
+		if _, ok = n.mk.Job(id); !ok {
+			return
+		}
+		stepErr = n.mk.Step(market.CancelJob{Now: time.Now(), Job: id, Reason: "cancelled by its owner"})
+		n.drain()
+		rec, _ = n.mk.Job(id)
+	})
+	switch {
+	case err != nil:
+		return rec, err
+	case !ok:
+		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
+	case stepErr != nil && !errors.Is(stepErr, market.ErrJobEnded):
+		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
+	}
+	return rec, nil
+}
+
+// Scale implements api.Backend.
+func (n *Node) Scale(ctx context.Context, id string, cards int) (market.JobRecord, error) {
+	if err := market.ValidateJobID(id); err != nil {
+		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job id %q: %v", id, err)
+	}
+	return n.routed(ctx, id, kindScale, scaleRequest{Job: id, Cards: cards}, func(ctx context.Context, id string) (market.JobRecord, error) {
+		return n.scaleLocal(ctx, id, cards)
+	})
+}
+
+func (n *Node) scaleLocal(ctx context.Context, id string, cards int) (market.JobRecord, error) {
+	var rec market.JobRecord
+	var ok bool
+	var stepErr error
+	err := n.do(ctx, func() {
+		if _, ok = n.mk.Job(id); !ok {
+			return
+		}
+		stepErr = n.mk.Step(market.ScaleJob{Now: time.Now(), Job: id, Cards: cards})
+		n.drain()
+		rec, _ = n.mk.Job(id)
+	})
+	switch {
+	case err != nil:
+		return rec, err
+	case !ok:
+		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
+	case errors.Is(stepErr, market.ErrNotElastic):
+		return rec, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: stepErr}
+	case stepErr != nil:
+		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
+	}
+	return rec, nil
+}
+
+// latestPlacement is the attempt of a share to read logs from: the one
+// running now, else the one with the highest epoch.
+func latestPlacement(rec market.JobRecord, share int) (market.Placement, bool) {
+	var best market.Placement
+	found := false
+	for _, p := range rec.Placements {
+		if p.Share != share || p.State == market.PlacementRejected {
+			continue
+		}
+		if !found || p.Epoch > best.Epoch {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// shares lists the share numbers of a record.
+func shares(rec market.JobRecord) []int {
+	var out []int
+	for _, p := range rec.Placements {
+		if !slices.Contains(out, p.Share) {
+			out = append(out, p.Share)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,283 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Node is a running gpumesh daemon. It owns every goroutine it starts: the
+// driver that owns the market, the workers that send its messages, the
+// pumps of membership and health events, the watchers of running attempts,
+// and the API server. Close stops them all and returns after they exit.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	id  peer.ID
+
+	store   *store.Store
+	devices *device.Manager
+	mesh    *mesh.Mesh
+	gossip  *gossip.Gossip
+	direct  *gossip.Direct
+	adv     *gossip.Advertiser
+	exec    *executor.Executor
+	payload *payloads
+	server  *api.Server
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	inputs  chan func()   // run on the driver goroutine
+	wake    chan struct{} // one token: pending ads or members changed
+	outbox  chan outgoing // to the send workers
+	started time.Time
+
+	// Driver-owned (touched only on the driver goroutine).
+	mk       *market.Node
+	book     *market.Book
+	runs     map[attemptKey]*runSlot
+	coordNow bool // this node advertises itself as a coordinator
+
+	// Fed by gossip and mesh callbacks, drained by the driver.
+	pendingMu      sync.Mutex
+	pendingAds     map[peer.ID]gossip.Ad
+	pendingMembers []mesh.Event
+
+	// Read by API goroutines.
+	view   *view
+	events *hub
+
+	closeOnce sync.Once
+}
+
+// attemptKey names one attempt of one share.
+type attemptKey struct {
+	job   string
+	share int
+	epoch uint64
+}
+
+// Start opens the node's state, discovers its cards, joins the mesh and
+// starts serving. It returns once the node is up; ctx bounds start-up only.
+// On error everything started so far is stopped.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	n = &Node{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		inputs:     make(chan func(), 4096),
+		wake:       make(chan struct{}, 1),
+		outbox:     make(chan outgoing, 4096),
+		runs:       map[attemptKey]*runSlot{},
+		pendingAds: map[peer.ID]gossip.Ad{},
+		view:       newView(),
+		events:     newHub(),
+		started:    time.Now(),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	var closers []func()
+	defer func() {
+		if err != nil {
+			n.cancel()
+			n.wg.Wait()
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	if n.store, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.store.Close() })
+
+	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
+		return nil, fmt.Errorf("node: cards: %w", err)
+	}
+	closers = append(closers, func() { n.devices.Close() })
+	cards := n.devices.Cards()
+
+	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
+		return nil, err
+	}
+
+	mcfg := cfg.Mesh
+	mcfg.Meta = metaOf(cfg.Region, cards, nil, false)
+	if cfg.Sim != nil {
+		n.mesh, err = cfg.Sim.AddNode(mcfg)
+	} else {
+		n.mesh, err = mesh.New(mcfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.mesh.Close() })
+	n.id = n.mesh.ID()
+	n.log = n.log.With("node", n.id.ShortString())
+
+	n.gossip, err = gossip.New(n.mesh.Host(), gossip.Config{
+		Network:     n.mesh.Network(),
+		Logger:      n.log,
+		OnAd:        n.onAd,
+		OnBroadcast: n.onBroadcast,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.gossip.Close() })
+
+	n.direct, err = gossip.NewDirect(n.mesh.Host(), gossip.DirectConfig{
+		Network:   n.mesh.Network(),
+		Logger:    n.log,
+		OnMessage: n.onDirect,
+		OnCall:    n.serveCall,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.direct.Close() })
+
+	ecfg := cfg.Executor
+	if ecfg.Root == "" {
+		ecfg.Root = filepath.Join(cfg.DataDir, "attempts")
+	}
+	if ecfg.Isolation == "" {
+		ecfg.Isolation = executor.IsolationAuto
+	}
+	ecfg.HideDirs = append(ecfg.HideDirs, cfg.DataDir)
+	if ecfg.Logger == nil {
+		ecfg.Logger = n.log
+	}
+	if n.exec, err = executor.New(ecfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.exec.Close() })
+
+	if err := n.startMarket(cards); err != nil {
+		return nil, err
+	}
+
+	n.adv, err = gossip.NewAdvertiser(n.gossip, n.supply(), gossip.AdvertiserConfig{
+		Logger:    n.log,
+		Republish: n.gossip.MeshReady(),
+		PeerCount: func() int { return n.gossip.Book().Len(time.Now()) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.adv.Close() })
+
+	sub := n.mesh.Subscribe(1024)
+	n.wg.Add(3 + cfg.SendWorkers)
+	go n.pumpMembers(sub)
+	go n.pumpHealth()
+	go n.drive()
+	for range cfg.SendWorkers {
+		go n.sendWorker()
+	}
+
+	if cfg.API != nil {
+		if err := n.serveAPI(*cfg.API); err != nil {
+			return nil, err
+		}
+	}
+	n.log.Info("node started", "peer", n.id, "cards", len(cards), "addrs", fmt.Sprint(n.mesh.Addrs()))
+	return n, nil
+}
+
+// ID is the node's peer ID.
+func (n *Node) ID() peer.ID { return n.id }
+
+// Mesh is the node's membership layer.
+func (n *Node) Mesh() *mesh.Mesh { return n.mesh }
+
+// APIAddr is the address the API listens on, "" when it does not.
+func (n *Node) APIAddr() string {
+	if n.server == nil {
+		return ""
+	}
+	return n.server.Addr()
+}
+
+// Close leaves the mesh gracefully (peers see "left"), stops the attempts
+// this node runs, and returns after every goroutine has exited.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.server != nil {
+			n.server.Close()
+		}
+		n.cancel()
+		n.exec.Close() // the attempts' watchers return once their processes are gone
+		n.wg.Wait()
+		n.adv.Close()
+		n.direct.Close()
+		n.gossip.Close()
+		n.mesh.Close()
+		n.devices.Close()
+		n.events.close()
+		n.store.Close()
+		n.log.Info("node stopped")
+	})
+	return nil
+}
+
+// do runs f on the driver goroutine and waits for it, or for ctx or the
+// node to end.
+func (n *Node) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case n.inputs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// post queues f for the driver without waiting. It reports false when the
+// queue is full or the node is closing: the input is dropped, which the
+// market tolerates for messages (they are retried) and which callers of
+// post otherwise avoid.
+func (n *Node) post(f func()) bool {
+	select {
+	case n.inputs <- f:
+		return true
+	case <-n.ctx.Done():
+		return false
+	default:
+		return false
+	}
+}
+
+// ErrClosed is returned by calls on a closed node.
+var ErrClosed = errors.New("node: closed")

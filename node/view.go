@@ -1,0 +1,144 @@
+package node
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// view is what API goroutines read without asking the driver: the records
+// of the jobs this node coordinates (a copy of each as the market last
+// persisted it) and the IDs of jobs submitted through this node.
+type view struct {
+	mu        sync.RWMutex
+	jobs      map[string]market.JobRecord
+	submitted map[string]time.Time
+}
+
+func newView() *view {
+	return &view{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}}
+}
+
+func (v *view) put(rec market.JobRecord) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old, ok := v.jobs[rec.ID]; ok && old.Term > rec.Term {
+		return
+	}
+	v.jobs[rec.ID] = rec
+}
+
+func (v *view) job(id string) (market.JobRecord, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	rec, ok := v.jobs[id]
+	return rec, ok
+}
+
+func (v *view) all() []market.JobRecord {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]market.JobRecord, 0, len(v.jobs))
+	for _, r := range v.jobs {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (v *view) addSubmitted(id string, at time.Time) {
+	v.mu.Lock()
+	v.submitted[id] = at
+	v.mu.Unlock()
+}
+
+// remote lists the jobs submitted here that another node coordinates.
+func (v *view) remote() []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []string
+	for id := range v.submitted {
+		if _, ok := v.jobs[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sortJobs orders records newest first, then by ID.
+func sortJobs(recs []market.JobRecord) {
+	slices.SortFunc(recs, func(a, b market.JobRecord) int {
+		if c := b.SubmittedAt.Compare(a.SubmittedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// hub fans API events out to subscribers; a subscriber that falls behind
+// misses events rather than slowing the node.
+type hub struct {
+	mu     sync.Mutex
+	subs   map[chan api.Event]struct{}
+	closed bool
+}
+
+func newHub() *hub { return &hub{subs: map[chan api.Event]struct{}{}} }
+
+func (h *hub) subscribe() (<-chan api.Event, func()) {
+	ch := make(chan api.Event, 256)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	h.subs[ch] = struct{}{}
+	return ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func (h *hub) publish(ev api.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for ch := range h.subs {
+		close(ch)
+		delete(h.subs, ch)
+	}
+}
+
+// notify publishes a job's change of state.
+func (n *Node) notify(note market.Notification) {
+	typ := "job"
+	if note.To == market.JobRerouting {
+		typ = "reroute"
+	}
+	n.events.publish(api.Event{Type: typ, At: note.At, Job: note.Job, State: string(note.To), From: string(note.From), Reason: note.Reason, Epoch: note.Epoch})
+}
+
+func memberEvent(ev mesh.Event) api.Event {
+	return api.Event{Type: "member", At: ev.Time, Peer: ev.Peer.String(), State: ev.Kind.String()}
+}
