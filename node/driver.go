@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -284,4 +285,16 @@ func (n *Node) updateMeta() {
 	if err := n.mesh.UpdateMeta(meta); err != nil {
 		n.log.Warn("cannot update node metadata", "err", err)
 	}
+}
+
+// SetCoordinator changes whether this node coordinates jobs from now on;
+// the jobs it already coordinates stay with it.
+func (n *Node) SetCoordinator(ctx context.Context, mode CoordinatorMode) error {
+	if _, err := ParseCoordinatorMode(string(mode)); err != nil {
+		return err
+	}
+	return n.do(ctx, func() {
+		n.cfg.Coordinator = mode
+		n.updateCoordinatorFlag()
+	})
 }

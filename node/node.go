@@ -125,6 +125,12 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 
 	mcfg := cfg.Mesh
 	mcfg.Meta = metaOf(cfg.Region, cards, nil, false)
+	if cfg.Sim != nil && mcfg.Identity == nil {
+		// A simulated node keeps its identity across restarts too.
+		if mcfg.Identity, _, err = mesh.LoadIdentity(cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	if cfg.Sim != nil {
 		n.mesh, err = cfg.Sim.AddNode(mcfg)
 	} else {

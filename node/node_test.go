@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -82,7 +83,9 @@ func (sm *simMesh) add(i int, spec string) *Node {
 
 func (sm *simMesh) close() {
 	for _, n := range sm.nodes {
-		n.Close()
+		if n != nil {
+			n.Close()
+		}
 	}
 	sm.net.Close()
 }
@@ -197,4 +200,132 @@ func TestJobLandsOnTheRightModelAndAnyPeerAnswersForIt(t *testing.T) {
 	if !strings.Contains(out.String(), "visible=GPU-") || !strings.Contains(out.String(), "cards=2") {
 		t.Errorf("logs read through another node: %q", out.String())
 	}
+}
+
+func TestGangJobSpansNodesWithOneRendezvous(t *testing.T) {
+	sm := newSimMesh(t, "a100-80g:4", "a100-80g:4", "rtx4090-24g:1")
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 9)
+	}
+	spec := market.JobSpec{
+		ID:          "gang-8",
+		Cards:       8,
+		Layout:      market.Layout{Mode: market.LayoutPerNode, PerNode: 4},
+		MaxPriceCNY: 20,
+		Command:     []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR:$MASTER_PORT world=$WORLD_SIZE"},
+	}
+	if _, err := sm.nodes[2].Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, sm.nodes[0], "gang-8", 30*time.Second, market.JobSucceeded, market.JobFailed)
+	if rec.State != market.JobSucceeded {
+		t.Fatalf("gang ended %s: %s", rec.State, rec.Reason)
+	}
+	var masters []string
+	ranks := map[string]bool{}
+	for share := range 2 {
+		var out bytes.Buffer
+		if err := sm.nodes[2].Logs(context.Background(), api.LogRequest{Job: "gang-8", Share: share}, &out, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		line := strings.TrimSpace(out.String())
+		var rank, nnodes, world int
+		var master string
+		if _, err := fmt.Sscanf(line, "rank=%d nnodes=%d master=%s world=%d", &rank, &nnodes, &master, &world); err != nil {
+			t.Fatalf("share %d printed %q: %v", share, line, err)
+		}
+		if nnodes != 2 || world != 8 {
+			t.Errorf("share %d: nnodes=%d world=%d, want 2 and 8", share, nnodes, world)
+		}
+		ranks[fmt.Sprint(rank)] = true
+		masters = append(masters, master)
+	}
+	if !ranks["0"] || !ranks["1"] || masters[0] != masters[1] || strings.HasPrefix(masters[0], ":") {
+		t.Errorf("ranks %v, masters %v: want ranks 0 and 1 with one master address", ranks, masters)
+	}
+}
+
+func TestCancelStopsEveryShare(t *testing.T) {
+	sm := newSimMesh(t, "l40s-48g:2", "l40s-48g:2")
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 4)
+	}
+	spec := market.JobSpec{ID: "long", Cards: 4, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := sm.nodes[0].Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, sm.nodes[1], "long", 30*time.Second, market.JobRunning)
+	start := time.Now()
+	if _, err := sm.nodes[1].Cancel(context.Background(), "long"); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, sm.nodes[0], "long", 10*time.Second, market.JobCancelled)
+	for _, n := range sm.nodes {
+		eventually(t, 5*time.Second, "no attempt left running", func() bool { return len(n.exec.Running()) == 0 })
+	}
+	t.Logf("cancelled in %v; bill %.4f CNY", time.Since(start), rec.CostCNY)
+}
+
+func TestBadSpecNamesTheField(t *testing.T) {
+	sm := newSimMesh(t, "a100-80g:1")
+	_, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{Cards: 0, MaxPriceCNY: 1, Command: []string{"true"}})
+	var he *api.HTTPError
+	if !errors.As(err, &he) || he.Status != 400 || he.Field != "cards" {
+		t.Fatalf("err = %#v, want 400 naming cards", err)
+	}
+	if _, err := sm.nodes[0].Job(context.Background(), "nosuchjob"); !isNotFound(err) {
+		t.Fatalf("unknown job: err = %v, want 404", err)
+	}
+}
+
+func TestCoordinatorRestartKeepsJobsAndBills(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:2")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.waitBook(coord, 2)
+	// Only the node without cards is eligible to coordinate once the runner
+	// says it never coordinates.
+	if err := runner.SetCoordinator(context.Background(), CoordinatorNever); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the runner stops offering to coordinate", func() bool {
+		m, ok := coord.Mesh().Member(runner.ID())
+		return ok && !m.Coordinator
+	})
+	spec := market.JobSpec{ID: "survivor", Cards: 2, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := runner.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	before := waitState(t, coord, "survivor", 30*time.Second, market.JobRunning)
+	if before.Coordinator != coord.ID().String() {
+		t.Fatalf("coordinated by %s, want %s", before.Coordinator, coord.ID())
+	}
+	eventually(t, 10*time.Second, "the bill grows", func() bool {
+		rec, _ := coord.Job(context.Background(), "survivor")
+		return rec.CostCNY > 0
+	})
+	before, _ = coord.Job(context.Background(), "survivor")
+	dir := coord.cfg.DataDir
+	coord.Close()
+	sm.nodes[0] = nil
+
+	cfg := coord.cfg
+	cfg.Mesh.Join = runner.Mesh().Addrs()
+	restarted, err := Start(context.Background(), Config{DataDir: dir, Sim: sm.net, Devices: []device.Backend{}, CoordinatorAfter: time.Millisecond,
+		Mesh: cfg.Mesh, Executor: executor.Config{Isolation: executor.IsolationProcess}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.nodes[0] = restarted
+	if restarted.ID() != coord.ID() {
+		t.Fatalf("restarted as %s, was %s", restarted.ID(), coord.ID())
+	}
+	rec, err := restarted.Job(context.Background(), "survivor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State.Terminal() || rec.CostCNY < before.CostCNY || rec.Epoch < before.Epoch {
+		t.Fatalf("after restart: %s, %.5f CNY, epoch %d; before: %s, %.5f CNY, epoch %d",
+			rec.State, rec.CostCNY, rec.Epoch, before.State, before.CostCNY, before.Epoch)
+	}
+	waitState(t, restarted, "survivor", 30*time.Second, market.JobRunning)
 }
