@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -19,19 +20,14 @@ import (
 
 var _ api.Backend = (*Node)(nil)
 
-// serveAPI starts the local API.
-func (n *Node) serveAPI(cfg api.Config) error {
-	ln, err := api.Listen(cfg)
-	if err != nil {
-		return err
-	}
+// serveAPI starts serving the local API on ln.
+func (n *Node) serveAPI(ln net.Listener, cfg api.Config) {
 	var dash http.Handler
 	if n.cfg.Dashboard != nil {
 		dash = n.cfg.Dashboard
 	}
 	n.server = api.Serve(ln, api.Handler(cfg, n, dash))
 	n.log.Info("API listening", "addr", n.server.Addr())
-	return nil
 }
 
 // logChunk is how much of a log one read returns.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -76,7 +77,7 @@ type attemptKey struct {
 // Start opens the node's state, discovers its cards, joins the mesh and
 // starts serving. It returns once the node is up; ctx bounds start-up only.
 // On error everything started so far is stopped.
-func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	n = &Node{
+	n := &Node{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		inputs:     make(chan func(), 4096),
@@ -98,8 +99,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	var closers []func()
+	var err error
+	up := false
 	defer func() {
-		if err != nil {
+		if !up {
 			n.cancel()
 			n.wg.Wait()
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -107,6 +110,16 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			}
 		}
 	}()
+
+	// The API's address is checked first: a bad one fails before anything
+	// else starts.
+	var apiLn net.Listener
+	if cfg.API != nil {
+		if apiLn, err = api.Listen(*cfg.API); err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { apiLn.Close() })
+	}
 
 	if n.store, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -204,11 +217,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		go n.sendWorker()
 	}
 
-	if cfg.API != nil {
-		if err := n.serveAPI(*cfg.API); err != nil {
-			return nil, err
-		}
+	if apiLn != nil {
+		n.serveAPI(apiLn, *cfg.API)
 	}
+	up = true
 	n.log.Info("node started", "peer", n.id, "cards", len(cards), "addrs", fmt.Sprint(n.mesh.Addrs()))
 	return n, nil
 }

@@ -81,6 +81,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
+		newNodeCommand(e),
 		newVersionCommand(e),
 		newCardsCommand(e),
 	)

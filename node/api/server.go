@@ -174,7 +174,9 @@ func requireToken(token string, h http.Handler) http.Handler {
 // decodeJSON reads a JSON body of at most max bytes into v, refusing unknown
 // fields and trailing data.
 func decodeJSON(r *http.Request, max int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+	// curl -d sends application/x-www-form-urlencoded unless told otherwise;
+	// the body is still read as JSON.
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
 		return Errorf(http.StatusUnsupportedMediaType, "content type %q: want application/json", ct)
 	}
 	body := http.MaxBytesReader(nil, r.Body, max)

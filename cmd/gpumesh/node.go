@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/executor"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// nodeFlags are the flags of `gpumesh node`.
+type nodeFlags struct {
+	data        string
+	listen      []string
+	join        []string
+	network     string
+	secretFile  string
+	sim         string
+	simSeed     string
+	api         string
+	apiToken    string
+	region      string
+	prices      []string
+	mdns        bool
+	noNAT       bool
+	coordinator string
+	isolation   string
+	logFormat   string
+	logLevel    string
+}
+
+func newNodeCommand(e env) *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run a supplier node: join the mesh, offer this machine's cards, run the jobs it wins",
+		Long: `Run a gpumesh node until SIGINT or SIGTERM.
+
+The node joins the mesh (the peers given with --join, and peers found by mDNS on
+the LAN), advertises its cards and their prices, takes part in the auctions
+that place jobs, runs the shares it wins, and serves the local API that the
+other gpumesh commands talk to. At start it logs its peer ID and the full
+addresses another node can --join.
+
+On SIGINT or SIGTERM it leaves the mesh gracefully (peers see it as "left",
+not "dead") and stops the jobs it runs.
+
+Examples:
+  gpumesh node --sim h100-sxm-80g:8                  # a node with 8 simulated H100s
+  gpumesh node --join /ip4/10.0.0.5/tcp/4747/p2p/12D3KooW...
+  gpumesh node --secret-file mesh.key --network lab  # a private mesh`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(e)
+			if err != nil {
+				return err
+			}
+			n, err := node.Start(cmd.Context(), cfg)
+			if err != nil {
+				return nodeStartError(err)
+			}
+			for _, a := range n.Mesh().Addrs() {
+				cfg.Logger.Info("join this node with", "addr", a.String())
+			}
+			<-cmd.Context().Done()
+			cfg.Logger.Info("signal received; leaving the mesh")
+			return n.Close()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.data, "data", defaultDataDir(e), "data directory: identity key, state, payloads, job directories")
+	fl.StringArrayVar(&f.listen, "listen", nil, "multiaddr to listen on (repeatable; default TCP and QUIC on port 4747, all interfaces)")
+	fl.StringArrayVar(&f.join, "join", nil, "full multiaddr of a peer to join, ending in /p2p/ID (repeatable)")
+	fl.StringVar(&f.network, "network", mesh.DefaultNetwork, "mesh name: nodes of different networks never talk")
+	fl.StringVar(&f.secretFile, "secret-file", "", "file holding the mesh secret: only holders may join (a private mesh)")
+	fl.StringVar(&f.sim, "sim", "", "offer simulated cards instead of real ones, e.g. h100-sxm-80g:8,rtx4090-48g:2")
+	fl.StringVar(&f.simSeed, "sim-seed", "", "seed of the simulated cards' IDs (default: the data dir)")
+	fl.StringVar(&f.api, "api", api.DefaultAddr, "address of the local HTTP API (\"\" to serve none)")
+	fl.StringVar(&f.apiToken, "api-token-file", "", "file holding the API token; required when --api is not loopback")
+	fl.StringVar(&f.region, "region", "", "region label advertised with the cards, e.g. cn-east")
+	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
+	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
+	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
+	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
+	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// defaultDataDir is $XDG_DATA_HOME/gpumesh, else ~/.local/share/gpumesh.
+func defaultDataDir(e env) string {
+	if d := e.getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "gpumesh")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "gpumesh")
+	}
+	return "gpumesh-data"
+}
+
+// config turns the flags into a node configuration; every bad value is a
+// usage error naming the flag.
+func (f nodeFlags) config(e env) (node.Config, error) {
+	logger, err := buildLogger(e, f.logFormat, f.logLevel)
+	if err != nil {
+		return node.Config{}, err
+	}
+	cfg := node.Config{DataDir: f.data, Region: f.region, Logger: logger}
+	if f.data == "" {
+		return cfg, usagef("--data: a directory is required")
+	}
+	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
+		return cfg, usagef("--coordinator: %v", err)
+	}
+	iso, err := executor.ParseIsolation(f.isolation)
+	if err != nil {
+		return cfg, usagef("--isolation: %v", err)
+	}
+	cfg.Executor.Isolation = iso
+	cfg.Mesh.Network = f.network
+	cfg.Mesh.MDNS = f.mdns
+	cfg.Mesh.DisableNAT = f.noNAT
+	for _, s := range f.listen {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return cfg, usagef("--listen %q: %v", s, err)
+		}
+		cfg.Mesh.ListenAddrs = append(cfg.Mesh.ListenAddrs, a)
+	}
+	for _, s := range f.join {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return cfg, usagef("--join %q: %v", s, err)
+		}
+		if _, err := a.ValueForProtocol(ma.P_P2P); err != nil {
+			return cfg, usagef("--join %q: want a full multiaddr ending in /p2p/<peer ID>", s)
+		}
+		cfg.Mesh.Join = append(cfg.Mesh.Join, a)
+	}
+	if f.secretFile != "" {
+		secret, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return cfg, usagef("--secret-file: %v", err)
+		}
+		secret = []byte(strings.TrimSpace(string(secret)))
+		if len(secret) < 16 {
+			return cfg, usagef("--secret-file %s: the secret is %d bytes; want at least 16", f.secretFile, len(secret))
+		}
+		cfg.Mesh.Secret = secret
+	}
+	if err := gossip.ValidateNetwork(f.network); err != nil {
+		return cfg, usagef("--network: %v", err)
+	}
+	if len(f.prices) > 0 {
+		cfg.Prices = map[string]float64{}
+		cat := device.DefaultCatalog()
+		for _, p := range f.prices {
+			model, price, ok := strings.Cut(p, "=")
+			v, err := strconv.ParseFloat(price, 64)
+			if !ok || err != nil || v <= 0 {
+				return cfg, usagef("--price %q: want MODEL=CNY_PER_HOUR with a positive price", p)
+			}
+			if _, known := cat.Lookup(model); !known && !device.IsDerivedKey(model) {
+				return cfg, usagef("--price %q: unknown model %q; closest known: %s", p, model, strings.Join(cat.Closest(model, 3), ", "))
+			}
+			cfg.Prices[model] = v
+		}
+	}
+	if f.sim != "" {
+		cat := device.DefaultCatalog()
+		spec, err := device.ParseSimSpec(f.sim, cat)
+		if err != nil {
+			return cfg, usagef("--sim: %v", err)
+		}
+		seed := f.simSeed
+		if seed == "" {
+			seed = f.data
+		}
+		s, err := device.NewSim(spec, seed, cat)
+		if err != nil {
+			return cfg, usagef("--sim: %v", err)
+		}
+		cfg.Devices = []device.Backend{s}
+	}
+	if f.api != "" {
+		ac := &api.Config{Addr: f.api}
+		if f.apiToken != "" {
+			tok, err := os.ReadFile(f.apiToken)
+			if err != nil {
+				return cfg, usagef("--api-token-file: %v", err)
+			}
+			ac.Token = strings.TrimSpace(string(tok))
+			if ac.Token == "" {
+				return cfg, usagef("--api-token-file %s is empty", f.apiToken)
+			}
+		}
+		cfg.API = ac
+	}
+	return cfg, nil
+}
+
+// nodeStartError makes start-up failures that the user can fix usage
+// errors with the reason in front.
+func nodeStartError(err error) error {
+	if errors.Is(err, api.ErrTokenRequired) {
+		return usageError{err}
+	}
+	return fmt.Errorf("node did not start: %w", err)
+}
+
+// buildLogger returns a slog logger writing to stderr.
+func buildLogger(e env, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
