@@ -68,6 +68,15 @@ type BookView interface {
 
 var _ BookView = (*Book)(nil)
 
+// CompletenessView is implemented by a BookView that knows whether it has
+// heard from every live supplier. While Complete reports false, a job the
+// book cannot satisfy waits in pending instead of failing fast: a node that
+// has just joined has not yet heard the whole mesh. It is called from
+// inside Step and must not block. A BookView without it counts as complete.
+type CompletenessView interface {
+	Complete() bool
+}
+
 // Book is an index of offers by model, kept sorted for candidate selection.
 // It is not safe for concurrent use: the goroutine that drives the Node owns
 // it and changes it between Steps.

@@ -333,6 +333,9 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 	if book == nil {
 		return ""
 	}
+	if cv, ok := book.(CompletenessView); ok && !cv.Complete() {
+		return "" // the book may not have heard every supplier yet
+	}
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	need := j.initialNeed()
 	perNode := map[string]int{}

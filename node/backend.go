@@ -62,6 +62,7 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 	if err != nil {
 		return err
 	}
+	n.dialable(pid)
 	data, _ := json.Marshal(logsRequest{Job: req.Job, Share: p.Share, Epoch: p.Epoch, Stream: req.Stream, Offset: req.Offset, Follow: req.Follow})
 	err = n.direct.Call(ctx, pid, kindLogs, data, func(m gossip.Message) error {
 		if m.Kind != kindLogChunk {

@@ -20,7 +20,7 @@ import (
 // attempts it ran whose processes died with the node are recorded as lost
 // (their coordinators place them again when the leases lapse).
 func (n *Node) startMarket(cards []device.Card) error {
-	n.book = market.NewBook()
+	n.book = &book{Book: market.NewBook()}
 	mcfg := market.DefaultConfig(n.id.String())
 	mcfg.Cards = cards
 	mcfg.Region = n.cfg.Region
@@ -94,8 +94,11 @@ func (n *Node) drive() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-ticker.C:
+		case now := <-ticker.C:
 			n.updateCoordinatorFlag()
+			if now.Sub(n.book.checked) > time.Second {
+				n.checkBook(now)
+			}
 			n.step(market.Tick{Now: time.Now()})
 		case f := <-n.inputs:
 			f()
@@ -211,6 +214,7 @@ func (n *Node) foldPending() {
 	n.pendingMu.Unlock()
 
 	now := time.Now()
+	defer n.checkBook(now)
 	for p, ad := range ads {
 		if p == n.id {
 			continue // the market knows its own cards
@@ -229,8 +233,12 @@ func (n *Node) foldPending() {
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
 		case mesh.EventDisconnect:
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
-		case mesh.EventJoin:
-			// A peer back from the dead: its next ad brings its cards back.
+		case mesh.EventJoin, mesh.EventUpdate:
+			// Learn its addresses now, so that the first message to it
+			// need not wait for a lookup.
+			if m, ok := n.mesh.Member(ev.Peer); ok && len(m.Addrs) > 0 {
+				n.mesh.Host().Peerstore().AddAddrs(ev.Peer, m.Addrs, addrTTL)
+			}
 		}
 	}
 }

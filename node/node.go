@@ -51,7 +51,7 @@ type Node struct {
 
 	// Driver-owned (touched only on the driver goroutine).
 	mk       *market.Node
-	book     *market.Book
+	book     *book
 	runs     map[attemptKey]*runSlot
 	coordNow bool // this node advertises itself as a coordinator
 

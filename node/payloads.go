@@ -135,6 +135,7 @@ func (n *Node) fetchPayload(ctx context.Context, from string, ref market.Payload
 	if err != nil || pid == n.id {
 		return fmt.Errorf("payload %s is not on this node", ref.Digest)
 	}
+	n.dialable(pid)
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() { // ends when the call ends: it closes the pipe either way

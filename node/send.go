@@ -77,6 +77,7 @@ func (n *Node) sendWorker() {
 					}
 				}
 			} else {
+				n.dialable(b.to)
 				err = n.direct.Send(ctx, b.to, b.msgs...)
 			}
 			cancel()
@@ -122,5 +123,22 @@ func (n *Node) receive(m gossip.Message) {
 	}
 	if !n.post(func() { n.step(market.MessageReceived{Now: time.Now(), Message: msg}) }) && n.ctx.Err() == nil {
 		n.log.Warn("input queue full; market message dropped", "from", m.Sender, "type", msg.Payload.Type())
+	}
+}
+
+// addrTTL is how long addresses learned from membership stay in the
+// peerstore; membership updates refresh them.
+const addrTTL = time.Hour
+
+// dialable makes sure the host knows addresses of a member it may never
+// have been connected to (a peer it heard of through gossip): it copies
+// them from the member's metadata.
+func (n *Node) dialable(id peer.ID) {
+	ps := n.mesh.Host().Peerstore()
+	if len(ps.Addrs(id)) > 0 {
+		return
+	}
+	if m, ok := n.mesh.Member(id); ok && len(m.Addrs) > 0 {
+		ps.AddAddrs(id, m.Addrs, addrTTL)
 	}
 }

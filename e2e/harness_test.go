@@ -1,0 +1,311 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// binary is the gpumesh binary built once for the whole run by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gpumesh-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "gpumesh")
+	build := exec.Command("go", "build", "-o", binary, "github.com/gpumesh/gpumesh/cmd/gpumesh")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building gpumesh:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// proc is one `gpumesh node` process on loopback.
+type proc struct {
+	t       *testing.T
+	name    string
+	dataDir string
+	apiAddr string
+	p2pPort int
+	args    []string
+	cmd     *exec.Cmd
+	log     *syncBuffer
+	done    chan struct{}
+	peerID  string
+}
+
+// syncBuffer is a log sink the test can read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// freePort returns a TCP port free on loopback now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNode starts a node process with its own data dir, API and mesh port,
+// and waits until its API answers. extra are more flags.
+func startNode(t *testing.T, name string, extra ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: freePort(t)}
+	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p.args = append([]string{"node",
+		"--data", p.dataDir,
+		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", p.p2pPort),
+		"--api", p.apiAddr,
+		"--mdns=false",
+		"--no-nat",
+		"--isolation", "process",
+		"--log-level", "debug",
+	}, extra...)
+	p.start()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	p.log = &syncBuffer{}
+	p.cmd = exec.Command(binary, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); close(p.done) }()
+	eventually(p.t, 30*time.Second, p.name+" API answers", func() bool {
+		select {
+		case <-p.done:
+			p.t.Fatalf("%s exited at start:\n%s", p.name, p.log.String())
+		default:
+		}
+		var peers api.PeerList
+		if err := p.get("/v1/peers", &peers); err != nil || len(peers.Peers) == 0 {
+			return false
+		}
+		p.peerID = peers.Peers[0].ID
+		return true
+	})
+}
+
+// joinAddr is the multiaddr other nodes --join.
+func (p *proc) joinAddr() string {
+	return fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", p.p2pPort, p.peerID)
+}
+
+// signal sends sig to the node process.
+func (p *proc) signal(sig syscall.Signal) {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// kill ends the node and the jobs it started (SIGKILL to its group).
+func (p *proc) kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	if p.t.Failed() {
+		p.t.Logf("---- %s log (last 4000 bytes)\n%s", p.name, tail(p.log.String(), 4000))
+	}
+}
+
+// waitExit waits for the process to exit by itself.
+func (p *proc) waitExit(within time.Duration) {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("%s still running after %v", p.name, within)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+var client = &http.Client{Timeout: 15 * time.Second}
+
+// get decodes GET path's JSON into v.
+func (p *proc) get(path string, v any) error {
+	resp, err := client.Get("http://" + p.apiAddr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// text returns GET path's body.
+func (p *proc) text(path string) (string, error) {
+	resp, err := client.Get("http://" + p.apiAddr + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return string(b), err
+}
+
+// submit posts a job spec and returns the acknowledged record.
+func (p *proc) submit(spec market.JobSpec) market.JobRecord {
+	p.t.Helper()
+	body, _ := json.Marshal(spec)
+	resp, err := client.Post("http://"+p.apiAddr+"/v1/jobs", "application/json", bytes.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(resp.Body)
+		p.t.Fatalf("submit: %s: %s", resp.Status, b)
+	}
+	var rec market.JobRecord
+	if err := json.NewDecoder(resp.Body).Decode(&rec); err != nil {
+		p.t.Fatal(err)
+	}
+	return rec
+}
+
+func (p *proc) do(method, path string) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(context.Background(), method, "http://"+p.apiAddr+path, nil)
+	return client.Do(req)
+}
+
+// peers returns the members as p sees them, by ID.
+func (p *proc) peers() map[string]api.Peer {
+	var list api.PeerList
+	if err := p.get("/v1/peers", &list); err != nil {
+		return nil
+	}
+	out := map[string]api.Peer{}
+	for _, m := range list.Peers {
+		out[m.ID] = m
+	}
+	return out
+}
+
+// job returns a job's record as p sees it.
+func (p *proc) job(id string) (market.JobRecord, error) {
+	var rec market.JobRecord
+	err := p.get("/v1/jobs/"+id, &rec)
+	return rec, err
+}
+
+func (p *proc) waitJob(id string, within time.Duration, states ...market.JobState) market.JobRecord {
+	p.t.Helper()
+	var rec market.JobRecord
+	eventually(p.t, within, fmt.Sprintf("job %s reaches %v (as %s sees it)", id, states, p.name), func() bool {
+		r, err := p.job(id)
+		if err != nil {
+			return false
+		}
+		rec = r
+		for _, s := range states {
+			if r.State == s {
+				return true
+			}
+		}
+		return false
+	})
+	return rec
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronization
+	}
+}
+
+var peerIDPattern = regexp.MustCompile(`12D3KooW[1-9A-HJ-NP-Za-km-z]+`)
+
+// short is the end of a peer ID, for messages.
+func short(id string) string {
+	if len(id) > 6 {
+		return id[len(id)-6:]
+	}
+	return id
+}
+
+func hasAll(s string, subs ...string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// runCLI runs the gpumesh binary with args and returns its combined output;
+// the error is non-nil when it exits non-zero or runs past 30 s.
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	return string(out), err
+}
