@@ -117,3 +117,10 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestNodesFindEachOtherByMDNS(t *testing.T) {
+	a := startNode(t, "a", "--sim", "a100-80g:1", "--mdns=true")
+	b := startNode(t, "b", "--sim", "a100-80g:1", "--mdns=true")
+	c := startNode(t, "c", "--sim", "a100-80g:1", "--mdns=true")
+	waitAllSee(t, []*proc{a, b, c}, 3, 3)
+}
