@@ -36,7 +36,6 @@ func (n *Node) startMarket(cards []device.Card) error {
 	}
 	n.mk = mk
 
-	now := time.Now()
 	var restored, ended int
 	err = n.store.ForEach(store.Jobs, func(id string, raw []byte) error {
 		var rec market.JobRecord
@@ -49,10 +48,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 			ended++
 			return nil
 		}
-		if err := n.mk.Step(market.JobAdopted{Now: now, Record: rec, Term: rec.Term + 1}); err != nil {
-			n.log.Warn("cannot resume job", "job", id, "err", err)
-			return nil
-		}
+		n.resume = append(n.resume, rec) // adopted again once peers can be asked (resumeOwn)
 		restored++
 		return nil
 	})
@@ -77,7 +73,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	if restored+ended > 0 {
-		n.log.Info("state restored", "jobs_resumed", restored, "jobs_ended", ended, "attempts_lost", len(lost))
+		n.log.Info("state restored", "jobs_to_resume", restored, "other_records", ended, "attempts_lost", len(lost))
 	}
 	n.drain()
 	return nil
@@ -153,6 +149,9 @@ func (n *Node) persist(rd market.Ready) {
 	for _, rec := range rd.Jobs {
 		ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
 		n.view.put(rec)
+		if rec.Coordinator == n.id.String() {
+			n.repl.enqueue(rec)
+		}
 	}
 	for _, a := range rd.Attempts {
 		key := attemptName(a.Job, a.Share, a.Epoch)
@@ -231,14 +230,30 @@ func (n *Node) foldPending() {
 			n.book.Remove(ev.Peer.String())
 			n.gossip.Book().Forget(ev.Peer)
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			n.succeed(ev.Peer)
+			n.replicateAll() // its replicas move to the next members
 		case mesh.EventDisconnect:
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
+			if ev.Kind == mesh.EventJoin {
+				n.replicateAll() // it may rank among some jobs' replicas
+			}
 			// Learn its addresses now, so that the first message to it
 			// need not wait for a lookup.
 			if m, ok := n.mesh.Member(ev.Peer); ok && len(m.Addrs) > 0 {
 				n.mesh.Host().Peerstore().AddAddrs(ev.Peer, m.Addrs, addrTTL)
 			}
+		}
+	}
+}
+
+// replicateAll queues every live job this node coordinates for
+// replication, after membership changed who holds the replicas.
+func (n *Node) replicateAll() {
+	for _, rec := range n.mk.Jobs() {
+		if !rec.State.Terminal() && rec.Coordinator == n.id.String() {
+			n.repl.enqueue(rec)
 		}
 	}
 }
@@ -277,8 +292,8 @@ func (n *Node) postWait(f func()) {
 // been up for CoordinatorAfter in auto mode.
 func (n *Node) updateCoordinatorFlag() {
 	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter
-	if want != n.coordNow {
-		n.coordNow = want
+	if want != n.coordNow.Load() {
+		n.coordNow.Store(want)
 		n.updateMeta()
 	}
 }
@@ -289,7 +304,7 @@ func (n *Node) updateMeta() {
 	if n.mk != nil {
 		statuses = n.mk.Cards()
 	}
-	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow)
+	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load())
 	if err := n.mesh.UpdateMeta(meta); err != nil {
 		n.log.Warn("cannot update node metadata", "err", err)
 	}

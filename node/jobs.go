@@ -34,7 +34,7 @@ func (n *Node) coordinators(job string, r int) []peer.ID {
 			continue
 		}
 		alive = append(alive, m.ID.String())
-		if m.Coordinator && !m.Leaving {
+		if m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving {
 			eligible = append(eligible, m.ID.String())
 		}
 	}
@@ -145,6 +145,12 @@ func (n *Node) submitLocal(ctx context.Context, spec market.JobSpec, origin stri
 		}
 		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job %s: %v", spec.ID, stepErr)
 	}
+	// The record reaches its replicas before the acknowledgement leaves.
+	if want := len(n.replicaTargets(spec.ID)); want > 0 {
+		if got := n.replicate(ctx, rec); got < want {
+			n.log.Warn("job acknowledged with fewer replicas than asked", "job", spec.ID, "replicas", got, "want", want)
+		}
+	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil
 }
@@ -157,36 +163,83 @@ func (n *Node) Job(ctx context.Context, id string) (market.JobRecord, error) {
 	return n.routed(ctx, id, kindGet, id, n.localJob)
 }
 
-// routed runs a job operation where the job lives: here if this node
-// coordinates it, else on the members of its HRW list in order until one
-// knows it.
+// routed runs a job operation on the job's coordinator: this node if it
+// coordinates the job; otherwise the coordinator named by the record this
+// node holds, or by the first of the job's HRW members that knows the job.
+// If the named coordinator cannot be reached, the job's HRW members are
+// tried in order (a successor may have taken the job over).
 func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(context.Context, string) (market.JobRecord, error)) (market.JobRecord, error) {
-	if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() {
+	if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
 		return local(ctx, id)
 	}
+	tried := map[peer.ID]bool{}
 	var lastErr error
-	for _, c := range n.coordinators(id, n.cfg.Replicas) {
-		var rec market.JobRecord
-		var err error
-		if c == n.id {
-			rec, err = local(ctx, id)
-		} else {
-			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			rec, err = n.call(cctx, c, kind, req)
-			cancel()
+	try := func(c peer.ID) (market.JobRecord, bool) {
+		if tried[c] {
+			return market.JobRecord{}, false
 		}
-		if err == nil {
+		tried[c] = true
+		if c == n.id {
+			rec, err := local(ctx, id)
+			if err != nil && !isNotFound(err) {
+				lastErr = err
+			}
+			return rec, err == nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		rec, err := n.call(cctx, c, kind, req)
+		if err != nil {
+			if !isNotFound(err) {
+				lastErr = err
+			}
+			return rec, false
+		}
+		return rec, true
+	}
+	// Who coordinates it? Our own copy says, or a member of its HRW list.
+	coord := ""
+	if rec, ok := n.view.job(id); ok {
+		coord = rec.Coordinator
+	}
+	var fromReplica market.JobRecord
+	if coord == "" {
+		for _, c := range n.coordinators(id, n.cfg.Replicas+1) {
+			if c == n.id {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			rec, err := n.call(cctx, c, kindGet, id)
+			cancel()
+			if err == nil {
+				coord, fromReplica = rec.Coordinator, rec
+				if kind == kindGet && rec.Coordinator == c.String() {
+					return rec, nil // the coordinator answered itself
+				}
+				break
+			}
+		}
+	}
+	if pid, err := peer.Decode(coord); err == nil {
+		if rec, ok := try(pid); ok {
 			return rec, nil
 		}
-		if !isNotFound(err) {
-			lastErr = err
+	}
+	for _, c := range n.coordinators(id, n.cfg.Replicas+1) {
+		if rec, ok := try(c); ok {
+			return rec, nil
 		}
 	}
-	if rec, ok := n.view.job(id); ok {
-		return rec, nil // this node's last copy: better than nothing
+	if kind == kindGet {
+		if rec, ok := n.view.job(id); ok {
+			return rec, nil // this node's last copy: better than nothing
+		}
+		if fromReplica.ID != "" {
+			return fromReplica, nil
+		}
 	}
 	if lastErr != nil {
-		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinators did not answer: %v", id, lastErr)
+		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinator did not answer: %v", id, lastErr)
 	}
 	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %s", id)
 }
@@ -198,8 +251,9 @@ func (n *Node) localJob(ctx context.Context, id string) (market.JobRecord, error
 		return rec, err
 	}
 	if !ok {
-		if old, found := n.view.job(id); found && old.State.Terminal() {
-			return old, nil
+		// A replica, or this node's last record of a job that ended or moved.
+		if held, found := n.view.job(id); found {
+			return held, nil
 		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -53,7 +54,7 @@ type Node struct {
 	mk       *market.Node
 	book     *book
 	runs     map[attemptKey]*runSlot
-	coordNow bool // this node advertises itself as a coordinator
+	coordNow atomic.Bool // this node advertises itself as a coordinator
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
 	pendingMu      sync.Mutex
@@ -63,6 +64,8 @@ type Node struct {
 	// Read by API goroutines.
 	view   *view
 	events *hub
+	repl   *replicator
+	resume []market.JobRecord // own jobs to adopt again once peers can be asked
 
 	closeOnce sync.Once
 }
@@ -94,6 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		runs:       map[attemptKey]*runSlot{},
 		pendingAds: map[peer.ID]gossip.Ad{},
 		view:       newView(),
+		repl:       newReplicator(),
 		events:     newHub(),
 		started:    time.Now(),
 	}
@@ -209,7 +213,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
-	n.wg.Add(3 + cfg.SendWorkers)
+	n.wg.Add(5 + cfg.SendWorkers)
+	go n.replicateLoop()
+	go n.resumeOwn(n.resume)
 	go n.pumpMembers(sub)
 	go n.pumpHealth()
 	go n.drive()

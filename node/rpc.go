@@ -164,6 +164,11 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return nil
 	case kindPayloadGet:
 		return n.servePayload(string(req.Data), reply)
+	case kindReplicate:
+		if err := n.serveReplicate(req.Sender, req.Data); err != nil {
+			return asCallError(err)
+		}
+		return reply(kindAck, nil)
 	}
 	return fmt.Errorf("unknown call %q", req.Kind)
 }

@@ -13,7 +13,8 @@ import (
 
 // view is what API goroutines read without asking the driver: the records
 // of the jobs this node coordinates (a copy of each as the market last
-// persisted it) and the IDs of jobs submitted through this node.
+// persisted it) or holds a replica of, and the IDs of jobs submitted
+// through this node.
 type view struct {
 	mu        sync.RWMutex
 	jobs      map[string]market.JobRecord
@@ -31,6 +32,31 @@ func (v *view) put(rec market.JobRecord) {
 		return
 	}
 	v.jobs[rec.ID] = rec
+}
+
+// putNewer stores rec if it is newer than the copy held: a higher term, or
+// the same term and a higher version. It reports whether it stored it.
+func (v *view) putNewer(rec market.JobRecord) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old, ok := v.jobs[rec.ID]; ok && (old.Term > rec.Term || old.Term == rec.Term && old.Version >= rec.Version) {
+		return false
+	}
+	v.jobs[rec.ID] = rec
+	return true
+}
+
+// coordinatedBy lists the records held whose coordinator is id.
+func (v *view) coordinatedBy(id string) []market.JobRecord {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []market.JobRecord
+	for _, r := range v.jobs {
+		if r.Coordinator == id {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (v *view) job(id string) (market.JobRecord, bool) {

@@ -1,0 +1,272 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Replication and succession. A job's record lives on its coordinator and
+// on the next R-1 members of its HRW list (Config.Replicas). The coordinator
+// sends the record to them before it acknowledges the submission and again
+// after every change. When the coordinator is lost, the first live member
+// of the job's HRW list that holds a replica adopts the job under a higher
+// term (market.JobAdopted); runners follow the higher term. A coordinator
+// that comes back yields to a higher or equal term held elsewhere.
+
+const (
+	kindReplicate  = "job.replicate" // record → ack
+	kindAck        = "ack"
+	replicateAfter = 2 * time.Second // per call
+	resumeWait     = 3 * time.Second // for peers before resuming own jobs
+)
+
+// replicator batches records waiting to go to their replicas.
+type replicator struct {
+	mu      sync.Mutex
+	pending map[string]market.JobRecord
+	wake    chan struct{}
+}
+
+func newReplicator() *replicator {
+	return &replicator{pending: map[string]market.JobRecord{}, wake: make(chan struct{}, 1)}
+}
+
+func (r *replicator) enqueue(rec market.JobRecord) {
+	r.mu.Lock()
+	r.pending[rec.ID] = rec
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *replicator) take() []market.JobRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]market.JobRecord, 0, len(r.pending))
+	for _, rec := range r.pending {
+		out = append(out, rec)
+	}
+	r.pending = map[string]market.JobRecord{}
+	return out
+}
+
+// replicateLoop sends queued records to their replicas until the node
+// closes.
+func (n *Node) replicateLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.repl.wake:
+			recs := n.repl.take()
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 8)
+			for _, rec := range recs {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					n.replicate(n.ctx, rec)
+				}()
+			}
+			wg.Wait()
+		}
+	}
+}
+
+// replicaTargets are the members after this node in the job's HRW list.
+func (n *Node) replicaTargets(job string) []peer.ID {
+	var out []peer.ID
+	for _, id := range n.coordinators(job, n.cfg.Replicas) {
+		if id != n.id {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// replicate sends rec to its replicas and returns how many acknowledged.
+func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		n.log.Error("cannot encode a job record", "job", rec.ID, "err", err)
+		return 0
+	}
+	targets := n.replicaTargets(rec.ID)
+	var mu sync.Mutex
+	acks := 0
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, replicateAfter)
+			defer cancel()
+			n.dialable(t)
+			err := n.direct.Call(cctx, t, kindReplicate, data, func(m gossip.Message) error {
+				if m.Kind != kindAck {
+					return fmt.Errorf("unexpected %q frame", m.Kind)
+				}
+				mu.Lock()
+				acks++
+				mu.Unlock()
+				return nil
+			})
+			if err != nil && n.ctx.Err() == nil {
+				n.log.Debug("replica not updated", "job", rec.ID, "replica", t.ShortString(), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	return acks
+}
+
+// serveReplicate stores a replica sent by the job's coordinator.
+func (n *Node) serveReplicate(from peer.ID, data []byte) error {
+	var rec market.JobRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return api.Errorf(http.StatusBadRequest, "replica: %v", err)
+	}
+	if err := market.ValidateJobID(rec.ID); err != nil {
+		return api.Errorf(http.StatusBadRequest, "replica: %v", err)
+	}
+	if rec.Coordinator != from.String() {
+		return api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
+	}
+	if !n.view.putNewer(rec) {
+		return nil // we hold as new a record already
+	}
+	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
+		return fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// succeed adopts the jobs whose coordinator was lost and for which this
+// node is now first in the HRW order among live members. It runs on the
+// driver.
+func (n *Node) succeed(lost peer.ID) {
+	now := time.Now()
+	for _, rec := range n.view.coordinatedBy(lost.String()) {
+		if rec.State.Terminal() {
+			continue
+		}
+		if _, mine := n.mk.Job(rec.ID); mine {
+			continue
+		}
+		next := n.firstLive(rec.ID, lost)
+		if next != n.id {
+			continue
+		}
+		if err := n.mk.Step(market.JobAdopted{Now: now, Record: rec, Term: rec.Term + 1}); err != nil {
+			n.log.Warn("cannot take over job", "job", rec.ID, "from", lost.ShortString(), "err", err)
+			continue
+		}
+		n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", rec.Term+1)
+		n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost"})
+	}
+}
+
+// firstLive is the first member of the job's HRW list that is alive and
+// not lost.
+func (n *Node) firstLive(job string, lost peer.ID) peer.ID {
+	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
+		if id == lost {
+			continue
+		}
+		if id == n.id {
+			return id
+		}
+		if m, ok := n.mesh.Member(id); ok && m.State == mesh.StateAlive {
+			return id
+		}
+	}
+	return ""
+}
+
+// probeLost checks a peer this node lost its connection to: when it cannot
+// be reached again within a short time, its jobs are taken over. A dial
+// that fails is this node's own observation, not a third party's claim.
+func (n *Node) probeLost(p peer.ID) {
+	if len(n.view.coordinatedBy(p.String())) == 0 {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(n.ctx, 500*time.Millisecond)
+		defer cancel()
+		n.dialable(p)
+		err := n.mesh.Host().Connect(ctx, peer.AddrInfo{ID: p})
+		if err == nil || n.ctx.Err() != nil {
+			return
+		}
+		n.log.Info("coordinator unreachable after a disconnect", "peer", p.ShortString(), "err", err)
+		n.postWait(func() { n.succeed(p) })
+	}()
+}
+
+// resumeOwn adopts again the jobs this node coordinated before it
+// restarted, unless a successor holds them at a term as high: it asks the
+// job's other HRW members first, once it has peers to ask.
+func (n *Node) resumeOwn(recs []market.JobRecord) {
+	defer n.wg.Done()
+	deadline := time.Now().Add(resumeWait)
+	for n.mesh.NumAlive() < 2 && time.Now().Before(deadline) {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for _, rec := range recs {
+		newer := n.newestElsewhere(rec)
+		if newer.Term >= rec.Term && newer.Coordinator != "" && newer.Coordinator != n.id.String() {
+			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", newer.Coordinator, "term", newer.Term)
+			n.view.putNewer(newer)
+			continue
+		}
+		n.postWait(func() {
+			if _, mine := n.mk.Job(rec.ID); mine {
+				return
+			}
+			if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: rec, Term: rec.Term + 1}); err != nil {
+				n.log.Warn("cannot resume job", "job", rec.ID, "err", err)
+				return
+			}
+			n.log.Info("resumed job after restart", "job", rec.ID, "term", rec.Term+1)
+		})
+	}
+}
+
+// newestElsewhere asks the job's other HRW members for their record.
+func (n *Node) newestElsewhere(rec market.JobRecord) market.JobRecord {
+	var best market.JobRecord
+	for _, id := range n.coordinators(rec.ID, n.cfg.Replicas+1) {
+		if id == n.id {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, replicateAfter)
+		got, err := n.call(ctx, id, kindGet, rec.ID)
+		cancel()
+		if err == nil && got.Term > best.Term {
+			best = got
+		}
+	}
+	return best
+}
