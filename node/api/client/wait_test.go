@@ -24,6 +24,7 @@ func rec(id string, state market.JobState, epoch uint64) market.JobRecord {
 
 func TestWaitUntilTerminal(t *testing.T) {
 	b, c := newClient(t, "")
+	b.AddJob(rec("j1", market.JobPending, 0))
 	b.Script("j1",
 		rec("j1", market.JobPending, 0), rec("j1", market.JobPending, 0), rec("j1", market.JobPlacing, 1),
 		rec("j1", market.JobRunning, 1), rec("j1", market.JobRerouting, 1), rec("j1", market.JobRunning, 2),
@@ -72,6 +73,7 @@ func TestWaitUnknownJobEndsAtOnce(t *testing.T) {
 // A node that answers 503 for a while, then the record: Wait rides it out.
 func TestWaitThroughServerErrors(t *testing.T) {
 	b := clienttest.New()
+	b.AddJob(rec("j1", market.JobRunning, 1))
 	b.Script("j1", rec("j1", market.JobSucceeded, 1))
 	var failures atomic.Int32
 	h := api.Handler(api.Config{}, b, nil)

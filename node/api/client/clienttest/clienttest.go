@@ -48,6 +48,7 @@ type Backend struct {
 	peers    []api.Peer
 	cards    []api.Card
 	submits  []market.JobSpec
+	scripts  map[string][]market.JobRecord // what the next Job calls return, in order
 	gets     map[string]int
 	now      func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
@@ -55,8 +56,7 @@ type Backend struct {
 }
 
 type jobEntry struct {
-	rec    market.JobRecord
-	script []market.JobRecord // what the next Job calls return, in order
+	rec market.JobRecord
 }
 
 type logKey struct {
@@ -75,6 +75,7 @@ func New() *Backend {
 		logs:     map[logKey][]byte{},
 		feeds:    map[logKey]chan []byte{},
 		gets:     map[string]int{},
+		scripts:  map[string][]market.JobRecord{},
 		now:      time.Now,
 	}
 }
@@ -104,19 +105,13 @@ func (b *Backend) put(rec market.JobRecord) {
 	b.order = append(b.order, rec.ID)
 }
 
-// Script makes the next Job calls for id return recs one by one; the last
-// one stays. The job must exist (AddJob or Submit) before Job is called.
+// Script makes the next Job calls for id return recs one by one (the last
+// one stays). The job itself must exist by then, added or submitted: an
+// unknown job is a 404 whatever its script.
 func (b *Backend) Script(id string, recs ...market.JobRecord) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.jobs[id]; ok {
-		e.script = append(e.script, recs...)
-		return
-	}
-	if len(recs) > 0 {
-		b.put(recs[0])
-		b.jobs[id].script = recs
-	}
+	b.scripts[id] = append(b.scripts[id], recs...)
 }
 
 // Gets returns how many times Job was called for id.
@@ -264,8 +259,8 @@ func (b *Backend) Job(_ context.Context, id string) (market.JobRecord, error) {
 	if !ok {
 		return market.JobRecord{}, notFound(id)
 	}
-	if len(e.script) > 0 {
-		e.rec, e.script = e.script[0], e.script[1:]
+	if s := b.scripts[id]; len(s) > 0 {
+		e.rec, b.scripts[id] = s[0], s[1:]
 	}
 	return e.rec, nil
 }
@@ -282,7 +277,7 @@ func (b *Backend) Cancel(_ context.Context, id string) (market.JobRecord, error)
 		e.rec.State, e.rec.Reason = market.JobCancelled, "cancelled by its owner"
 		e.rec.EndedAt = b.now().UTC()
 		e.rec.Version++
-		e.script = nil
+		delete(b.scripts, id)
 	}
 	return e.rec, nil
 }
