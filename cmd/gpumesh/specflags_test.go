@@ -38,7 +38,7 @@ func TestBuildSpec(t *testing.T) {
 			s.Vendors = []device.Vendor{device.VendorNVIDIA}
 		}},
 		{"memory and compute", func(o *submitOptions) { o.minMem, o.minCU = "48GiB", 0.5 },
-			func(s *market.JobSpec) { s.MinMemoryMiB, s.MinComputeUnits = 48 << 10, 0.5 }},
+			func(s *market.JobSpec) { s.MinMemoryMiB, s.MinComputeUnits = 48<<10, 0.5 }},
 		{"gang", func(o *submitOptions) { o.gpus, o.perNode = 8, 4 },
 			func(s *market.JobSpec) { s.Cards, s.Layout = 8, market.Layout{Mode: market.LayoutPerNode, PerNode: 4} }},
 		{"one node", func(o *submitOptions) { o.gpus, o.oneNode = 4, true },

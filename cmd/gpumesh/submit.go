@@ -220,4 +220,3 @@ func jobExit(rec market.JobRecord) (int, string) {
 	}
 	return 1, fmt.Sprintf("job %s is %s%s", rec.ID, rec.State, why)
 }
-
