@@ -85,10 +85,11 @@ func apiError(err error, flags map[string]string) error {
 	switch {
 	case client.IsBadInputStatus(ae.Status):
 		msg := ae.Message
-		if ae.Field != "" && !strings.Contains(msg, ae.Field) {
-			msg = ae.Field + ": " + msg
+		flag, exact := flagFor(flags, ae.Field)
+		if ae.Field != "" && !exact && !strings.Contains(msg, ae.Field) {
+			msg = ae.Field + ": " + msg // a nested field, or one without a flag
 		}
-		if flag, _ := flagFor(flags, ae.Field); flag != "" {
+		if flag != "" {
 			msg = flag + ": " + msg
 		}
 		return usageError{errors.New(msg)}

@@ -80,7 +80,9 @@ term, the bill so far, its exit code, and its placements (one line per
 attempt at a share: node, cards, model, state, price per card-hour, cost).
 
 --explain adds how its latest placement round went: what it needed, how many
-nodes were asked and bid, the clearing price, and why each candidate lost.
+nodes were asked and bid, the clearing price, and why each candidate lost
+(SCORE is a candidate's effective price in CNY per compute-unit hour, lower
+is better; STAGE "book" is candidate selection, "bid" is clearing).
 --json prints the whole record (explanation included).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
