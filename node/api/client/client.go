@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -113,27 +115,25 @@ func parseAddr(addr string) (url.URL, error) {
 	if addr == "" {
 		return bad("empty")
 	}
-	if strings.Contains(addr, "://") {
-		u, err := url.Parse(addr)
-		if err != nil {
-			return bad(err.Error())
-		}
-		if u.Scheme != "http" && u.Scheme != "https" {
-			return bad("want an http:// or https:// URL, or host:port")
-		}
-		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
-			return bad("want scheme://host:port with nothing after it")
-		}
-		if _, _, err := net.SplitHostPort(u.Host); err != nil || u.Hostname() == "" {
-			return bad("want a host and a port, such as http://127.0.0.1:7070")
-		}
-		return url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+	raw := addr
+	if !strings.Contains(addr, "://") {
+		raw = "http://" + addr
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" || port == "" {
-		return bad("want host:port, such as 127.0.0.1:7070")
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad("want host:port, such as 127.0.0.1:7070, or an http(s):// URL")
 	}
-	return url.URL{Scheme: "http", Host: addr}, nil
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return bad("want an http:// or https:// URL, or host:port")
+	}
+	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" || (u.Path != "" && u.Path != "/") {
+		return bad("want host:port with nothing after it")
+	}
+	port, err := strconv.Atoi(u.Port())
+	if u.Hostname() == "" || err != nil || port < 1 || port > 65535 {
+		return bad("want a host and a port from 1 to 65535, such as 127.0.0.1:7070")
+	}
+	return url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
 // Addr returns the address the client was built with.
@@ -246,7 +246,11 @@ func firstLine(data []byte, max int) string {
 	}, s)
 	s = strings.TrimSpace(s)
 	if len(s) > max {
-		s = s[:max] + "..."
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

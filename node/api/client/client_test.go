@@ -45,7 +45,7 @@ func TestNewAddress(t *testing.T) {
 			t.Errorf("New(%q): %v", a, err)
 		}
 	}
-	bad := []string{"", "7070", "127.0.0.1", ":7070", "ftp://h:1", "http://h", "http://h:1/v1", "http://u@h:1", "http://h:1?x=1", "http://:80"}
+	bad := []string{"", "7070", "127.0.0.1", ":7070", "ftp://h:1", "http://h", "http://h:1/v1", "http://u@h:1", "http://h:1?x=1", "http://:80", "0:A", "h:0", "h:65536", "a b:80", "http://h:1#f"}
 	for _, a := range bad {
 		_, err := client.New(a)
 		if err == nil {

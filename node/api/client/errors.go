@@ -32,6 +32,8 @@ type APIError struct {
 	Field string
 }
 
+// Error says which request failed, the status, the node's message and the
+// field it names.
 func (e *APIError) Error() string {
 	if e.Field != "" {
 		return fmt.Sprintf("%s %s: %d: %s (field %s)", e.Method, e.Path, e.Status, e.Message, e.Field)
@@ -68,8 +70,10 @@ type UnreachableError struct {
 	Err  error
 }
 
+// Error names the address and why nothing answered there.
 func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("cannot reach the gpumesh API at %s: %v", e.Addr, e.Err)
 }
 
+// Unwrap returns the dial error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
