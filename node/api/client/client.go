@@ -131,7 +131,7 @@ func parseAddr(addr string) (url.URL, error) {
 	}
 	port, err := strconv.Atoi(u.Port())
 	if u.Hostname() == "" || err != nil || port < 1 || port > 65535 {
-		return bad("want a host and a port from 1 to 65535, such as 127.0.0.1:7070")
+		return bad("want host:port with a port from 1 to 65535, such as 127.0.0.1:7070")
 	}
 	return url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
