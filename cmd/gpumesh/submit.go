@@ -28,7 +28,9 @@ func newSubmitCommand(e env) *cobra.Command {
 auction, billed per second. Prints the job ID (--json: the job's record).
 
 Everything after the first argument that is not a flag is the job's command;
-put -- before it when it starts with a dash.
+put -- before it when it starts with a dash. The command runs without a
+shell: to use the job's variables ($NODE_RANK...), run it under sh -c with
+the script in single quotes, so that your own shell leaves them alone.
 
 Cards: --model takes catalog keys (h100-sxm-80g), patterns (h100-*,
 rtx4090-*) or keys of uncatalogued cards (x-...); repeat it or separate with
@@ -65,8 +67,9 @@ without one or was cancelled (with the reason on stderr).
 Exit status 2 means bad flags or a spec the node refused: nothing was
 submitted.`,
 		Example: `  gpumesh submit --gpus 1 -- nvidia-smi
-  gpumesh submit --gpus 8 --model h100-sxm-80g --per-node 4 --max-price 25 \
-      --payload ./train --wait -- torchrun --nnodes=$NNODES ... train.py
+  gpumesh submit --gpus 8 --model h100-sxm-80g --per-node 4 --max-price 25 --payload ./train --wait -- \
+      sh -c 'torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$GPUMESH_LOCAL_CARDS \
+        --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
   gpumesh submit --gpus 2 --min-mem 48GiB --vendor nvidia --preemptible --env HF_HOME=/tmp/hf -- python infer.py
   gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py`,
 		Args: func(cmd *cobra.Command, args []string) error { return nil },
