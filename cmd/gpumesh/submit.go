@@ -72,7 +72,7 @@ submitted.`,
         --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
   gpumesh submit --gpus 2 --min-mem 48GiB --vendor nvidia --preemptible --env HF_HOME=/tmp/hf -- python infer.py
   gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py`,
-		Args: func(cmd *cobra.Command, args []string) error { return nil },
+		Args: cobra.ArbitraryArgs, // the job's command
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = args
 			o.maxPriceSet = cmd.Flags().Changed("max-price")
