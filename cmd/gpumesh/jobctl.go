@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/client"
 )
 
 func newLogsCommand(e env) *cobra.Command {
@@ -25,7 +27,8 @@ func newLogsCommand(e env) *cobra.Command {
 		Long: `Print the output of one share of a job (share 0 unless --share says
 otherwise): its standard output, or with --stderr its standard error. Any
 node finds the job. -f keeps printing while the share runs, until it ends
-or you press Ctrl-C.`,
+or you press Ctrl-C; for a job that has not started yet, it first waits
+for the share to start (saying so on stderr).`,
 		Example: `  gpumesh logs j3fk2x9q0m1z8c7vb -f
   gpumesh logs j3fk2x9q0m1z8c7vb --share 1 --stderr`,
 		Args: exactArgs(1),
@@ -46,8 +49,13 @@ or you press Ctrl-C.`,
 			if stderr {
 				req.Stream = "stderr"
 			}
-			_, err = c.Logs(cmd.Context(), req, e.stdout)
-			if err != nil && follow && errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
+			ctx := cmd.Context()
+			_, err = c.Logs(ctx, req, e.stdout)
+			if follow && errors.Is(err, client.ErrNotFound) {
+				// Right after submit the share may not run yet: wait for it.
+				err = followWhenStarted(ctx, e, c, req, err)
+			}
+			if err != nil && follow && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return nil // Ctrl-C is how one stops following
 			}
 			if err != nil {
@@ -61,6 +69,50 @@ or you press Ctrl-C.`,
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print standard error instead of standard output")
 	af.register(cmd)
 	return cmd
+}
+
+// followWhenStarted is logs -f on a share that had no output to give
+// (notFound): when the job exists and has not run that share yet, it waits
+// for the share to start and then follows it; otherwise it returns notFound.
+func followWhenStarted(ctx context.Context, e env, c *client.Client, req api.LogRequest, notFound error) error {
+	rec, err := c.Job(ctx, req.Job)
+	if err != nil || !awaitsShare(rec, req.Share) {
+		return notFound
+	}
+	fmt.Fprintf(e.stderr, "gpumesh: job %s is %s; waiting for share %d to start\n", req.Job, rec.State, req.Share)
+	rec, err = c.WaitUntil(ctx, req.Job, client.WaitOptions{}, func(r market.JobRecord) bool { return shareStarted(r, req.Share) })
+	if err != nil {
+		return err
+	}
+	if !shareStarted(rec, req.Share) {
+		why := ""
+		if rec.Reason != "" {
+			why = ": " + oneLine(rec.Reason)
+		}
+		return fmt.Errorf("job %s %s before share %d started%s", req.Job, rec.State, req.Share, why)
+	}
+	_, err = c.Logs(ctx, req, e.stdout)
+	return err
+}
+
+// awaitsShare reports whether the job may still start the share: it has not
+// started it and is still being placed.
+func awaitsShare(rec market.JobRecord, share int) bool {
+	if shareStarted(rec, share) {
+		return false
+	}
+	switch rec.State {
+	case market.JobPending, market.JobBidding, market.JobPlacing, market.JobRerouting:
+		return true
+	}
+	return false
+}
+
+// shareStarted reports whether an attempt of the share has started.
+func shareStarted(rec market.JobRecord, share int) bool {
+	return slices.ContainsFunc(rec.Placements, func(p market.Placement) bool {
+		return p.Share == share && (p.State == market.PlacementRunning || !p.StartedAt.IsZero())
+	})
 }
 
 func newCancelCommand(e env) *cobra.Command {

@@ -10,9 +10,17 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 )
 
+// placed gives r a running placement of each share.
+func placed(r market.JobRecord, shares ...int) market.JobRecord {
+	for _, sh := range shares {
+		r.Placements = append(r.Placements, market.Placement{Share: sh, Epoch: 1, Node: nodeA, State: market.PlacementRunning, StartedAt: time.Now()})
+	}
+	return r
+}
+
 func TestLogs(t *testing.T) {
 	n := newNode(t)
-	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0, 1))
 	n.b.SetLog("j1", 0, "stdout", "CUDA_VISIBLE_DEVICES=GPU-1\nstep 1\n")
 	n.b.SetLog("j1", 1, "stderr", "warning on share 1\n")
 	if code, out, errOut := n.run("logs", "j1"); code != 0 || out != "CUDA_VISIBLE_DEVICES=GPU-1\nstep 1\n" || errOut != "" {
@@ -41,7 +49,7 @@ func TestLogs(t *testing.T) {
 // logs -f prints each chunk as it comes and ends with the attempt.
 func TestLogsFollow(t *testing.T) {
 	n := newNode(t)
-	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
 	n.b.SetLog("j1", 0, "stdout", "step 1\n")
 	feed := n.b.Feed("j1", 0, "stdout")
 	var stdout, stderr syncBuffer
@@ -64,7 +72,7 @@ func TestLogsFollow(t *testing.T) {
 // Ctrl-C ends logs -f quietly.
 func TestLogsFollowInterrupted(t *testing.T) {
 	n := newNode(t)
-	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
 	n.b.SetLog("j1", 0, "stdout", "step 1\n")
 	n.b.Feed("j1", 0, "stdout")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -140,4 +148,52 @@ func TestScale(t *testing.T) {
 	if rec, _ := n.b.Job(t.Context(), "e1"); rec.Cards != 8 {
 		t.Errorf("refused scales changed the job: %d cards", rec.Cards)
 	}
+}
+
+// logs -f right after submit waits for the share to start, then follows it.
+func TestLogsFollowWaitsForStart(t *testing.T) {
+	n := newNode(t)
+	pending := market.JobRecord{ID: "j1", State: market.JobPending, Reason: "waiting for a placement round"}
+	n.b.AddJob(pending)
+	n.b.Script("j1", pending, market.JobRecord{ID: "j1", State: market.JobPlacing, Epoch: 1},
+		placed(market.JobRecord{ID: "j1", State: market.JobRunning, Epoch: 1}, 0))
+	n.b.SetLog("j1", 0, "stdout", "step 1\n")
+	code, out, errOut := n.run("logs", "-f", "j1")
+	if code != 0 || out != "step 1\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	oneLineErr(t, "waiting", errOut, "job j1 is pending; waiting for share 0 to start")
+}
+
+func TestLogsFollowJobEndsBeforeStart(t *testing.T) {
+	n := newNode(t)
+	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobPending})
+	n.b.Script("j1", market.JobRecord{ID: "j1", State: market.JobPending},
+		market.JobRecord{ID: "j1", State: market.JobFailed, Reason: "needs 16 × h100-sxm-80g, mesh has 4"})
+	code, out, errOut := n.run("logs", "-f", "j1")
+	if code != exitError || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	if !strings.HasSuffix(errOut, "gpumesh: job j1 failed before share 0 started: needs 16 × h100-sxm-80g, mesh has 4\n") {
+		t.Errorf("stderr %q", errOut)
+	}
+}
+
+// A share a running job does not have is an error at once, -f or not.
+func TestLogsFollowMissingShare(t *testing.T) {
+	n := newNode(t)
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
+	code, _, errOut := n.run("logs", "-f", "--share", "3", "j1")
+	if code != exitError {
+		t.Errorf("exit %d", code)
+	}
+	oneLineErr(t, "missing share", errOut, "job j1 has no share 3")
+	if g := n.b.Gets("j1"); g != 1 {
+		t.Errorf("%d job lookups, want 1 (no waiting)", g)
+	}
+	code, _, errOut = n.run("logs", "-f", "jnope")
+	if code != exitError {
+		t.Errorf("unknown job: exit %d", code)
+	}
+	oneLineErr(t, "unknown job", errOut, `job "jnope" not found`)
 }

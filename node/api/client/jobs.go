@@ -88,6 +88,14 @@ type WaitOptions struct {
 // (succeeded, failed, cancelled) and returns that record. When ctx ends
 // first, it returns the last record seen and an error wrapping ctx.Err().
 func (c *Client) Wait(ctx context.Context, id string, o WaitOptions) (market.JobRecord, error) {
+	return c.WaitUntil(ctx, id, o, func(rec market.JobRecord) bool { return rec.State.Terminal() })
+}
+
+// WaitUntil polls a job as Wait does until done returns true for its record
+// (or the job is terminal: it cannot change any more), and returns that
+// record. It is how a caller waits for a job to run, or for a share to be
+// placed.
+func (c *Client) WaitUntil(ctx context.Context, id string, o WaitOptions, done func(market.JobRecord) bool) (market.JobRecord, error) {
 	if o.MinInterval <= 0 {
 		o.MinInterval = DefaultWaitMinInterval
 	}
@@ -123,7 +131,7 @@ func (c *Client) Wait(ctx context.Context, id string, o WaitOptions) (market.Job
 				}
 			}
 			last, seen = rec, true
-			if rec.State.Terminal() {
+			if done(rec) || rec.State.Terminal() {
 				return rec, nil
 			}
 		case ctx.Err() != nil:

@@ -17,7 +17,7 @@ import (
 
 func TestLogs(t *testing.T) {
 	b, c := newClient(t, "")
-	b.AddJob(rec("j1", market.JobRunning, 1))
+	b.AddJob(placed(rec("j1", market.JobRunning, 1), 0, 1))
 	b.SetLog("j1", 0, "stdout", "hello\nworld\n")
 	b.SetLog("j1", 1, "stderr", "oops on share 1\n")
 	ctx := context.Background()
@@ -41,10 +41,23 @@ func TestLogs(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != 404 || ae.Field != "share" {
 		t.Errorf("missing share: %v", err)
 	}
+	b.AddJob(rec("j2", market.JobPending, 0))
+	_, err = c.Logs(ctx, api.LogRequest{Job: "j2"}, io.Discard)
+	if !errors.As(err, &ae) || ae.Status != 404 || ae.Field != "" || !strings.Contains(ae.Message, "not been placed yet") {
+		t.Errorf("unplaced job: %v", err)
+	}
 	_, err = c.Logs(ctx, api.LogRequest{Job: "j1", Stream: "stdin"}, io.Discard)
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "stream" {
 		t.Errorf("bad stream: %v", err)
 	}
+}
+
+// placed gives r a running placement of each share.
+func placed(r market.JobRecord, shares ...int) market.JobRecord {
+	for _, sh := range shares {
+		r.Placements = append(r.Placements, market.Placement{Share: sh, Epoch: 1, Node: "n1", State: market.PlacementRunning, StartedAt: time.Now()})
+	}
+	return r
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a poller.
@@ -81,7 +94,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // exists, and returns when the attempt ends.
 func TestLogsFollow(t *testing.T) {
 	b, c := newClient(t, "")
-	b.AddJob(rec("j1", market.JobRunning, 1))
+	b.AddJob(placed(rec("j1", market.JobRunning, 1), 0))
 	b.SetLog("j1", 0, "stdout", "step 1\n")
 	feed := b.Feed("j1", 0, "stdout")
 	var out syncBuffer
@@ -105,7 +118,7 @@ func TestLogsFollow(t *testing.T) {
 
 func TestLogsFollowEndsWithContext(t *testing.T) {
 	b, c := newClient(t, "")
-	b.AddJob(rec("j1", market.JobRunning, 1))
+	b.AddJob(placed(rec("j1", market.JobRunning, 1), 0))
 	b.SetLog("j1", 0, "stdout", "started\n")
 	b.Feed("j1", 0, "stdout")
 	ctx, cancel := context.WithCancel(context.Background())

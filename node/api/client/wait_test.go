@@ -108,3 +108,20 @@ func TestWaitGivesUpOnUnreachableNode(t *testing.T) {
 		t.Errorf("gave up after %v, before its patience of %v", d, fast.Patience)
 	}
 }
+
+func TestWaitUntilRunning(t *testing.T) {
+	b, c := newClient(t, "")
+	b.AddJob(rec("j1", market.JobPending, 0))
+	b.Script("j1", rec("j1", market.JobPending, 0), rec("j1", market.JobPlacing, 1), rec("j1", market.JobRunning, 1), rec("j1", market.JobSucceeded, 1))
+	got, err := c.WaitUntil(context.Background(), "j1", fast, func(r market.JobRecord) bool { return r.State == market.JobRunning })
+	if err != nil || got.State != market.JobRunning || b.Gets("j1") != 3 {
+		t.Errorf("got %s after %d polls, %v", got.State, b.Gets("j1"), err)
+	}
+	// A job that ends without reaching the condition ends the wait too.
+	b.AddJob(rec("j2", market.JobPending, 0))
+	b.Script("j2", rec("j2", market.JobFailed, 0))
+	got, err = c.WaitUntil(context.Background(), "j2", fast, func(r market.JobRecord) bool { return r.State == market.JobRunning })
+	if err != nil || got.State != market.JobFailed {
+		t.Errorf("got %s, %v", got.State, err)
+	}
+}

@@ -304,7 +304,9 @@ func (b *Backend) Scale(_ context.Context, id string, cards int) (market.JobReco
 }
 
 // Logs writes the share's stored output from req.Offset, then, when
-// following and a Feed exists, each chunk fed until the feed is closed.
+// following and a Feed exists, each chunk fed until the feed is closed. Like
+// a node, it answers 404 for a job without placements and for a share the
+// job's record has no placement of (Field "share").
 func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
 	stream := req.Stream
 	if stream == "" {
@@ -312,14 +314,22 @@ func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flu
 	}
 	k := logKey{req.Job, req.Share, stream}
 	b.mu.Lock()
-	_, known := b.jobs[req.Job]
-	text, hasLog := b.logs[k]
+	e, known := b.jobs[req.Job]
+	var rec market.JobRecord
+	if known {
+		rec = e.rec
+	}
+	text := b.logs[k]
 	feed := b.feeds[k]
 	b.mu.Unlock()
 	if !known {
 		return notFound(req.Job)
 	}
-	if !hasLog && feed == nil {
+	// As a node does: the output of a share that was never placed is a 404.
+	if len(rec.Placements) == 0 {
+		return api.Errorf(http.StatusNotFound, "job %s has not been placed yet (%s)", req.Job, rec.State)
+	}
+	if !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share }) {
 		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %s", req.Job, strconv.Itoa(req.Share))}
 	}
 	if req.Offset < int64(len(text)) {
