@@ -12,12 +12,12 @@ import (
 )
 
 // tokenNode serves a fake node that needs a token.
-func tokenNode(t *testing.T, token string) *node {
+func tokenNode(t *testing.T, token string) *fakeNode {
 	t.Helper()
 	b := clienttest.New()
 	b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
 	srv := b.Serve(t, token)
-	return &node{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.URL}}
+	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.URL}}
 }
 
 func TestAPIToken(t *testing.T) {
@@ -67,7 +67,7 @@ func TestAPIToken(t *testing.T) {
 }
 
 func TestAPIAddress(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	good := n.addr
 	// --api wins over GPUMESH_API.
 	n.env[envAPI] = closedAddr(t)
@@ -103,7 +103,7 @@ func TestAPIAddress(t *testing.T) {
 
 // Every client command says what it does and takes the API flags.
 func TestClientCommandsHelp(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	for cmd, flags := range map[string][]string{
 		"jobs":   {"--json"},
 		"job":    {"--json", "--explain"},

@@ -13,32 +13,32 @@ import (
 	"github.com/gpumesh/gpumesh/node/api/client/clienttest"
 )
 
-// node is a fake node API for the commands under test: the real api.Handler
+// fakeNode is a fake node API for the commands under test: the real api.Handler
 // over an in-memory backend on a loopback port.
-type node struct {
+type fakeNode struct {
 	t    *testing.T
 	b    *clienttest.Backend
 	addr string
 	env  map[string]string
 }
 
-func newNode(t *testing.T) *node {
+func newFakeNode(t *testing.T) *fakeNode {
 	t.Helper()
 	b := clienttest.New()
 	srv := b.Serve(t, "")
-	return &node{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.Listener.Addr().String()}}
+	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.Listener.Addr().String()}}
 }
 
 // run runs a gpumesh command line against the node (GPUMESH_API points at
 // it) and returns its exit status, stdout and stderr.
-func (n *node) run(args ...string) (int, string, string) {
+func (n *fakeNode) run(args ...string) (int, string, string) {
 	n.t.Helper()
 	var stdout, stderr bytes.Buffer
 	code := n.runTo(context.Background(), &stdout, &stderr, args...)
 	return code, stdout.String(), stderr.String()
 }
 
-func (n *node) runTo(ctx context.Context, stdout, stderr io.Writer, args ...string) int {
+func (n *fakeNode) runTo(ctx context.Context, stdout, stderr io.Writer, args ...string) int {
 	return runEnv(ctx, args, env{
 		stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
 		getenv: func(k string) string { return n.env[k] },

@@ -19,7 +19,7 @@ func placed(r market.JobRecord, shares ...int) market.JobRecord {
 }
 
 func TestLogs(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0, 1))
 	n.b.SetLog("j1", 0, "stdout", "CUDA_VISIBLE_DEVICES=GPU-1\nstep 1\n")
 	n.b.SetLog("j1", 1, "stderr", "warning on share 1\n")
@@ -48,7 +48,7 @@ func TestLogs(t *testing.T) {
 
 // logs -f prints each chunk as it comes and ends with the attempt.
 func TestLogsFollow(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
 	n.b.SetLog("j1", 0, "stdout", "step 1\n")
 	feed := n.b.Feed("j1", 0, "stdout")
@@ -71,7 +71,7 @@ func TestLogsFollow(t *testing.T) {
 
 // Ctrl-C ends logs -f quietly.
 func TestLogsFollowInterrupted(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
 	n.b.SetLog("j1", 0, "stdout", "step 1\n")
 	n.b.Feed("j1", 0, "stdout")
@@ -93,7 +93,7 @@ func TestLogsFollowInterrupted(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
 	n.b.AddJob(market.JobRecord{ID: "j2", State: market.JobSucceeded})
 	if code, out, errOut := n.run("cancel", "j1"); code != 0 || out != "cancelled\n" || errOut != "" {
@@ -120,7 +120,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestScale(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(market.JobRecord{ID: "e1", State: market.JobRunning, Cards: 4, Spec: market.JobSpec{Elastic: &market.Elastic{Min: 2, Max: 16}}})
 	n.b.AddJob(market.JobRecord{ID: "fixed", State: market.JobRunning, Cards: 4})
 	if code, out, errOut := n.run("scale", "e1", "8"); code != 0 || out != "e1: 8 cards (running)\n" {
@@ -152,7 +152,7 @@ func TestScale(t *testing.T) {
 
 // logs -f right after submit waits for the share to start, then follows it.
 func TestLogsFollowWaitsForStart(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	pending := market.JobRecord{ID: "j1", State: market.JobPending, Reason: "waiting for a placement round"}
 	n.b.AddJob(pending)
 	n.b.Script("j1", pending, market.JobRecord{ID: "j1", State: market.JobPlacing, Epoch: 1},
@@ -166,7 +166,7 @@ func TestLogsFollowWaitsForStart(t *testing.T) {
 }
 
 func TestLogsFollowJobEndsBeforeStart(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobPending})
 	n.b.Script("j1", market.JobRecord{ID: "j1", State: market.JobPending},
 		market.JobRecord{ID: "j1", State: market.JobFailed, Reason: "needs 16 × h100-sxm-80g, mesh has 4"})
@@ -181,7 +181,7 @@ func TestLogsFollowJobEndsBeforeStart(t *testing.T) {
 
 // A share a running job does not have is an error at once, -f or not.
 func TestLogsFollowMissingShare(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
 	code, _, errOut := n.run("logs", "-f", "--share", "3", "j1")
 	if code != exitError {

@@ -15,7 +15,7 @@ const (
 )
 
 func TestJobsTable(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	now := time.Now()
 	n.b.AddJob(market.JobRecord{ID: "jold", Spec: market.JobSpec{Name: "old run"}, State: market.JobSucceeded, Cards: 8, Epoch: 3,
 		CostCNY: 123.456, SubmittedAt: now.Add(-26 * time.Hour)})
@@ -52,7 +52,7 @@ func TestJobsTable(t *testing.T) {
 }
 
 func TestJobsEmpty(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	if code, out, _ := n.run("jobs"); code != 0 || len(table(out)) != 1 {
 		t.Errorf("exit %d, %q", code, out)
 	}
@@ -99,7 +99,7 @@ func fields(out string) map[string]string {
 }
 
 func TestJobShow(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(runningJob())
 	code, out, errOut := n.run("job", "jtrain")
 	if code != 0 || errOut != "" {
@@ -144,7 +144,7 @@ func TestJobShow(t *testing.T) {
 }
 
 func TestJobExplain(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(runningJob())
 	code, out, _ := n.run("job", "jtrain", "--explain")
 	if code != 0 {
@@ -184,7 +184,7 @@ func TestJobExplain(t *testing.T) {
 }
 
 func TestJobJSON(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.AddJob(runningJob())
 	code, out, _ := n.run("job", "jtrain", "--json")
 	var rec map[string]any
@@ -203,7 +203,7 @@ func TestJobJSON(t *testing.T) {
 }
 
 func TestJobErrors(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	code, out, errOut := n.run("job", "jnope")
 	if code != exitError || out != "" {
 		t.Errorf("unknown job: exit %d, %q", code, out)

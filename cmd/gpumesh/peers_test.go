@@ -10,7 +10,7 @@ import (
 )
 
 func TestPeers(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	now := time.Now()
 	n.b.SetPeers([]api.Peer{
 		{ID: nodeA, Self: true, State: "alive", Region: "cn-sh", Cards: 8, FreeCards: 6, Models: []string{"h100-sxm-80g"},
@@ -56,7 +56,7 @@ func TestPeers(t *testing.T) {
 }
 
 func TestPeersNodeDown(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	addr := closedAddr(t)
 	code, out, errOut := n.run("peers", "--api", addr)
 	if code != exitError || out != "" {

@@ -19,7 +19,7 @@ import (
 var jobIDPattern = regexp.MustCompile(`^j[0-9a-z]{16}$`)
 
 func TestSubmitPrintsTheJobID(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	code, out, errOut := n.run("submit", "--gpus", "2", "--model", "h100-sxm-80g,h200-141g", "--max-price", "30",
 		"--name", "train", "--env", "A=1", "--duration", "90m", "--", "python", "train.py", "--lr", "3e-4")
 	if code != 0 || errOut != "" {
@@ -56,7 +56,7 @@ func TestSubmitPrintsTheJobID(t *testing.T) {
 }
 
 func TestSubmitJSON(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	code, out, _ := n.run("submit", "--gpus", "8", "--per-node", "4", "--max-price", "25", "--id", "gang-1", "--json", "--", "torchrun", "train.py")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -79,7 +79,7 @@ func TestSubmitJSON(t *testing.T) {
 
 // --id makes a retried submit the same job.
 func TestSubmitWithIDIsIdempotent(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	args := []string{"submit", "--gpus", "1", "--max-price", "5", "--id", "nightly-42", "--", "make", "test"}
 	for i := 0; i < 2; i++ {
 		code, out, errOut := n.run(args...)
@@ -93,7 +93,7 @@ func TestSubmitWithIDIsIdempotent(t *testing.T) {
 }
 
 func TestSubmitDefaultPriceIsSaid(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	code, _, errOut := n.run("submit", "--gpus", "1", "--model", "h100-sxm-80g", "--", "true")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -130,7 +130,7 @@ func TestSubmitBadInputChangesNothing(t *testing.T) {
 		{[]string{"--gpus", "1", "--api", "nowhere", "true"}, []string{"--api: ", `"nowhere"`, "host:port"}},
 	}
 	for _, tc := range cases {
-		n := newNode(t)
+		n := newFakeNode(t)
 		args := append([]string{"submit"}, tc.args...)
 		code, out, errOut := n.run(args...)
 		if code != exitUsage || out != "" {
@@ -154,7 +154,7 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 func TestSubmitPayload(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "train.py"), "print('hi')\n")
 	writeFile(t, filepath.Join(dir, "data", "x.csv"), "1,2\n")
@@ -177,7 +177,7 @@ func TestSubmitPayload(t *testing.T) {
 
 // The node refuses a field the CLI let through: exit 2 naming the flag.
 func TestSubmitRefusedFieldIsUsage(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.FailNextSubmit(&api.HTTPError{Status: http.StatusBadRequest, Field: "models[0]",
 		Err: &market.SpecError{Field: "models[0]", Msg: "no node of this mesh has ever seen h200-141g"}})
 	code, out, errOut := n.run("submit", "--gpus", "1", "--model", "h200-141g", "--max-price", "40", "true")
@@ -188,7 +188,7 @@ func TestSubmitRefusedFieldIsUsage(t *testing.T) {
 }
 
 func TestSubmitNodeDown(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	addr := closedAddr(t)
 	n.env[envAPI] = addr
 	code, out, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "true")
@@ -200,7 +200,7 @@ func TestSubmitNodeDown(t *testing.T) {
 
 // A 5xx may hide a job that was taken: the message says how to retry safely.
 func TestSubmitServerErrorSaysHowToRetry(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.FailNextSubmit(fmt.Errorf("coordinator did not answer in time"))
 	code, _, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "retry-me", "true")
 	if code != exitError {
@@ -210,7 +210,7 @@ func TestSubmitServerErrorSaysHowToRetry(t *testing.T) {
 }
 
 func TestSubmitHelp(t *testing.T) {
-	code, out, _ := newNode(t).run("submit", "--help")
+	code, out, _ := newFakeNode(t).run("submit", "--help")
 	for _, w := range []string{"--gpus", "--model", "--min-mem", "--per-node", "--one-node", "--max-price", "--preemptible", "--service",
 		"--replicas", "--elastic", "--duration", "--env", "--payload", "--id", "--wait", "--json", "--api", "--api-token-file",
 		"highest price suppliers ask by default", "exit code"} {

@@ -35,7 +35,7 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(t)
+			n := newFakeNode(t)
 			tc.final.ID = "w1"
 			n.b.Script("w1",
 				market.JobRecord{ID: "w1", State: market.JobPending},
@@ -66,7 +66,7 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 }
 
 func TestSubmitWaitJSONPrintsTheFinalRecord(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	n.b.Script("w2", market.JobRecord{ID: "w2", State: market.JobRunning},
 		market.JobRecord{ID: "w2", State: market.JobSucceeded, CostCNY: 1.25, ExitCode: intp(0)})
 	code, out, _ := n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "w2", "--wait", "--json", "true")
@@ -78,7 +78,7 @@ func TestSubmitWaitJSONPrintsTheFinalRecord(t *testing.T) {
 
 // Interrupted while waiting: say that the job goes on.
 func TestSubmitWaitInterrupted(t *testing.T) {
-	n := newNode(t)
+	n := newFakeNode(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncBuffer
