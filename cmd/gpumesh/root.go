@@ -84,6 +84,13 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newNodeCommand(e),
 		newVersionCommand(e),
 		newCardsCommand(e),
+		newSubmitCommand(e),
+		newJobsCommand(e),
+		newJobCommand(e),
+		newLogsCommand(e),
+		newCancelCommand(e),
+		newScaleCommand(e),
+		newPeersCommand(e),
 	)
 	return root
 }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/client"
+)
+
+// Environment variables of the commands that talk to a node's API.
+const (
+	envAPI      = "GPUMESH_API"       // the API address, when --api is not given
+	envAPIToken = "GPUMESH_API_TOKEN" // the token itself, when --api-token-file is not given
+)
+
+// apiFlags are the flags every command that talks to a node's API takes.
+type apiFlags struct {
+	addr      string
+	tokenFile string
+}
+
+func (f *apiFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "api", "", "the node's API: host:port or http(s)://host:port (default $"+envAPI+", else "+api.DefaultAddr+")")
+	cmd.Flags().StringVar(&f.tokenFile, "api-token-file", "", "read the API token from `FILE` (default: $"+envAPIToken+" holds the token; a node on loopback needs none)")
+}
+
+// client builds the API client from the flags and the environment. Bad
+// values are usage errors naming where they came from.
+func (f *apiFlags) client(e env) (*client.Client, error) {
+	addr, from := f.addr, "--api"
+	if addr == "" {
+		addr, from = e.getenv(envAPI), envAPI
+	}
+	if addr == "" {
+		addr = api.DefaultAddr
+	}
+	if _, err := client.New(addr); err != nil {
+		return nil, usagef("%s: %v", from, err)
+	}
+	token, tokenFrom := "", ""
+	switch {
+	case f.tokenFile != "":
+		data, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, usagef("--api-token-file: %v", err)
+		}
+		token, tokenFrom = strings.TrimSpace(string(data)), "--api-token-file "+f.tokenFile
+		if token == "" {
+			return nil, usagef("--api-token-file: %s is empty", f.tokenFile)
+		}
+	case strings.TrimSpace(e.getenv(envAPIToken)) != "":
+		token, tokenFrom = strings.TrimSpace(e.getenv(envAPIToken)), envAPIToken
+	}
+	if token == "" {
+		return client.New(addr)
+	}
+	c, err := client.New(addr, client.WithToken(token))
+	if err != nil {
+		return nil, usagef("%s: %v", tokenFrom, strings.TrimPrefix(err.Error(), "client: "))
+	}
+	return c, nil
+}
+
+// apiError turns an error of the API client into what the user reads:
+//   - the node could not be reached: say where, and that a node may not be
+//     running there (exit 1);
+//   - the node refused bad input (400, 413, 415): a usage error naming the
+//     flag behind the offending field, through flags (exit 2);
+//   - a missing or wrong token: say how to give one (exit 1);
+//   - any other answer: the node's own message (exit 1).
+func apiError(err error, flags map[string]string) error {
+	var ue *client.UnreachableError
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%v; is `gpumesh node` running there? (--api or %s names another node)", err, envAPI)
+	}
+	var ae *client.APIError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch {
+	case client.IsBadInputStatus(ae.Status):
+		msg := ae.Message
+		flag, exact := flagFor(flags, ae.Field)
+		if ae.Field != "" && !exact && !strings.Contains(msg, ae.Field) {
+			msg = ae.Field + ": " + msg // a nested field, or one without a flag
+		}
+		if flag != "" {
+			msg = flag + ": " + msg
+		}
+		return usageError{errors.New(msg)}
+	case errors.Is(err, client.ErrUnauthorized):
+		return fmt.Errorf("the node refused the request: %s (give the token with --api-token-file or %s)", ae.Message, envAPIToken)
+	}
+	return errors.New(ae.Message)
+}
+
+// fieldRoot is the top-level JSON field of a field path: "models[1]" and
+// "models" → "models", "layout.per_node" → "layout".
+func fieldRoot(field string) string {
+	if i := strings.IndexAny(field, ".["); i >= 0 {
+		return field[:i]
+	}
+	return field
+}

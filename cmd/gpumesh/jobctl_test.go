@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// placed gives r a running placement of each share.
+func placed(r market.JobRecord, shares ...int) market.JobRecord {
+	for _, sh := range shares {
+		r.Placements = append(r.Placements, market.Placement{Share: sh, Epoch: 1, Node: nodeA, State: market.PlacementRunning, StartedAt: time.Now()})
+	}
+	return r
+}
+
+func TestLogs(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0, 1))
+	n.b.SetLog("j1", 0, "stdout", "CUDA_VISIBLE_DEVICES=GPU-1\nstep 1\n")
+	n.b.SetLog("j1", 1, "stderr", "warning on share 1\n")
+	if code, out, errOut := n.run("logs", "j1"); code != 0 || out != "CUDA_VISIBLE_DEVICES=GPU-1\nstep 1\n" || errOut != "" {
+		t.Errorf("logs: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, _ := n.run("logs", "j1", "--share", "1", "--stderr"); code != 0 || out != "warning on share 1\n" {
+		t.Errorf("--share 1 --stderr: exit %d, %q", code, out)
+	}
+	code, _, errOut := n.run("logs", "j1", "--share", "5")
+	if code != exitError {
+		t.Errorf("missing share: exit %d", code)
+	}
+	oneLineErr(t, "missing share", errOut, "job j1 has no share 5")
+	code, _, errOut = n.run("logs", "j1", "--share", "-1")
+	if code != exitUsage {
+		t.Errorf("negative share: exit %d", code)
+	}
+	oneLineErr(t, "negative share", errOut, "--share: must be 0 or more")
+	code, _, errOut = n.run("logs", "jnope")
+	if code != exitError {
+		t.Errorf("unknown job: exit %d", code)
+	}
+	oneLineErr(t, "unknown job", errOut, `job "jnope" not found`)
+}
+
+// logs -f prints each chunk as it comes and ends with the attempt.
+func TestLogsFollow(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
+	n.b.SetLog("j1", 0, "stdout", "step 1\n")
+	feed := n.b.Feed("j1", 0, "stdout")
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- n.runTo(context.Background(), &stdout, &stderr, "logs", "-f", "j1") }()
+	waitFor(t, "the output so far", func() bool { return stdout.String() == "step 1\n" })
+	feed <- []byte("step 2\n")
+	waitFor(t, "a chunk while the job runs", func() bool { return stdout.String() == "step 1\nstep 2\n" })
+	close(feed)
+	select {
+	case code := <-done:
+		if code != 0 || stderr.String() != "" {
+			t.Errorf("exit %d, stderr %q", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("logs -f did not end with the attempt")
+	}
+}
+
+// Ctrl-C ends logs -f quietly.
+func TestLogsFollowInterrupted(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
+	n.b.SetLog("j1", 0, "stdout", "step 1\n")
+	n.b.Feed("j1", 0, "stdout")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- n.runTo(ctx, &stdout, &stderr, "logs", "--follow", "j1") }()
+	waitFor(t, "the output so far", func() bool { return stdout.String() == "step 1\n" })
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 || stderr.String() != "" {
+			t.Errorf("exit %d, stderr %q", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("logs -f did not end on interrupt")
+	}
+}
+
+func TestCancel(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
+	n.b.AddJob(market.JobRecord{ID: "j2", State: market.JobSucceeded})
+	if code, out, errOut := n.run("cancel", "j1"); code != 0 || out != "cancelled\n" || errOut != "" {
+		t.Errorf("cancel: exit %d, %q, %q", code, out, errOut)
+	}
+	if rec, _ := n.b.Job(t.Context(), "j1"); rec.State != market.JobCancelled {
+		t.Errorf("the node has j1 %s", rec.State)
+	}
+	code, out, errOut := n.run("cancel", "j2")
+	if code != 0 || out != "succeeded\n" {
+		t.Errorf("cancel of an ended job: exit %d, %q", code, out)
+	}
+	oneLineErr(t, "ended job", errOut, "job j2 had already ended")
+	code, out, _ = n.run("cancel", "j1", "--json")
+	var rec market.JobRecord
+	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.State != market.JobCancelled || rec.EndedAt.IsZero() {
+		t.Errorf("--json: exit %d, %q", code, out)
+	}
+	code, _, errOut = n.run("cancel", "jnope")
+	if code != exitError {
+		t.Errorf("unknown: exit %d", code)
+	}
+	oneLineErr(t, "unknown", errOut, `job "jnope" not found`)
+}
+
+func TestScale(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "e1", State: market.JobRunning, Cards: 4, Spec: market.JobSpec{Elastic: &market.Elastic{Min: 2, Max: 16}}})
+	n.b.AddJob(market.JobRecord{ID: "fixed", State: market.JobRunning, Cards: 4})
+	if code, out, errOut := n.run("scale", "e1", "8"); code != 0 || out != "e1: 8 cards (running)\n" {
+		t.Errorf("scale: exit %d, %q, %q", code, out, errOut)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"scale", "e1", "32"}, exitUsage, "CARDS: cards 32 is outside the elastic range 2..16"},
+		{[]string{"scale", "fixed", "8"}, exitUsage, "CARDS: job fixed is not elastic"},
+		{[]string{"scale", "e1", "0"}, exitUsage, `CARDS "0": want a whole number from 1 to 4096`},
+		{[]string{"scale", "e1", "many"}, exitUsage, `CARDS "many"`},
+		{[]string{"scale", "e1"}, exitUsage, "accepts 2 arg"},
+		{[]string{"scale", "jnope", "2"}, exitError, `job "jnope" not found`},
+	}
+	for _, tc := range cases {
+		code, out, errOut := n.run(tc.args...)
+		if code != tc.code || out != "" {
+			t.Errorf("%q: exit %d, stdout %q", tc.args, code, out)
+		}
+		oneLineErr(t, strings.Join(tc.args, " "), errOut, tc.want)
+	}
+	if rec, _ := n.b.Job(t.Context(), "e1"); rec.Cards != 8 {
+		t.Errorf("refused scales changed the job: %d cards", rec.Cards)
+	}
+}
+
+// logs -f right after submit waits for the share to start, then follows it.
+func TestLogsFollowWaitsForStart(t *testing.T) {
+	n := newFakeNode(t)
+	pending := market.JobRecord{ID: "j1", State: market.JobPending, Reason: "waiting for a placement round"}
+	n.b.AddJob(pending)
+	n.b.Script("j1", pending, market.JobRecord{ID: "j1", State: market.JobPlacing, Epoch: 1},
+		placed(market.JobRecord{ID: "j1", State: market.JobRunning, Epoch: 1}, 0))
+	n.b.SetLog("j1", 0, "stdout", "step 1\n")
+	code, out, errOut := n.run("logs", "-f", "j1")
+	if code != 0 || out != "step 1\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	oneLineErr(t, "waiting", errOut, "job j1 is pending; waiting for share 0 to start")
+}
+
+func TestLogsFollowJobEndsBeforeStart(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobPending})
+	n.b.Script("j1", market.JobRecord{ID: "j1", State: market.JobPending},
+		market.JobRecord{ID: "j1", State: market.JobFailed, Reason: "needs 16 × h100-sxm-80g, mesh has 4"})
+	code, out, errOut := n.run("logs", "-f", "j1")
+	if code != exitError || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	if !strings.HasSuffix(errOut, "gpumesh: job j1 failed before share 0 started: needs 16 × h100-sxm-80g, mesh has 4\n") {
+		t.Errorf("stderr %q", errOut)
+	}
+}
+
+// A share a running job does not have is an error at once, -f or not.
+func TestLogsFollowMissingShare(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(placed(market.JobRecord{ID: "j1", State: market.JobRunning}, 0))
+	code, _, errOut := n.run("logs", "-f", "--share", "3", "j1")
+	if code != exitError {
+		t.Errorf("exit %d", code)
+	}
+	oneLineErr(t, "missing share", errOut, "job j1 has no share 3")
+	if g := n.b.Gets("j1"); g != 1 {
+		t.Errorf("%d job lookups, want 1 (no waiting)", g)
+	}
+	code, _, errOut = n.run("logs", "-f", "jnope")
+	if code != exitError {
+		t.Errorf("unknown job: exit %d", code)
+	}
+	oneLineErr(t, "unknown job", errOut, `job "jnope" not found`)
+}

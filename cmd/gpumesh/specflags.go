@@ -1,0 +1,292 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// submitOptions are the flags of `gpumesh submit` that make the job spec.
+type submitOptions struct {
+	id          string
+	name        string
+	gpus        int
+	models      []string
+	vendors     []string
+	minMem      string
+	minCU       float64
+	perNode     int
+	oneNode     bool
+	maxPrice    float64
+	maxPriceSet bool // --max-price was given
+	preemptible bool
+	service     bool
+	replicas    int
+	replicasSet bool // --replicas was given
+	elastic     string
+	duration    time.Duration
+	env         []string
+	command     []string
+}
+
+// specFlags names the flag behind each field of a job spec (top-level, or
+// nested where a nested field has a flag of its own), for errors about the
+// field from Validate or from the node. See flagFor.
+var specFlags = map[string]string{
+	"id":                "--id",
+	"name":              "--name",
+	"cards":             "--gpus",
+	"models":            "--model",
+	"vendors":           "--vendor",
+	"min_memory_mib":    "--min-mem",
+	"min_compute_units": "--min-cu",
+	"layout":            "--per-node/--one-node",
+	"layout.per_node":   "--per-node",
+	"max_price_cny":     "--max-price",
+	"kind":              "--preemptible/--service",
+	"replicas":          "--replicas",
+	"expected_duration": "--duration",
+	"elastic":           "--elastic",
+	"command":           "COMMAND",
+	"env":               "--env",
+	"payload":           "--payload",
+}
+
+// buildSpec turns the flags into a job spec checked against the catalog. It
+// reports whether the max price was defaulted. Every error is a usage error
+// naming the flag; nothing is sent anywhere.
+func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defaultedPrice bool, err error) {
+	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, Command: o.command}
+	if o.gpus == 0 {
+		return spec, false, usagef("--gpus: required: the number of cards, 1 to %d", market.MaxCards)
+	}
+	if len(o.command) == 0 {
+		return spec, false, usagef("no command: give the program and its arguments after --, as in: gpumesh submit --gpus 1 -- python train.py")
+	}
+	for _, m := range o.models {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			return spec, false, usagef("--model: empty model key")
+		}
+		spec.Models = append(spec.Models, m)
+	}
+	for _, v := range o.vendors {
+		v = strings.ToLower(strings.TrimSpace(v))
+		if v == "" {
+			return spec, false, usagef("--vendor: empty vendor")
+		}
+		spec.Vendors = append(spec.Vendors, device.Vendor(v))
+	}
+	if o.minMem != "" {
+		if spec.MinMemoryMiB, err = parseMiB(o.minMem); err != nil {
+			return spec, false, usagef("--min-mem: %v", err)
+		}
+	}
+	switch {
+	case o.perNode != 0 && o.oneNode:
+		return spec, false, usagef("--per-node and --one-node: give one layout, not both")
+	case o.perNode < 0:
+		return spec, false, usagef("--per-node: must be at least 1, got %d", o.perNode)
+	case o.perNode > 0:
+		spec.Layout = market.Layout{Mode: market.LayoutPerNode, PerNode: o.perNode}
+	case o.oneNode:
+		spec.Layout = market.Layout{Mode: market.LayoutOneNode}
+	}
+	switch {
+	case o.preemptible && (o.service || o.replicasSet):
+		return spec, false, usagef("--preemptible and --service/--replicas: a job is preemptible or a service, not both")
+	case o.preemptible:
+		spec.Kind = market.KindPreemptible
+	case o.service || o.replicasSet:
+		spec.Kind = market.KindService
+		if o.replicasSet {
+			if o.replicas < 1 {
+				return spec, false, usagef("--replicas: must be at least 1, got %d", o.replicas)
+			}
+			spec.Replicas = o.replicas
+		}
+	}
+	if o.elastic != "" {
+		el, err := parseElastic(o.elastic)
+		if err != nil {
+			return spec, false, usagef("--elastic: %v", err)
+		}
+		spec.Elastic = &el
+	}
+	if o.duration < 0 {
+		return spec, false, usagef("--duration: must not be negative, got %v", o.duration)
+	}
+	spec.ExpectedDuration = market.Duration(o.duration)
+	if spec.Env, err = parseEnv(o.env); err != nil {
+		return spec, false, usagef("--env: %v", err)
+	}
+	if o.maxPriceSet {
+		spec.MaxPriceCNY = o.maxPrice
+	} else {
+		// A stand-in while the rest is checked: Validate explains a filter
+		// that no model passes better than "no default price" would.
+		spec.MaxPriceCNY = 1
+	}
+	if err := spec.Validate(cat); err != nil {
+		return spec, false, specUsageError(err)
+	}
+	if !o.maxPriceSet {
+		price, err := defaultMaxPrice(spec, cat)
+		if err != nil {
+			return spec, false, usagef("--max-price: %v", err)
+		}
+		spec.MaxPriceCNY, defaultedPrice = price, true
+	}
+	return spec, defaultedPrice, nil
+}
+
+// specUsageError names the flag behind a spec field error.
+func specUsageError(err error) error {
+	var se *market.SpecError
+	if !errors.As(err, &se) {
+		return usageError{err}
+	}
+	flag, exact := flagFor(specFlags, se.Field)
+	switch {
+	case flag == "":
+		return usagef("%s: %s", se.Field, se.Msg)
+	case exact:
+		return usagef("%s: %s", flag, se.Msg)
+	}
+	return usagef("%s: %s: %s", flag, se.Field, se.Msg)
+}
+
+// flagFor finds the flag behind a field in flags: the field's own entry
+// (exact), else its top-level field's.
+func flagFor(flags map[string]string, field string) (flag string, exact bool) {
+	if f, ok := flags[field]; ok {
+		return f, true
+	}
+	return flags[fieldRoot(field)], false
+}
+
+// defaultMaxPrice is the max price of a job that names none: the highest
+// price a supplier asks by default (device.Model.DefaultPriceCNY: the list
+// price, or an estimate from compute or memory) among the catalog models the
+// spec allows, so that every allowed card at its default price can win. A
+// spec that may match cards outside the catalog has no such figure.
+func defaultMaxPrice(s market.JobSpec, cat *device.Catalog) (float64, error) {
+	for _, m := range s.Models {
+		if device.IsDerivedKey(m) {
+			return 0, fmt.Errorf("required when --model names cards outside the catalog (%s): their price is unknown", m)
+		}
+	}
+	best := 0.0
+	for _, m := range cat.Models() {
+		if modelAllowed(s, m) {
+			best = max(best, m.DefaultPriceCNY())
+		}
+	}
+	if best == 0 {
+		return 0, errors.New("required: no catalog model passes the card filter, so there is no default")
+	}
+	return math.Ceil(best*100) / 100, nil
+}
+
+// modelAllowed reports whether the spec's card filter lets cards of model m.
+func modelAllowed(s market.JobSpec, m device.Model) bool {
+	if len(s.Vendors) > 0 && !slices.Contains(s.Vendors, m.Vendor) {
+		return false
+	}
+	if m.MemoryGiB*1024 < s.MinMemoryMiB || (s.MinComputeUnits > 0 && m.ComputeUnits < s.MinComputeUnits) {
+		return false
+	}
+	if len(s.Models) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(s.Models, func(p string) bool {
+		ok, _ := path.Match(p, m.Key)
+		return ok
+	})
+}
+
+// parseMiB reads a memory size such as 24GiB, 24G, 24gb, 24576MiB, 1.5TiB
+// or 0 into MiB. The units are binary whatever their spelling (a "24 GB"
+// card holds 24 GiB): M/MB/MiB, G/GB/GiB, T/TB/TiB, in any case. The size
+// must come to whole MiB.
+func parseMiB(s string) (uint64, error) {
+	const want = "want a size such as 24GiB, 24G or 24576MiB"
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(t)
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	if num == "" {
+		return 0, fmt.Errorf("%q: %s", s, want)
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %s", s, want)
+	}
+	var mult float64
+	switch unit {
+	case "m", "mb", "mib":
+		mult = 1
+	case "g", "gb", "gib":
+		mult = 1 << 10
+	case "t", "tb", "tib":
+		mult = 1 << 20
+	case "":
+		if v == 0 {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("%q: no unit; %s", s, want)
+	default:
+		return 0, fmt.Errorf("%q: unknown unit %q; %s", s, strings.TrimSpace(t[i:]), want)
+	}
+	mib := v * mult
+	if mib > 1<<40 {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	if mib != math.Trunc(mib) {
+		return 0, fmt.Errorf("%q is not a whole number of MiB", s)
+	}
+	return uint64(mib), nil
+}
+
+// parseElastic reads MIN:MAX.
+func parseElastic(s string) (market.Elastic, error) {
+	lo, hi, ok := strings.Cut(s, ":")
+	if !ok {
+		return market.Elastic{}, fmt.Errorf("%q: want MIN:MAX, such as 4:16", s)
+	}
+	minCards, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	maxCards, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if err1 != nil || err2 != nil {
+		return market.Elastic{}, fmt.Errorf("%q: want two whole numbers MIN:MAX, such as 4:16", s)
+	}
+	return market.Elastic{Min: minCards, Max: maxCards}, nil
+}
+
+// parseEnv reads NAME=VALUE entries; a name given twice is an error.
+func parseEnv(entries []string) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(entries))
+	for _, kv := range entries {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want NAME=VALUE", kv)
+		}
+		if _, dup := env[k]; dup {
+			return nil, fmt.Errorf("%s given twice", k)
+		}
+		env[k] = v
+	}
+	return env, nil
+}

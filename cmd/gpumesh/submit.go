@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api/client"
+)
+
+func newSubmitCommand(e env) *cobra.Command {
+	var (
+		o       submitOptions
+		af      apiFlags
+		payload string
+		wait    bool
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit --gpus N [flags] -- COMMAND [ARGS...]",
+		Short: "Submit a job to the mesh through a node",
+		Long: `Submit a job: COMMAND runs on N cards somewhere in the mesh, placed by
+auction, billed per second. Prints the job ID (--json: the job's record).
+
+Everything after the first argument that is not a flag is the job's command;
+put -- before it when it starts with a dash. The command runs without a
+shell: to use the job's variables ($NODE_RANK...), run it under sh -c with
+the script in single quotes, so that your own shell leaves them alone.
+
+Cards: --model takes catalog keys (h100-sxm-80g), patterns (h100-*,
+rtx4090-*) or keys of uncatalogued cards (x-...); repeat it or separate with
+commas. --min-mem takes 24GiB, 24G or 24576MiB (binary units whatever the
+spelling). --min-cu is compute per card in A100 units (dense BF16 TFLOPS/312).
+
+Layout: by default cards may spread over any nodes. --per-node N puts exactly
+N on each node used (a gang job: torchrun's nproc_per_node; the job sees
+NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE). --one-node keeps
+all cards on one node.
+
+Price: --max-price is the most paid per card-hour, in CNY. When it is not
+given, the default is the highest price suppliers ask by default (the
+catalog list price, or an estimate from compute) among the models the job
+allows, so that any allowed card at its default price can win; the figure
+is printed on stderr. It is required when --model names uncatalogued cards.
+
+Kinds: a batch job (default) runs to completion; --preemptible runs cheaper
+and may be stopped and placed again when on-demand jobs need its cards;
+--service (or --replicas N) keeps N copies of --gpus cards each running until
+cancelled.
+
+--payload DIR packs the directory (regular files and directories; a link
+to a file inside it is packed as a copy; links leaving it are refused; at
+most 64 MiB packed) and unpacks it into the job's working directory.
+
+The job ID is made here unless --id gives one, so submitting again with the
+same --id after an error whose outcome is unknown never starts the job twice.
+
+--wait waits for the job to end and exits with its status: 0 when it
+succeeded, the job's exit code when it failed with one, 1 when it failed
+without one or was cancelled (with the reason on stderr).
+
+Exit status 2 means bad flags or a spec the node refused: nothing was
+submitted.`,
+		Example: `  gpumesh submit --gpus 1 -- nvidia-smi
+  gpumesh submit --gpus 8 --model h100-sxm-80g --per-node 4 --max-price 25 --payload ./train --wait -- \
+      sh -c 'torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$GPUMESH_LOCAL_CARDS \
+        --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
+  gpumesh submit --gpus 2 --min-mem 48GiB --vendor nvidia --preemptible --env HF_HOME=/tmp/hf -- python infer.py
+  gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py`,
+		Args: cobra.ArbitraryArgs, // the job's command
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.command = args
+			o.maxPriceSet = cmd.Flags().Changed("max-price")
+			o.replicasSet = cmd.Flags().Changed("replicas")
+			if o.id == "" {
+				id, err := newJobID()
+				if err != nil {
+					return err
+				}
+				o.id = id
+			}
+			cat := device.DefaultCatalog()
+			spec, defaulted, err := buildSpec(o, cat)
+			if err != nil {
+				return err
+			}
+			c, err := af.client(e)
+			if err != nil {
+				return err
+			}
+			defer c.CloseIdleConnections()
+			if payload != "" {
+				archive, err := client.PackDir(payload, market.MaxPayloadBytes)
+				if err != nil {
+					return usagef("--payload: %v", err)
+				}
+				ref, err := c.PutPayload(cmd.Context(), archive)
+				if err != nil {
+					return apiError(err, map[string]string{"": "--payload"})
+				}
+				spec.Payload = &ref
+			}
+			if defaulted {
+				fmt.Fprintf(e.stderr, "gpumesh: no --max-price: paying at most %.2f CNY per card-hour (the highest default price among the allowed models)\n", spec.MaxPriceCNY)
+			}
+			rec, err := c.Submit(cmd.Context(), spec)
+			if err != nil {
+				return submitError(err, spec.ID)
+			}
+			if !wait {
+				if asJSON {
+					return writeJSON(e.stdout, rec)
+				}
+				_, err := fmt.Fprintln(e.stdout, rec.ID)
+				return err
+			}
+			if !asJSON {
+				fmt.Fprintln(e.stdout, rec.ID)
+			}
+			return waitForJob(cmd.Context(), e, c, rec.ID, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // the job's command and its flags are not ours
+	f.IntVar(&o.gpus, "gpus", 0, "number of cards (required); for a service, cards per replica")
+	f.StringSliceVar(&o.models, "model", nil, "allowed card `MODEL`: catalog key, pattern with * or x- key (repeatable; default any)")
+	f.StringSliceVar(&o.vendors, "vendor", nil, "allowed `VENDOR`: nvidia, amd, hygon, mthreads, huawei, kunlunxin (repeatable; default any)")
+	f.StringVar(&o.minMem, "min-mem", "", "least memory per card, such as 24GiB (default no minimum)")
+	f.Float64Var(&o.minCU, "min-cu", 0, "least compute per card in A100 units (default no minimum)")
+	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
+	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
+	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
+	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
+	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")
+	f.IntVar(&o.replicas, "replicas", 1, "copies of a service, each on its own node (implies --service)")
+	f.StringVar(&o.elastic, "elastic", "", "let the job be scaled between `MIN:MAX` cards (gpumesh scale)")
+	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
+	f.StringVar(&o.name, "name", "", "a label for people")
+	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
+	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
+	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
+	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
+	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
+	af.register(cmd)
+	return cmd
+}
+
+// newJobID makes a job ID from crypto/rand.
+func newJobID() (string, error) {
+	b := make([]byte, market.JobIDRandomBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making a job ID: %w", err)
+	}
+	return market.NewJobID(b)
+}
+
+// submitError explains a failed submit. When the node may have taken the job
+// (the exchange broke off, or it answered 5xx), it says how to retry safely.
+func submitError(err error, id string) error {
+	var ue *client.UnreachableError
+	var ae *client.APIError
+	switch {
+	case errors.As(err, &ue):
+	case errors.As(err, &ae) && ae.Status < 500:
+	default:
+		return fmt.Errorf("%w (job %s may have been submitted: check with `gpumesh job %s`, or submit again with --id %s)", apiError(err, specFlags), id, id, id)
+	}
+	return apiError(err, specFlags)
+}
+
+// waitForJob waits until the job ends and returns the exit status --wait
+// promises.
+func waitForJob(ctx context.Context, e env, c *client.Client, id string, asJSON bool) error {
+	rec, err := c.Wait(ctx, id, client.WaitOptions{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped waiting; job %s goes on (`gpumesh cancel %s` stops it)", id, id)
+		}
+		return apiError(err, nil)
+	}
+	if asJSON {
+		if err := writeJSON(e.stdout, rec); err != nil {
+			return err
+		}
+	}
+	code, msg := jobExit(rec)
+	if msg != "" {
+		fmt.Fprintf(e.stderr, "gpumesh: %s\n", msg)
+	}
+	if code != 0 {
+		return exitCodeError{code}
+	}
+	return nil
+}
+
+// jobExit maps a terminal job to the exit status of `submit --wait` and the
+// line said on stderr: 0 and nothing when it succeeded; its exit code (1 to
+// 255) when it failed with one; 1 when it failed without one (or with one a
+// process cannot exit with) or was cancelled.
+func jobExit(rec market.JobRecord) (int, string) {
+	why := ""
+	if rec.Reason != "" {
+		why = ": " + oneLine(rec.Reason)
+	}
+	switch rec.State {
+	case market.JobSucceeded:
+		return 0, ""
+	case market.JobFailed:
+		if c := rec.ExitCode; c != nil {
+			if *c >= 1 && *c <= 255 {
+				return *c, fmt.Sprintf("job %s failed with exit code %d%s", rec.ID, *c, why)
+			}
+			return 1, fmt.Sprintf("job %s failed with exit code %d%s", rec.ID, *c, why)
+		}
+		return 1, fmt.Sprintf("job %s failed%s", rec.ID, why)
+	case market.JobCancelled:
+		return 1, fmt.Sprintf("job %s was cancelled%s", rec.ID, why)
+	}
+	return 1, fmt.Sprintf("job %s is %s%s", rec.ID, rec.State, why)
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+func intp(v int) *int { return &v }
+
+// submit --wait exits with the job's status once it ends.
+func TestSubmitWaitExitCodes(t *testing.T) {
+	cases := []struct {
+		name     string
+		final    market.JobRecord
+		code     int
+		stderr   []string // empty: nothing on stderr
+		notInErr string
+	}{
+		{"succeeded", market.JobRecord{State: market.JobSucceeded, ExitCode: intp(0)}, 0, nil, ""},
+		{"failed with a code", market.JobRecord{State: market.JobFailed, ExitCode: intp(3), Reason: "share 1 exited 3"}, 3,
+			[]string{"job w1 failed with exit code 3: share 1 exited 3"}, ""},
+		{"failed without a code", market.JobRecord{State: market.JobFailed, Reason: "needs 16 × h100-sxm-80g, mesh has 4"}, 1,
+			[]string{"job w1 failed: needs 16 × h100-sxm-80g, mesh has 4"}, "exit code"},
+		{"failed by a signal", market.JobRecord{State: market.JobFailed, ExitCode: intp(-1), Reason: "killed\nby SIGKILL"}, 1,
+			[]string{"job w1 failed with exit code -1: killed by SIGKILL"}, ""},
+		{"failed with a code out of range", market.JobRecord{State: market.JobFailed, ExitCode: intp(256)}, 1,
+			[]string{"job w1 failed with exit code 256"}, ""},
+		{"cancelled", market.JobRecord{State: market.JobCancelled, Reason: "cancelled by its owner"}, 1,
+			[]string{"job w1 was cancelled: cancelled by its owner"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newFakeNode(t)
+			tc.final.ID = "w1"
+			n.b.Script("w1",
+				market.JobRecord{ID: "w1", State: market.JobPending},
+				market.JobRecord{ID: "w1", State: market.JobRunning, Epoch: 1},
+				tc.final)
+			code, out, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "w1", "--wait", "--", "sh", "-c", "exit 3")
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut)
+			}
+			if out != "w1\n" {
+				t.Errorf("stdout %q, want the job ID", out)
+			}
+			if len(tc.stderr) == 0 {
+				if errOut != "" {
+					t.Errorf("stderr %q, want nothing", errOut)
+				}
+			} else {
+				oneLineErr(t, tc.name, errOut, tc.stderr...)
+			}
+			if tc.notInErr != "" && strings.Contains(errOut, tc.notInErr) {
+				t.Errorf("stderr %q says %q", errOut, tc.notInErr)
+			}
+			if n.b.Gets("w1") != 3 {
+				t.Errorf("%d polls, want 3 (until the end, then none)", n.b.Gets("w1"))
+			}
+		})
+	}
+}
+
+func TestSubmitWaitJSONPrintsTheFinalRecord(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.Script("w2", market.JobRecord{ID: "w2", State: market.JobRunning},
+		market.JobRecord{ID: "w2", State: market.JobSucceeded, CostCNY: 1.25, ExitCode: intp(0)})
+	code, out, _ := n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "w2", "--wait", "--json", "true")
+	var rec market.JobRecord
+	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.State != market.JobSucceeded || rec.CostCNY != 1.25 {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+}
+
+// Interrupted while waiting: say that the job goes on.
+func TestSubmitWaitInterrupted(t *testing.T) {
+	n := newFakeNode(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- n.runTo(ctx, &stdout, &stderr, "submit", "--gpus", "1", "--max-price", "5", "--id", "w3", "--wait", "sleep", "1000")
+	}()
+	waitFor(t, "a poll of the job", func() bool { return n.b.Gets("w3") >= 1 })
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitError {
+			t.Errorf("exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("submit --wait did not return after the interrupt")
+	}
+	oneLineErr(t, "interrupted", stderr.String(), "stopped waiting; job w3 goes on", "gpumesh cancel w3")
+}

@@ -1,0 +1,392 @@
+// Package clienttest is an in-memory api.Backend for tests of API clients
+// (the CLI, the demo, scripts): jobs, payloads, logs, peers and cards held in
+// maps, served by the real api.Handler on an httptest server, so a client
+// under test speaks the true wire format without a node.
+//
+//	b := clienttest.New()
+//	srv := b.Serve(t, "")                    // closed by t.Cleanup
+//	b.Script("j1", pendingRec, runningRec, succeededRec)
+//	c, _ := client.New(srv.Listener.Addr().String())
+//
+// It is a fake: Submit validates the spec with the market's rules and stores a
+// pending record; nothing is ever placed unless the test scripts it.
+package clienttest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// Coordinator is the node ID the fake puts in the records it makes.
+const Coordinator = "12D3KooWFakeCoordinator0000000000000000000000000001"
+
+// Backend is an in-memory api.Backend. Its methods are safe for concurrent
+// use; the setters may be called while a server runs.
+type Backend struct {
+	mu       sync.Mutex
+	jobs     map[string]*jobEntry
+	order    []string
+	payloads map[string][]byte
+	logs     map[logKey][]byte
+	feeds    map[logKey]chan []byte
+	peers    []api.Peer
+	cards    []api.Card
+	submits  []market.JobSpec
+	scripts  map[string][]market.JobRecord // what the next Job calls return, in order
+	gets     map[string]int
+	now      func() time.Time
+	// failSubmit, when set, is returned by the next Submit.
+	failSubmit error
+}
+
+type jobEntry struct {
+	rec market.JobRecord
+}
+
+type logKey struct {
+	job    string
+	share  int
+	stream string
+}
+
+var _ api.Backend = (*Backend)(nil)
+
+// New returns an empty Backend whose clock is time.Now.
+func New() *Backend {
+	return &Backend{
+		jobs:     map[string]*jobEntry{},
+		payloads: map[string][]byte{},
+		logs:     map[logKey][]byte{},
+		feeds:    map[logKey]chan []byte{},
+		gets:     map[string]int{},
+		scripts:  map[string][]market.JobRecord{},
+		now:      time.Now,
+	}
+}
+
+// Serve serves b through api.Handler (behind token, when not empty) on a new
+// httptest server that t.Cleanup closes.
+func (b *Backend) Serve(t testing.TB, token string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(api.Handler(api.Config{Token: token}, b, nil))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// AddJob stores rec as a known job (replacing one with the same ID).
+func (b *Backend) AddJob(rec market.JobRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.put(rec)
+}
+
+func (b *Backend) put(rec market.JobRecord) {
+	if e, ok := b.jobs[rec.ID]; ok {
+		e.rec = rec
+		return
+	}
+	b.jobs[rec.ID] = &jobEntry{rec: rec}
+	b.order = append(b.order, rec.ID)
+}
+
+// Script makes the next Job calls for id return recs one by one (the last
+// one stays). The job itself must exist by then, added or submitted: an
+// unknown job is a 404 whatever its script.
+func (b *Backend) Script(id string, recs ...market.JobRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.scripts[id] = append(b.scripts[id], recs...)
+}
+
+// Gets returns how many times Job was called for id.
+func (b *Backend) Gets(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gets[id]
+}
+
+// Submitted returns the specs Submit received, in order.
+func (b *Backend) Submitted() []market.JobSpec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.submits)
+}
+
+// FailNextSubmit makes the next Submit return err.
+func (b *Backend) FailNextSubmit(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failSubmit = err
+}
+
+// Payload returns the payload stored under digest.
+func (b *Backend) Payload(digest string) ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.payloads[digest]
+	return p, ok
+}
+
+// SetPeers sets what Peers returns.
+func (b *Backend) SetPeers(peers []api.Peer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.peers = slices.Clone(peers)
+}
+
+// SetCards sets what Cards returns.
+func (b *Backend) SetCards(cards []api.Card) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cards = slices.Clone(cards)
+}
+
+// SetLog sets the whole output of a job's share on stream ("stdout" or
+// "stderr"): what a request without follow reads.
+func (b *Backend) SetLog(job string, share int, stream, text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.logs[logKey{job, share, stream}] = []byte(text)
+}
+
+// Feed returns a channel whose chunks a following log request of the share
+// receives as they are sent, after the output SetLog set; closing it ends the
+// attempt (and the stream).
+func (b *Backend) Feed(job string, share int, stream string) chan<- []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := logKey{job, share, stream}
+	if ch, ok := b.feeds[k]; ok {
+		return ch
+	}
+	ch := make(chan []byte)
+	b.feeds[k] = ch
+	return ch
+}
+
+func notFound(id string) error {
+	return &api.HTTPError{Status: http.StatusNotFound, Err: fmt.Errorf("job %q not found", id)}
+}
+
+// Submit validates spec and stores a pending record. The same ID with the
+// same spec returns the stored record (a retried submit); with another spec
+// it is a 409.
+func (b *Backend) Submit(_ context.Context, spec market.JobSpec) (market.JobRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.submits = append(b.submits, spec)
+	if err := b.failSubmit; err != nil {
+		b.failSubmit = nil
+		return market.JobRecord{}, err
+	}
+	if err := spec.Validate(nil); err != nil {
+		var se *market.SpecError
+		if errors.As(err, &se) {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: se.Field, Err: err}
+		}
+		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Err: err}
+	}
+	if p := spec.Payload; p != nil {
+		if _, ok := b.payloads[p.Digest]; !ok {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.digest", Err: fmt.Errorf("payload %s was never uploaded", p.Digest)}
+		}
+	}
+	if e, ok := b.jobs[spec.ID]; ok {
+		if !reflect.DeepEqual(e.rec.Spec, spec) {
+			return market.JobRecord{}, api.Errorf(http.StatusConflict, "job %s exists with another spec", spec.ID)
+		}
+		return e.rec, nil
+	}
+	rec := market.JobRecord{
+		ID: spec.ID, Spec: spec, Coordinator: Coordinator, State: market.JobPending,
+		Reason: "waiting for a placement round", Term: 1, Cards: spec.TotalCards(),
+		Placements: []market.Placement{}, SubmittedAt: b.now().UTC(), Version: 1,
+	}
+	b.put(rec)
+	return rec, nil
+}
+
+// PutPayload stores the archive under its sha256 digest.
+func (b *Backend) PutPayload(_ context.Context, r io.Reader) (market.PayloadRef, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return market.PayloadRef{}, err
+	}
+	if len(data) == 0 {
+		return market.PayloadRef{}, api.Errorf(http.StatusBadRequest, "empty payload")
+	}
+	sum := sha256.Sum256(data)
+	ref := market.PayloadRef{Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	b.mu.Lock()
+	b.payloads[ref.Digest] = data
+	b.mu.Unlock()
+	return ref, nil
+}
+
+// Jobs lists the jobs in the order they were added.
+func (b *Backend) Jobs(context.Context) ([]market.JobRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]market.JobRecord, 0, len(b.order))
+	for _, id := range b.order {
+		out = append(out, b.jobs[id].rec)
+	}
+	return out, nil
+}
+
+// Job returns the job's record, advancing its script by one.
+func (b *Backend) Job(_ context.Context, id string) (market.JobRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gets[id]++
+	e, ok := b.jobs[id]
+	if !ok {
+		return market.JobRecord{}, notFound(id)
+	}
+	if s := b.scripts[id]; len(s) > 0 {
+		e.rec, b.scripts[id] = s[0], s[1:]
+	}
+	return e.rec, nil
+}
+
+// Cancel moves a job that has not ended to cancelled.
+func (b *Backend) Cancel(_ context.Context, id string) (market.JobRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.jobs[id]
+	if !ok {
+		return market.JobRecord{}, notFound(id)
+	}
+	if !e.rec.State.Terminal() {
+		e.rec.State, e.rec.Reason = market.JobCancelled, "cancelled by its owner"
+		e.rec.EndedAt = b.now().UTC()
+		e.rec.Version++
+		delete(b.scripts, id)
+	}
+	return e.rec, nil
+}
+
+// Scale sets an elastic job's card count; a job without an elastic range,
+// or a count outside it, is a 400 naming "cards".
+func (b *Backend) Scale(_ context.Context, id string, cards int) (market.JobRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.jobs[id]
+	if !ok {
+		return market.JobRecord{}, notFound(id)
+	}
+	el := e.rec.Spec.Elastic
+	switch {
+	case el == nil:
+		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: fmt.Errorf("job %s is not elastic", id)}
+	case cards < el.Min || cards > el.Max:
+		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: fmt.Errorf("cards %d is outside the elastic range %d..%d", cards, el.Min, el.Max)}
+	}
+	e.rec.Cards = cards
+	e.rec.Version++
+	return e.rec, nil
+}
+
+// Logs writes the share's stored output from req.Offset, then, when
+// following and a Feed exists, each chunk fed until the feed is closed. Like
+// a node, it answers 404 for a job without placements and for a share the
+// job's record has no placement of (Field "share").
+func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
+	stream := req.Stream
+	if stream == "" {
+		stream = "stdout"
+	}
+	k := logKey{req.Job, req.Share, stream}
+	b.mu.Lock()
+	e, known := b.jobs[req.Job]
+	var rec market.JobRecord
+	if known {
+		rec = e.rec
+	}
+	text := b.logs[k]
+	feed := b.feeds[k]
+	b.mu.Unlock()
+	if !known {
+		return notFound(req.Job)
+	}
+	// As a node does: the output of a share that was never placed is a 404.
+	if len(rec.Placements) == 0 {
+		return api.Errorf(http.StatusNotFound, "job %s has not been placed yet (%s)", req.Job, rec.State)
+	}
+	if !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share }) {
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %s", req.Job, strconv.Itoa(req.Share))}
+	}
+	if req.Offset < int64(len(text)) {
+		if _, err := io.Copy(w, bytes.NewReader(text[req.Offset:])); err != nil {
+			return err
+		}
+	}
+	flush()
+	if !req.Follow || feed == nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case chunk, ok := <-feed:
+			if !ok {
+				return nil
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+			flush()
+		}
+	}
+}
+
+// Peers returns what SetPeers set.
+func (b *Backend) Peers(context.Context) ([]api.Peer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.peers), nil
+}
+
+// Cards returns what SetCards set.
+func (b *Backend) Cards(context.Context) ([]api.Card, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.cards), nil
+}
+
+// Status returns a small summary: the number of jobs and peers.
+func (b *Backend) Status(context.Context) (any, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return map[string]int{"jobs": len(b.jobs), "peers": len(b.peers)}, nil
+}
+
+// Subscribe returns a subscription that never delivers an event.
+func (b *Backend) Subscribe() (<-chan api.Event, func()) {
+	ch := make(chan api.Event)
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
+
+// Ready reports one check, always ready.
+func (b *Backend) Ready() map[string]bool { return map[string]bool{"fake": true} }
+
+// Metrics serves nothing (404).
+func (b *Backend) Metrics() http.Handler { return nil }

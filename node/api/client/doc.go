@@ -1,0 +1,26 @@
+// Package client is an HTTP client of a gpumesh node's local API (package
+// api): what `gpumesh submit`, `gpumesh jobs`, `gpumesh peers`, the demo and
+// the end-to-end tests use to talk to a node.
+//
+// The usage loop of a job owner:
+//
+//	c, err := client.New("127.0.0.1:7070", client.WithToken(token))
+//	archive, err := client.PackDir("./train", market.MaxPayloadBytes)
+//	ref, err := c.PutPayload(ctx, bytes.NewReader(archive))
+//	spec.Payload = &ref
+//	rec, err := c.Submit(ctx, spec)           // idempotent for one spec.ID
+//	rec, err = c.Wait(ctx, rec.ID, client.WaitOptions{})
+//	_, err = c.Logs(ctx, api.LogRequest{Job: rec.ID}, os.Stdout)
+//
+// Errors say what happened in terms a caller can act on:
+//
+//   - *UnreachableError: nothing answered at the address (the node is not
+//     running there, or the address is wrong); nothing was done.
+//   - *APIError: the node answered with an error status. errors.Is matches
+//     ErrNotFound (404), ErrUnauthorized (401) and ErrBadRequest (400, 413,
+//     415: the request was refused as bad input and nothing changed); Field
+//     names the offending field of a bad job spec.
+//   - anything else: the request broke off midway, and its outcome is unknown.
+//
+// A Client holds no goroutines of its own; it is safe for concurrent use.
+package client

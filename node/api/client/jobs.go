@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// Submit hands spec to the node (POST /v1/jobs) and returns the job's record
+// once its coordinator has acknowledged it. Submitting the same spec.ID again
+// is how a caller retries safely after an error whose outcome is unknown.
+func (c *Client) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
+	body, err := jsonBody(spec)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	var rec market.JobRecord
+	err = c.call(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: body}, &rec)
+	return rec, err
+}
+
+// Jobs lists the jobs the node knows (GET /v1/jobs), in the node's order.
+func (c *Client) Jobs(ctx context.Context) ([]market.JobRecord, error) {
+	var list api.JobList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/jobs"}, &list); err != nil {
+		return nil, err
+	}
+	return list.Jobs, nil
+}
+
+// Job returns a job's record (GET /v1/jobs/{id}); an unknown job is an
+// *APIError matching ErrNotFound.
+func (c *Client) Job(ctx context.Context, id string) (market.JobRecord, error) {
+	var rec market.JobRecord
+	err := c.call(ctx, request{method: http.MethodGet, path: jobPath(id)}, &rec)
+	return rec, err
+}
+
+// Cancel cancels a job (DELETE /v1/jobs/{id}) and returns its record after.
+func (c *Client) Cancel(ctx context.Context, id string) (market.JobRecord, error) {
+	var rec market.JobRecord
+	err := c.call(ctx, request{method: http.MethodDelete, path: jobPath(id)}, &rec)
+	return rec, err
+}
+
+// Scale asks an elastic job to hold cards cards (POST /v1/jobs/{id}/scale)
+// and returns its record after.
+func (c *Client) Scale(ctx context.Context, id string, cards int) (market.JobRecord, error) {
+	body, err := jsonBody(api.ScaleRequest{Cards: cards})
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	var rec market.JobRecord
+	err = c.call(ctx, request{method: http.MethodPost, path: jobPath(id, "/scale"), body: body}, &rec)
+	return rec, err
+}
+
+// Defaults of WaitOptions.
+const (
+	DefaultWaitMinInterval = 100 * time.Millisecond
+	DefaultWaitMaxInterval = 2 * time.Second
+	DefaultWaitPatience    = time.Minute
+)
+
+// WaitOptions tunes Wait. Zero values mean the defaults.
+type WaitOptions struct {
+	// MinInterval is the first pause between polls (default
+	// DefaultWaitMinInterval); each pause is 1.5 times the last, up to
+	// MaxInterval (default DefaultWaitMaxInterval). A change of state
+	// brings the pause back to MinInterval.
+	MinInterval, MaxInterval time.Duration
+	// Patience is how long Wait keeps polling through a node that cannot be
+	// reached or answers with a server error (5xx), counted from the first
+	// such failure in a row (default DefaultWaitPatience). Any other error
+	// ends Wait at once.
+	Patience time.Duration
+	// OnChange, when not nil, is called with the first record and with
+	// every record whose state or epoch differs from the one before.
+	OnChange func(market.JobRecord)
+}
+
+// Wait polls a job (GET /v1/jobs/{id}) until it is in a terminal state
+// (succeeded, failed, cancelled) and returns that record. When ctx ends
+// first, it returns the last record seen and an error wrapping ctx.Err().
+func (c *Client) Wait(ctx context.Context, id string, o WaitOptions) (market.JobRecord, error) {
+	return c.WaitUntil(ctx, id, o, func(rec market.JobRecord) bool { return rec.State.Terminal() })
+}
+
+// WaitUntil polls a job as Wait does until done returns true for its record
+// (or the job is terminal: it cannot change any more), and returns that
+// record. It is how a caller waits for a job to run, or for a share to be
+// placed.
+func (c *Client) WaitUntil(ctx context.Context, id string, o WaitOptions, done func(market.JobRecord) bool) (market.JobRecord, error) {
+	if o.MinInterval <= 0 {
+		o.MinInterval = DefaultWaitMinInterval
+	}
+	if o.MaxInterval <= 0 {
+		o.MaxInterval = DefaultWaitMaxInterval
+	}
+	o.MaxInterval = max(o.MaxInterval, o.MinInterval)
+	if o.Patience <= 0 {
+		o.Patience = DefaultWaitPatience
+	}
+	var (
+		last      market.JobRecord
+		seen      bool
+		failSince time.Time
+		pause     = o.MinInterval
+	)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("waiting for job %s: %w", id, ctx.Err())
+		case <-timer.C:
+		}
+		rec, err := c.Job(ctx, id)
+		switch {
+		case err == nil:
+			failSince = time.Time{}
+			if !seen || rec.State != last.State || rec.Epoch != last.Epoch {
+				pause = o.MinInterval
+				if o.OnChange != nil {
+					o.OnChange(rec)
+				}
+			}
+			last, seen = rec, true
+			if done(rec) || rec.State.Terminal() {
+				return rec, nil
+			}
+		case ctx.Err() != nil:
+			return last, fmt.Errorf("waiting for job %s: %w", id, ctx.Err())
+		case transient(err):
+			if failSince.IsZero() {
+				failSince = time.Now()
+			} else if time.Since(failSince) > o.Patience {
+				return last, fmt.Errorf("waiting for job %s: gave up after %v of failures: %w", id, o.Patience, err)
+			}
+		default:
+			return last, fmt.Errorf("waiting for job %s: %w", id, err)
+		}
+		timer.Reset(pause)
+		pause = min(pause*3/2, o.MaxInterval)
+	}
+}
+
+// transient reports whether err may pass by itself: the node is not
+// reachable, answered 5xx, or the exchange broke off.
+func transient(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status >= 500
+	}
+	return true
+}

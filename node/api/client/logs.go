@@ -1,0 +1,49 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// Logs copies a share's output to w (GET /v1/jobs/{id}/logs) and returns the
+// number of bytes copied. req names the job, the share (default 0), the
+// stream ("stdout" by default, or "stderr") and the offset to start from.
+// With req.Follow it keeps copying while the attempt runs, until the node
+// ends the stream or ctx ends (then the error wraps ctx.Err()). Logs has no
+// timeout of its own: ctx bounds it.
+func (c *Client) Logs(ctx context.Context, req api.LogRequest, w io.Writer) (int64, error) {
+	q := url.Values{}
+	if req.Share != 0 {
+		q.Set("share", strconv.Itoa(req.Share))
+	}
+	if req.Stream != "" {
+		q.Set("stream", req.Stream)
+	}
+	if req.Offset != 0 {
+		q.Set("offset", strconv.FormatInt(req.Offset, 10))
+	}
+	if req.Follow {
+		q.Set("follow", "1")
+	}
+	path := jobPath(req.Job, "/logs")
+	resp, done, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q, stream: true})
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return n, fmt.Errorf("logs of job %s: %w", req.Job, ctx.Err())
+		}
+		return n, fmt.Errorf("logs of job %s: the stream broke off after %d bytes: %w", req.Job, n, err)
+	}
+	return n, nil
+}

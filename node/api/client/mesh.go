@@ -1,0 +1,38 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// Peers lists the mesh's members as the node sees them (GET /v1/peers), the
+// node itself first (Self set).
+func (c *Client) Peers(ctx context.Context) ([]api.Peer, error) {
+	var list api.PeerList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/peers"}, &list); err != nil {
+		return nil, err
+	}
+	return list.Peers, nil
+}
+
+// Cards lists the node's own cards and what each is doing (GET /v1/cards).
+func (c *Client) Cards(ctx context.Context) ([]api.Card, error) {
+	var list api.CardList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/cards"}, &list); err != nil {
+		return nil, err
+	}
+	return list.Cards, nil
+}
+
+// Status returns the node's operator summary (GET /v1/status) as raw JSON:
+// its shape belongs to the node.
+func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
+	var raw json.RawMessage
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/status"}, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
