@@ -287,9 +287,10 @@ func TestCoordinatorRestartKeepsJobsAndBills(t *testing.T) {
 	if err := runner.SetCoordinator(context.Background(), CoordinatorNever); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the runner stops offering to coordinate", func() bool {
+	eventually(t, 10*time.Second, "the runner stops offering to coordinate, and sees the other node offer", func() bool {
 		m, ok := coord.Mesh().Member(runner.ID())
-		return ok && !m.Coordinator
+		c, ok2 := runner.Mesh().Member(coord.ID())
+		return ok && !m.Coordinator && ok2 && c.Coordinator
 	})
 	spec := market.JobSpec{ID: "survivor", Cards: 2, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	if _, err := runner.Submit(context.Background(), spec); err != nil {
