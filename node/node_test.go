@@ -330,3 +330,121 @@ func TestCoordinatorRestartKeepsJobsAndBills(t *testing.T) {
 	}
 	waitState(t, restarted, "survivor", 30*time.Second, market.JobRunning)
 }
+
+// neverCoordinate turns coordination off on the given nodes and waits until
+// every node agrees on who coordinates.
+func (sm *simMesh) neverCoordinate(nodes ...*Node) {
+	sm.t.Helper()
+	never := map[*Node]bool{}
+	for _, n := range nodes {
+		never[n] = true
+		if err := n.SetCoordinator(context.Background(), CoordinatorNever); err != nil {
+			sm.t.Fatal(err)
+		}
+	}
+	eventually(sm.t, 10*time.Second, "every node agrees who coordinates", func() bool {
+		for _, a := range sm.nodes {
+			for _, b := range sm.nodes {
+				if a == b || a == nil || b == nil {
+					continue
+				}
+				m, ok := a.Mesh().Member(b.ID())
+				if !ok || m.Coordinator == never[b] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func (sm *simMesh) byID(id string) *Node {
+	for _, n := range sm.nodes {
+		if n != nil && n.ID().String() == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func livePlacement(rec market.JobRecord) (market.Placement, bool) {
+	for _, p := range rec.Placements {
+		if p.State == market.PlacementRunning {
+			return p, true
+		}
+	}
+	return market.Placement{}, false
+}
+
+func TestRunnerCrashMovesTheShare(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
+	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
+	sm.waitBook(sm.nodes[0], 2)
+	coord := sm.nodes[0]
+	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "moving", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "moving", 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(rec)
+	runner := sm.byID(first.Node)
+	start := time.Now()
+	if err := sm.net.Crash(runner.ID()); err != nil {
+		t.Fatal(err)
+	}
+	var moved market.Placement
+	eventually(t, 15*time.Second, "the share runs on the other node under a higher epoch", func() bool {
+		rec, _ = coord.Job(context.Background(), "moving")
+		p, ok := livePlacement(rec)
+		moved = p
+		return ok && p.Node != first.Node && p.Epoch > first.Epoch && p.StartedAt.After(start)
+	})
+	t.Logf("share moved in %v (epoch %d → %d)", moved.StartedAt.Sub(start).Round(time.Millisecond), first.Epoch, moved.Epoch)
+	// The cut-off runner fenced itself: its process is gone.
+	eventually(t, 10*time.Second, "the cut-off runner stopped its attempt", func() bool { return len(runner.exec.Running()) == 0 })
+}
+
+func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
+	sm := newSimMesh(t, "", "", "a100-80g:1")
+	runner := sm.nodes[2]
+	sm.neverCoordinate(runner)
+	sm.waitBook(sm.nodes[0], 1)
+	sm.waitBook(sm.nodes[1], 1)
+	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "orphan", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, runner, "orphan", 20*time.Second, market.JobRunning)
+	old := sm.byID(rec.Coordinator)
+	var successor *Node
+	for _, n := range sm.nodes[:2] {
+		if n != old {
+			successor = n
+		}
+	}
+	eventually(t, 10*time.Second, "the other coordinator holds a replica", func() bool {
+		r, ok := successor.view.job("orphan")
+		return ok && r.State == market.JobRunning
+	})
+	start := time.Now()
+	if err := sm.net.Crash(old.ID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the successor coordinates the job", func() bool {
+		r, err := runner.Job(context.Background(), "orphan")
+		return err == nil && r.Coordinator == successor.ID().String() && r.Term > rec.Term
+	})
+	took := time.Since(start)
+	after, _ := runner.Job(context.Background(), "orphan")
+	if p, ok := livePlacement(after); !ok {
+		t.Errorf("no share running after the takeover: %+v", after.Placements)
+	} else {
+		t.Logf("successor took over in %v; share epoch %d (was %d)", took.Round(time.Millisecond), p.Epoch, rec.Epoch)
+	}
+	cancelled, err := runner.Cancel(context.Background(), "orphan")
+	if err != nil {
+		t.Fatalf("cancel through the successor: %v", err)
+	}
+	if cancelled.Coordinator != successor.ID().String() {
+		t.Errorf("cancel answered by %s", cancelled.Coordinator)
+	}
+	waitState(t, runner, "orphan", 10*time.Second, market.JobCancelled)
+}
