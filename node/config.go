@@ -88,6 +88,11 @@ type Config struct {
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)
+	// CheckpointInterval is how often a running attempt's checkpoint
+	// directory is offered to its coordinator when it changed. Default 30 s.
+	CheckpointInterval time.Duration
+	// CheckpointLimit bounds one packed checkpoint. Default 256 MiB.
+	CheckpointLimit int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
 	// SendWorkers bounds the goroutines that deliver market messages.
@@ -106,6 +111,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.CheckpointLimit <= 0 {
+		c.CheckpointLimit = DefaultCheckpointLimit
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = DefaultTickInterval

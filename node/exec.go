@@ -76,6 +76,9 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		n.step(market.ExecutionStarted{Now: started, Job: e.Job, Share: e.Share, Epoch: e.Epoch})
 	})
 	<-run.Done() // the executor stops every run when the node closes
+	// The job wrote its last checkpoint on SIGTERM: offer it before the
+	// coordinator hears the attempt is over.
+	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
 	res := run.Result()
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "seconds", res.Seconds())
 	n.postWait(func() {
@@ -169,6 +172,16 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			return a, release, fmt.Errorf("payload %s: %w", p.Digest, err)
 		}
 		a.Payload, release = r, func() { r.Close() }
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
+	defer cancel()
+	ck, err := n.openCheckpoint(ctx, e.Coordinator, e.Job, e.Share)
+	if err != nil {
+		n.log.Warn("checkpoint unavailable; the attempt starts without one", "job", e.Job, "share", e.Share, "err", err)
+	}
+	if ck != nil {
+		prev := release
+		a.Checkpoint, release = ck, func() { prev(); ck.Close() }
 	}
 	return a, release, nil
 }

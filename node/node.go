@@ -65,6 +65,7 @@ type Node struct {
 	view   *view
 	events *hub
 	repl   *replicator
+	ship   *shipper
 	resume []market.JobRecord // own jobs to adopt again once peers can be asked
 
 	closeOnce sync.Once
@@ -98,6 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		pendingAds: map[peer.ID]gossip.Ad{},
 		view:       newView(),
 		repl:       newReplicator(),
+		ship:       &shipper{sent: map[string]string{}},
 		events:     newHub(),
 		started:    time.Now(),
 	}
@@ -213,8 +215,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
-	n.wg.Add(5 + cfg.SendWorkers)
+	n.wg.Add(6 + cfg.SendWorkers)
 	go n.replicateLoop()
+	go n.checkpointLoop()
 	go n.resumeOwn(n.resume)
 	go n.pumpMembers(sub)
 	go n.pumpHealth()

@@ -48,11 +48,18 @@ type simMesh struct {
 	t     *testing.T
 	net   *mesh.SimNetwork
 	nodes []*Node
+	tweak func(*Config)
 }
 
 func newSimMesh(t *testing.T, specs ...string) *simMesh {
 	t.Helper()
-	sm := &simMesh{t: t, net: mesh.NewSimNetwork(mesh.SimOptions{})}
+	return newSimMeshWith(t, nil, specs...)
+}
+
+// newSimMeshWith is newSimMesh with a change to every node's Config.
+func newSimMeshWith(t *testing.T, tweak func(*Config), specs ...string) *simMesh {
+	t.Helper()
+	sm := &simMesh{t: t, net: mesh.NewSimNetwork(mesh.SimOptions{}), tweak: tweak}
 	t.Cleanup(sm.close)
 	for i, spec := range specs {
 		sm.add(i, spec)
@@ -88,6 +95,9 @@ func (sm *simMesh) add(i int, spec string) *Node {
 	}
 	if len(sm.nodes) > 0 {
 		cfg.Mesh.Join = sm.nodes[0].Mesh().Addrs()
+	}
+	if sm.tweak != nil {
+		sm.tweak(&cfg)
 	}
 	n, err := Start(context.Background(), cfg)
 	if err != nil {

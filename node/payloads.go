@@ -51,6 +51,11 @@ func digestHex(ref market.PayloadRef) (string, error) {
 // put stores what r yields, at most market.MaxPayloadBytes, and returns its
 // reference. want, when set, must match.
 func (p *payloads) put(r io.Reader, want *market.PayloadRef) (market.PayloadRef, error) {
+	return p.putLimit(r, want, market.MaxPayloadBytes)
+}
+
+// putLimit is put with another size limit (checkpoints have their own).
+func (p *payloads) putLimit(r io.Reader, want *market.PayloadRef, limit int64) (market.PayloadRef, error) {
 	tmp, err := os.CreateTemp(p.dir, ".incoming-*")
 	if err != nil {
 		return market.PayloadRef{}, fmt.Errorf("node: payload store: %w", err)
@@ -58,12 +63,12 @@ func (p *payloads) put(r io.Reader, want *market.PayloadRef) (market.PayloadRef,
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, market.MaxPayloadBytes+1))
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, limit+1))
 	if err != nil {
 		return market.PayloadRef{}, fmt.Errorf("node: reading payload: %w", err)
 	}
-	if n > market.MaxPayloadBytes {
-		return market.PayloadRef{}, api.Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", market.MaxPayloadBytes)
+	if n > limit {
+		return market.PayloadRef{}, api.Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", limit)
 	}
 	if n == 0 {
 		return market.PayloadRef{}, api.Errorf(http.StatusBadRequest, "payload is empty")
@@ -128,6 +133,12 @@ func (n *Node) openPayload(ctx context.Context, from string, ref market.PayloadR
 // fetchPayload copies a payload from a peer into this node's store,
 // checking its digest.
 func (n *Node) fetchPayload(ctx context.Context, from string, ref market.PayloadRef) error {
+	return n.fetchBlob(ctx, from, ref, market.MaxPayloadBytes)
+}
+
+// fetchBlob copies a stored archive (payload or checkpoint) of at most
+// limit bytes from a peer.
+func (n *Node) fetchBlob(ctx context.Context, from string, ref market.PayloadRef, limit int64) error {
 	if n.payload.has(ref) {
 		return nil
 	}
@@ -146,7 +157,7 @@ func (n *Node) fetchPayload(ctx context.Context, from string, ref market.Payload
 		pw.CloseWithError(err)
 		errc <- err
 	}()
-	_, perr := n.payload.put(pr, &ref)
+	_, perr := n.payload.putLimit(pr, &ref, limit)
 	pr.CloseWithError(errors.New("payload store done"))
 	if cerr := <-errc; cerr != nil && perr == nil {
 		perr = cerr

@@ -164,6 +164,8 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return nil
 	case kindPayloadGet:
 		return n.servePayload(string(req.Data), reply)
+	case kindCheckpointOffer, kindCheckpointSync, kindCheckpointGet:
+		return n.serveCheckpointCall(ctx, req, reply)
 	case kindReplicate:
 		if err := n.serveReplicate(req.Sender, req.Data); err != nil {
 			return asCallError(err)

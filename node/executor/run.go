@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,8 +44,10 @@ func (r Result) Seconds() float64 { return r.EndedAt.Sub(r.StartedAt).Seconds() 
 // Run is one started attempt. Its methods are safe for concurrent use.
 type Run struct {
 	cfg     Config
-	attempt Attempt
+	attempt Attempt // without its readers: read-only once made
 	dir     string
+	// payload and checkpoint are read by prepare, on the goroutine of Start.
+	payload, checkpoint io.Reader
 
 	jail           jail
 	cmd            *exec.Cmd
@@ -62,23 +65,23 @@ type Run struct {
 }
 
 func newRun(cfg Config, a Attempt, dir string) *Run {
+	payload, checkpoint := a.Payload, a.Checkpoint
+	a.Payload, a.Checkpoint = nil, nil // r.attempt is read-only once the run exists
 	return &Run{
-		cfg:     cfg,
-		attempt: a,
-		dir:     dir,
-		tail:    newTailBuffer(cfg.TailBytes),
-		changed: newNotifier(),
-		done:    make(chan struct{}),
+		cfg:        cfg,
+		attempt:    a,
+		payload:    payload,
+		checkpoint: checkpoint,
+		dir:        dir,
+		tail:       newTailBuffer(cfg.TailBytes),
+		changed:    newNotifier(),
+		done:       make(chan struct{}),
 	}
 }
 
 // Attempt returns what the run was started with (Payload and Checkpoint are
-// consumed and set to nil).
-func (r *Run) Attempt() Attempt {
-	a := r.attempt
-	a.Payload, a.Checkpoint = nil, nil
-	return a
-}
+// consumed and nil).
+func (r *Run) Attempt() Attempt { return r.attempt }
 
 // Dir is the attempt's directory: its logs, work dir and checkpoint dir.
 func (r *Run) Dir() string { return r.dir }
@@ -172,17 +175,17 @@ func (r *Run) prepare(iso isolator) error {
 			return fmt.Errorf("executor: %w", err)
 		}
 	}
-	if r.attempt.Payload != nil {
-		if err := unpackTar(r.attempt.Payload, r.WorkDir(), r.cfg.MaxPayload, r.cfg.MaxUnpack); err != nil {
+	if r.payload != nil {
+		if err := unpackTar(r.payload, r.WorkDir(), r.cfg.MaxPayload, r.cfg.MaxUnpack); err != nil {
 			return fmt.Errorf("executor: payload: %w", err)
 		}
 	}
-	if r.attempt.Checkpoint != nil {
-		if err := unpackTar(r.attempt.Checkpoint, r.CheckpointDir(), r.cfg.MaxUnpack, r.cfg.MaxUnpack); err != nil {
+	if r.checkpoint != nil {
+		if err := unpackTar(r.checkpoint, r.CheckpointDir(), r.cfg.MaxUnpack, r.cfg.MaxUnpack); err != nil {
 			return fmt.Errorf("executor: checkpoint: %w", err)
 		}
 	}
-	r.attempt.Payload, r.attempt.Checkpoint = nil, nil
+	r.payload, r.checkpoint = nil, nil
 	j, err := iso.jail(r)
 	if err != nil {
 		return err

@@ -29,10 +29,12 @@ const (
 	Jobs     Bucket = "jobs"     // job records this node coordinates or replicates
 	Attempts Bucket = "attempts" // attempts this node runs or ran
 	Meta     Bucket = "meta"     // node facts: schema version, first start
+	// Checkpoints maps "job/share" to the latest accepted checkpoint.
+	Checkpoints Bucket = "checkpoints"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta}
+var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints}
 
 const schemaVersion = "1"
 
