@@ -153,9 +153,11 @@ func (m *MeshStatus) AddRegion(region string, cards int) {
 	m.Regions[i].Cards += cards
 }
 
-// JobsStatus is the jobs this node knows and how fast the mesh places them.
+// JobsStatus is the jobs this node coordinates and how fast it places them.
 type JobsStatus struct {
-	// ByState counts jobs by market.JobState ("running": 3).
+	// ByState counts the jobs this node coordinates by market.JobState
+	// ("running": 3); summed over the mesh's nodes, it counts every job
+	// once.
 	ByState   map[string]int  `json:"by_state"`
 	Reroutes  RerouteStatus   `json:"reroutes"`
 	Placement PlacementStatus `json:"placement"`

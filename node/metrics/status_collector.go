@@ -27,7 +27,7 @@ var (
 		"This node's cards, by model, vendor and state (free, reserved, running, unhealthy).",
 		[]string{"model", "vendor", "state"}, nil)
 	jobsDesc = prometheus.NewDesc("gpumesh_jobs",
-		"Jobs this node knows (coordinates, replicates or took in), by state.",
+		"Jobs this node coordinates, by state; the sum over nodes counts every job once.",
 		[]string{"state"}, nil)
 	reachabilityDesc = prometheus.NewDesc("gpumesh_node_reachability",
 		"1 for this node's reachability as AutoNAT judges it (public, private, unknown), 0 for the others.",
