@@ -83,6 +83,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 	root.AddCommand(
 		newVersionCommand(e),
 		newCardsCommand(e),
+		newStatusCommand(e),
 	)
 	return root
 }
