@@ -17,11 +17,13 @@
 //	m.CountAuction(metrics.OutcomeCleared)
 //	m.CountLeaseRenewal(metrics.RoleRunner); m.CountLeaseMiss(metrics.RoleCoordinator)
 //	m.AddBilling(metrics.SideCharged, cardSecondsDelta, cnyDelta)
+//	flaps.Changed(peer, now)       // a member changed state (flaps := metrics.NewFlaps(10*time.Minute, 6))
 //
 //	// on the driver's ticker, about once a second:
 //	m.Sample(now)                  // gossip counters → rates
 //	st := node.buildStatus(now)    // api.Status: node, mesh, jobs by state
-//	m.Fill(now, &st)               // placement p50/p99, reroutes, gossip figures
+//	st.Warnings = append(metrics.CardWarnings(st.Node.Cards), flaps.Warnings(now)...)
+//	m.Fill(now, &st)               // placement p50/p99, reroutes, gossip figures, clock skew
 //	m.SetStatus(&st)               // gauges read it at the next scrape
 //
 // The gauges (members, cards, jobs, reachability, warnings) are computed from
