@@ -44,6 +44,7 @@ listens beyond loopback needs its token in $GPUMESH_API_TOKEN.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("api") {
+				addr = api.DefaultAddr
 				if v := e.getenv("GPUMESH_API"); v != "" {
 					addr = v
 				}
@@ -74,7 +75,7 @@ listens beyond loopback needs its token in $GPUMESH_API_TOKEN.`,
 			return writeStatus(e.stdout, &st)
 		},
 	}
-	cmd.Flags().StringVar(&addr, "api", api.DefaultAddr, "address of the node's API: host:port or an http(s):// URL (default $GPUMESH_API, else "+api.DefaultAddr+")")
+	cmd.Flags().StringVar(&addr, "api", "", "address of the node's API: host:port or an http(s):// URL (default $GPUMESH_API, else "+api.DefaultAddr+")")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node's status as JSON (the body of GET /v1/status)")
 	return cmd
 }

@@ -179,6 +179,7 @@ func TestStatusBadInput(t *testing.T) {
 		{"path in URL", nil, []string{"status", "--api", "http://127.0.0.1:7070/v1"}, exitUsage, "with no path"},
 		{"bad scheme", nil, []string{"status", "--api", "ftp://127.0.0.1:7070"}, exitUsage, "want host:port or an http(s):// URL"},
 		{"bad env", map[string]string{"GPUMESH_API": "nope"}, []string{"status"}, exitUsage, `--api: "nope"`},
+		{"empty flag", nil, []string{"status", "--api", ""}, exitUsage, "--api: empty address"},
 		{"nothing listening", nil, []string{"status", "--api", closed}, exitError, "cannot reach the gpumesh API at " + closed},
 		{"extra argument", nil, []string{"status", "now"}, exitUsage, "unknown command"},
 		{"unknown flag", nil, []string{"status", "--watch"}, exitUsage, "unknown flag: --watch"},
