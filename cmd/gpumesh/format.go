@@ -25,14 +25,15 @@ func shortID(id string) string {
 	return id[:2] + "*" + id[len(id)-6:]
 }
 
-// oneLine makes text fit on one line of a table or a message.
+// oneLine makes text fit on one line of a table or a message, and keeps a
+// peer-supplied string from sending the terminal control sequences.
 func oneLine(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' || r == '\t' {
 			return ' '
 		}
-		if r < ' ' || r == 0x7f {
-			return -1
+		if r < ' ' || r >= 0x7f && r <= 0x9f {
+			return ' '
 		}
 		return r
 	}, s)

@@ -91,6 +91,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newCancelCommand(e),
 		newScaleCommand(e),
 		newPeersCommand(e),
+		newStatusCommand(e),
 	)
 	return root
 }

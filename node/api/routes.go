@@ -33,18 +33,27 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /metrics", h.metrics)
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
-	})
-	if dashboard != nil {
-		mux.Handle("GET /", dashboard)
-	} else {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
-		})
 	}
+	mux.HandleFunc("/v1/", notFound)
+	// The dashboard shares the catch-all pattern with the 404s: a "GET /"
+	// pattern would conflict with "/v1/" (neither is more specific), which
+	// ServeMux refuses with a panic.
+	mux.HandleFunc(dashboardPattern, func(w http.ResponseWriter, r *http.Request) {
+		if dashboard != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			dashboard.ServeHTTP(w, r)
+			return
+		}
+		notFound(w, r)
+	})
 	return requireToken(cfg.Token, mux)
 }
+
+// dashboardPattern is the route of the dashboard's static files: they hold
+// no data, so they are served without the token, and the page can ask for
+// one when the API answers 401.
+const dashboardPattern = "/"
 
 type handlers struct{ b Backend }
 

@@ -150,16 +150,19 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, http.StatusInternalServerError, Error{Error: err.Error()})
 }
 
-// requireToken wraps h so that requests must carry the bearer token, except
-// the probes, which say only whether the process is up.
-func requireToken(token string, h http.Handler) http.Handler {
+// requireToken wraps mux so that requests must carry the bearer token,
+// except the probes, which say only whether the process is up, and the
+// dashboard's static files. The exemption follows the route the request
+// would take, not a prefix of its path.
+func requireToken(token string, mux *http.ServeMux) http.Handler {
 	if token == "" {
-		return h
+		return mux
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-			h.ServeHTTP(w, r)
+		switch _, pattern := mux.Handler(r); pattern {
+		case "GET /healthz", "GET /readyz", dashboardPattern:
+			mux.ServeHTTP(w, r)
 			return
 		}
 		got := []byte(r.Header.Get("Authorization"))
@@ -167,7 +170,7 @@ func requireToken(token string, h http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong API token"})
 			return
 		}
-		h.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	})
 }
 

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// statusTimeout bounds the whole GET /v1/status exchange.
+const statusTimeout = 10 * time.Second
+
+func newStatusCommand(e env) *cobra.Command {
+	var (
+		addr   string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the mesh's health as a node sees it",
+		Long: `Show one screen about the mesh, as the node behind --api sees it: the node
+itself (peer ID, version, uptime, NAT reachability, its cards and their health),
+the mesh (members by state, cards total/free/busy by model and by vendor,
+regions), the jobs the node coordinates (by state, reroutes in the last hour,
+placement latency over the last 5 minutes), gossip (mesh peers, messages/s,
+bytes/s, rejected messages by reason) and warnings.
+
+--api defaults to $GPUMESH_API, else ` + api.DefaultAddr + `. A node whose API
+listens beyond loopback needs its token in $GPUMESH_API_TOKEN.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("api") {
+				addr = api.DefaultAddr
+				if v := e.getenv("GPUMESH_API"); v != "" {
+					addr = v
+				}
+			}
+			base, err := statusURL(addr)
+			if err != nil {
+				return usagef("--api: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
+			defer cancel()
+			body, err := fetchStatus(ctx, base, addr, e.getenv("GPUMESH_API_TOKEN"))
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				var out bytes.Buffer
+				if err := json.Indent(&out, body, "", "  "); err != nil {
+					return fmt.Errorf("status from %s is not JSON: %w", addr, err)
+				}
+				out.WriteByte('\n')
+				_, err := e.stdout.Write(out.Bytes())
+				return err
+			}
+			var st api.Status
+			if err := json.Unmarshal(body, &st); err != nil {
+				return fmt.Errorf("status from %s: %w", addr, err)
+			}
+			return writeStatus(e.stdout, &st)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "api", "", "address of the node's API: host:port or an http(s):// URL (default $GPUMESH_API, else "+api.DefaultAddr+")")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node's status as JSON (the body of GET /v1/status)")
+	return cmd
+}
+
+// statusURL turns an --api value into the status endpoint's URL.
+func statusURL(addr string) (string, error) {
+	if addr == "" {
+		return "", errors.New("empty address")
+	}
+	if !strings.Contains(addr, "://") {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return "", fmt.Errorf("%q: want host:port or an http(s):// URL: %v", addr, err)
+		}
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "", fmt.Errorf("%q: %v", addr, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", fmt.Errorf("%q: want host:port or an http(s):// URL with no path", addr)
+	}
+	u.Path = "/v1/status"
+	return u.String(), nil
+}
+
+// fetchStatus GETs the node's status and returns its JSON body. Errors say
+// what the operator can do about them.
+func fetchStatus(ctx context.Context, statusURL, addr, token string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Op == "dial" {
+			return nil, fmt.Errorf("cannot reach the gpumesh API at %s (is `gpumesh node` running there? set --api or GPUMESH_API): %w", addr, err)
+		}
+		return nil, fmt.Errorf("GET %s: %w", statusURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", statusURL, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return body, nil
+	}
+	msg := strings.TrimSpace(string(body))
+	var apiErr api.Error
+	if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
+		msg = apiErr.Error
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		if token == "" {
+			return nil, fmt.Errorf("the API at %s needs a token: set GPUMESH_API_TOKEN (%s)", addr, msg)
+		}
+		return nil, fmt.Errorf("the API at %s refused the token in GPUMESH_API_TOKEN (%s)", addr, msg)
+	}
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return nil, fmt.Errorf("GET %s: %s: %s", statusURL, resp.Status, msg)
+}
+
+// writeStatus renders the one screen of `gpumesh status`.
+func writeStatus(w io.Writer, st *api.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	n := st.Node
+	reach := n.Reachability
+	switch reach {
+	case "":
+		reach = api.ReachabilityUnknown
+	case api.ReachabilityPrivate:
+		reach += " (behind NAT: reached through relays)"
+	}
+	fmt.Fprintf(tw, "NODE\t%s\n", orDash(n.PeerID))
+	facts := []string{"version " + orDash(n.Version), "up " + fmtSeconds(n.UptimeSeconds), "reachability " + reach}
+	if n.Region != "" {
+		facts = append(facts, "region "+oneLine(n.Region))
+	}
+	if n.Coordinator {
+		facts = append(facts, "coordinator")
+	}
+	fmt.Fprintf(tw, "\t%s\n", strings.Join(facts, " · "))
+	if len(n.Cards) == 0 {
+		fmt.Fprintf(tw, "\tno cards\n")
+	}
+	for i, c := range n.Cards {
+		head := ""
+		if i == 0 {
+			head = "CARDS"
+		}
+		doing := c.State
+		if c.Job != "" {
+			doing += " " + c.Job
+		}
+		health := "ok"
+		if !c.Healthy {
+			health = "UNHEALTHY"
+			if c.Health.Reason != "" {
+				health += ": " + oneLine(c.Health.Reason)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", head, oneLine(c.Model), oneLine(c.ID), oneLine(doing), health)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	m := st.Mesh
+	fmt.Fprintf(w, "\nMESH   %s: %d alive, %d suspect, %d dead, %d left\n",
+		plural(m.Members.Total(), "member"), m.Members.Alive, m.Members.Suspect, m.Members.Dead, m.Members.Left)
+	if len(m.Regions) > 0 {
+		rs := make([]string, 0, len(m.Regions))
+		for _, r := range m.Regions {
+			rs = append(rs, fmt.Sprintf("%s %s, %s", orValue(r.Region, "(none)"), plural(r.Members, "member"), plural(r.Cards, "card")))
+		}
+		fmt.Fprintf(w, "       regions: %s\n", strings.Join(rs, " · "))
+	}
+	fmt.Fprintf(w, "       cards: %d total, %d free, %d reserved, %d busy\n", m.Cards.Total, m.Cards.Free, m.Cards.Reserved, m.Cards.Busy)
+	if len(m.ByModel) > 0 {
+		writeCapacity(w, m)
+	}
+
+	j := st.Jobs
+	fmt.Fprintf(w, "\nJOBS   %s\n", jobCounts(j.ByState))
+	p := j.Placement
+	fmt.Fprintf(w, "       placement (last %s): ", fmtSeconds(p.WindowSeconds))
+	if p.Count == 0 {
+		fmt.Fprintf(w, "no jobs placed\n")
+	} else {
+		fmt.Fprintf(w, "%d jobs, p50 %s, p99 %s\n", p.Count, fmtLatency(p.P50Seconds), fmtLatency(p.P99Seconds))
+	}
+	r := j.Reroutes
+	fmt.Fprintf(w, "       reroutes (last %s): ", fmtSeconds(r.WindowSeconds))
+	if r.Count == 0 {
+		fmt.Fprintf(w, "none\n")
+	} else {
+		fmt.Fprintf(w, "%d, median %s to run again\n", r.Count, fmtLatency(r.MedianSeconds))
+	}
+
+	g := st.Gossip
+	fmt.Fprintf(w, "\nGOSSIP %d mesh peers · %.1f msg/s · in %s · out %s\n",
+		g.MeshPeers, g.MessagesPerSecond, fmtRate(g.BytesInPerSecond), fmtRate(g.BytesOutPerSecond))
+	fmt.Fprintf(w, "       rejected: %s\n", reasonCounts(g.Rejected))
+	if len(g.Ignored) > 0 {
+		fmt.Fprintf(w, "       ignored: %s\n", reasonCounts(g.Ignored))
+	}
+
+	if len(st.Warnings) == 0 {
+		_, err := fmt.Fprintf(w, "\nWARNINGS none\n")
+		return err
+	}
+	fmt.Fprintf(w, "\nWARNINGS\n")
+	for _, s := range st.Warnings {
+		fmt.Fprintf(w, "  ! %s\n", oneLine(s))
+	}
+	return nil
+}
+
+// writeCapacity prints the cards by model, then by vendor: names left,
+// counts right.
+func writeCapacity(w io.Writer, m api.MeshStatus) {
+	mw, vw := len("MODEL"), len("VENDOR")
+	for _, r := range m.ByModel {
+		mw, vw = max(mw, len(oneLine(r.Model))), max(vw, len(oneLine(r.Vendor)))
+	}
+	for _, r := range m.ByVendor {
+		mw = max(mw, len("(all "+oneLine(r.Vendor)+")"))
+	}
+	row := func(model, vendor string, total, free, reserved, busy any) {
+		fmt.Fprintf(w, "       %-*s  %-*s  %5v  %5v  %8v  %5v\n", mw, model, vw, vendor, total, free, reserved, busy)
+	}
+	row("MODEL", "VENDOR", "TOTAL", "FREE", "RESERVED", "BUSY")
+	for _, r := range m.ByModel {
+		row(oneLine(r.Model), oneLine(r.Vendor), r.Total, r.Free, r.Reserved, r.Busy)
+	}
+	for _, r := range m.ByVendor {
+		row("(all "+oneLine(r.Vendor)+")", "", r.Total, r.Free, r.Reserved, r.Busy)
+	}
+}
+
+// jobStateOrder is the lifecycle order the job counts are shown in.
+var jobStateOrder = []market.JobState{
+	market.JobPending, market.JobBidding, market.JobPlacing, market.JobRunning, market.JobRerouting,
+	market.JobSucceeded, market.JobFailed, market.JobCancelled, market.JobMoved,
+}
+
+func jobCounts(by map[string]int) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, s := range jobStateOrder {
+		seen[string(s)] = true
+		if n := by[string(s)]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	var rest []string
+	for s, n := range by {
+		if !seen[s] && n > 0 {
+			rest = append(rest, fmt.Sprintf("%s %d", oneLine(s), n))
+		}
+	}
+	slices.Sort(rest)
+	parts = append(parts, rest...)
+	if len(parts) == 0 {
+		return "none coordinated here"
+	}
+	return "coordinated here: " + strings.Join(parts, " · ")
+}
+
+func reasonCounts(by map[string]uint64) string {
+	if len(by) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	// Largest first, then by name.
+	slices.SortFunc(keys, func(a, b string) int {
+		if by[a] != by[b] {
+			if by[a] > by[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", oneLine(k), by[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fmtSeconds renders a long span compactly: 45s, 5m, 1h, 3h12m, 2d4h.
+func fmtSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second)).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		if d%time.Minute == 0 {
+			return fmt.Sprintf("%dm", int(d.Minutes()))
+		}
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		if d%time.Hour < time.Minute {
+			return fmt.Sprintf("%dh", int(d.Hours()))
+		}
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// fmtLatency renders a latency: 12ms, 850ms, 1.20s, 95s.
+func fmtLatency(s float64) string {
+	switch {
+	case s < 1:
+		return fmt.Sprintf("%.0fms", s*1000)
+	case s < 60:
+		return fmt.Sprintf("%.2fs", s)
+	}
+	return fmtSeconds(s)
+}
+
+// fmtRate renders bytes per second in decimal units.
+func fmtRate(b float64) string {
+	switch {
+	case b < 1000:
+		return fmt.Sprintf("%.0f B/s", b)
+	case b < 1e6:
+		return fmt.Sprintf("%.1f kB/s", b/1e3)
+	case b < 1e9:
+		return fmt.Sprintf("%.1f MB/s", b/1e6)
+	}
+	return fmt.Sprintf("%.1f GB/s", b/1e9)
+}
+
+// plural renders "1 card", "2 cards".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func orDash(s string) string { return orValue(s, "-") }
+
+func orValue(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return oneLine(s)
+}
