@@ -309,3 +309,5 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 	return string(out), err
 }
+
+func itoa(i int) string { return fmt.Sprint(i) }

@@ -170,20 +170,6 @@ func (n *Node) Cards(ctx context.Context) ([]api.Card, error) {
 	return out, nil
 }
 
-// Status implements api.Backend.
-func (n *Node) Status(ctx context.Context) (any, error) {
-	cards, err := n.Cards(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{
-		"peer":    n.id.String(),
-		"uptime":  time.Since(n.started).Round(time.Second).String(),
-		"members": n.mesh.NumAlive(),
-		"cards":   cards,
-	}, nil
-}
-
 // Subscribe implements api.Backend.
 func (n *Node) Subscribe() (<-chan api.Event, func()) { return n.events.subscribe() }
 
@@ -193,6 +179,3 @@ func (n *Node) Ready() map[string]bool {
 	joined := n.mesh.NumAlive() > 1 || (len(n.cfg.Mesh.Join) == 0 && !n.cfg.Mesh.MDNS)
 	return map[string]bool{"store": true, "devices": true, "mesh": joined}
 }
-
-// Metrics implements api.Backend.
-func (n *Node) Metrics() http.Handler { return nil }

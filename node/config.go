@@ -98,6 +98,8 @@ type Config struct {
 	// SendWorkers bounds the goroutines that deliver market messages.
 	// Default 8.
 	SendWorkers int
+	// Version is this binary's version, shown in status and metrics.
+	Version string
 	// Logger receives the node's logs. Default: discard.
 	Logger *slog.Logger
 }

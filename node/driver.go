@@ -92,6 +92,7 @@ func (n *Node) drive() {
 			return
 		case now := <-ticker.C:
 			n.updateCoordinatorFlag()
+			n.refreshStatus(now)
 			if now.Sub(n.book.checked) > time.Second {
 				n.checkBook(now)
 			}
@@ -151,9 +152,11 @@ func (n *Node) persist(rd market.Ready) {
 		n.view.put(rec)
 		if rec.Coordinator == n.id.String() {
 			n.repl.enqueue(rec)
+			n.observeBill(rec)
 		}
 	}
 	for _, a := range rd.Attempts {
+		n.observeEarned(a)
 		key := attemptName(a.Job, a.Share, a.Epoch)
 		if a.State == market.AttemptClosed {
 			ops = append(ops, store.Delete(store.Attempts, key))
@@ -225,6 +228,9 @@ func (n *Node) foldPending() {
 	}
 	for _, ev := range members {
 		n.events.publish(memberEvent(ev))
+		if ev.Kind != mesh.EventUpdate && ev.Kind != mesh.EventDisconnect {
+			n.obs.flaps.Changed(ev.Peer.String(), ev.Time)
+		}
 		switch ev.Kind {
 		case mesh.EventDead, mesh.EventLeft:
 			n.book.Remove(ev.Peer.String())

@@ -66,6 +66,7 @@ type Node struct {
 	events *hub
 	repl   *replicator
 	ship   *shipper
+	obs    *observer // driver-owned, but for its atomic status
 	resume []market.JobRecord // own jobs to adopt again once peers can be asked
 
 	closeOnce sync.Once
@@ -172,6 +173,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.gossip.Close() })
+	if err = n.newMetrics(); err != nil {
+		return nil, err
+	}
 
 	n.direct, err = gossip.NewDirect(n.mesh.Host(), gossip.DirectConfig{
 		Network:   n.mesh.Network(),

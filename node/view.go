@@ -156,13 +156,20 @@ func (h *hub) close() {
 	}
 }
 
-// notify publishes a job's change of state.
+// notify publishes a job's change of state (and, for the dashboard, an
+// auction that cleared or a reroute that began), and feeds the metrics.
 func (n *Node) notify(note market.Notification) {
-	typ := "job"
-	if note.To == market.JobRerouting {
-		typ = "reroute"
+	n.observeNote(note)
+	ev := api.Event{Type: "job", At: note.At, Job: note.Job, State: string(note.To), From: string(note.From), Reason: note.Reason, Epoch: note.Epoch}
+	n.events.publish(ev)
+	switch note.To {
+	case market.JobRerouting:
+		ev.Type = "reroute"
+		n.events.publish(ev)
+	case market.JobPlacing:
+		ev.Type = "auction"
+		n.events.publish(ev)
 	}
-	n.events.publish(api.Event{Type: typ, At: note.At, Job: note.Job, State: string(note.To), From: string(note.From), Reason: note.Reason, Epoch: note.Epoch})
 }
 
 func memberEvent(ev mesh.Event) api.Event {

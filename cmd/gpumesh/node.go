@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/dashboard"
 	"github.com/gpumesh/gpumesh/node/executor"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -37,8 +37,7 @@ type nodeFlags struct {
 	noNAT       bool
 	coordinator string
 	isolation   string
-	logFormat   string
-	logLevel    string
+	log         *logFlags
 }
 
 func newNodeCommand(e env) *cobra.Command {
@@ -95,8 +94,7 @@ Examples:
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
-	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.log = addLogFlags(fl)
 	return cmd
 }
 
@@ -114,11 +112,9 @@ func defaultDataDir(e env) string {
 // config turns the flags into a node configuration; every bad value is a
 // usage error naming the flag.
 func (f nodeFlags) config(e env) (node.Config, error) {
-	logger, err := buildLogger(e, f.logFormat, f.logLevel)
-	if err != nil {
-		return node.Config{}, err
-	}
-	cfg := node.Config{DataDir: f.data, Region: f.region, Logger: logger}
+	logger := f.log.logger(e.stderr)
+	cfg := node.Config{DataDir: f.data, Region: f.region, Logger: logger, Version: buildVersion(), Dashboard: dashboard.Handler()}
+	var err error
 	if f.data == "" {
 		return cfg, usagef("--data: a directory is required")
 	}
@@ -219,20 +215,4 @@ func nodeStartError(err error) error {
 		return usageError{err}
 	}
 	return fmt.Errorf("node did not start: %w", err)
-}
-
-// buildLogger returns a slog logger writing to stderr.
-func buildLogger(e env, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
-	}
-	return nil, usagef("--log-format %q: want text or json", format)
 }

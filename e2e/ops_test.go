@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+func TestStatusAndMetricsOfARealMesh(t *testing.T) {
+	a, b, c := threeNodes(t)
+	rec := b.submit(market.JobSpec{Cards: 2, Models: []string{"a100-*"}, MaxPriceCNY: 20, Command: []string{"sleep", "30"}})
+	a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
+
+	var st api.Status
+	eventually(t, 10*time.Second, "status shows the mesh and the running job", func() bool {
+		out, err := runCLI(t, "status", "--api", c.apiAddr, "--json")
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			return false
+		}
+		return st.Mesh.Members.Alive == 3 && st.Mesh.Cards.Total == 7 && st.Mesh.Cards.Busy == 2
+	})
+	if st.Node.PeerID != c.peerID || len(st.Node.Cards) != 4 || st.Gossip.MeshPeers == 0 {
+		t.Errorf("status of c: %+v", st.Node)
+	}
+	screen, err := runCLI(t, "status", "--api", c.apiAddr)
+	if err != nil || !hasAll(screen, "3 alive", "a100-80g", "h100-sxm-80g", "rtx4090-24g") {
+		t.Errorf("status screen (%v):\n%s", err, screen)
+	}
+
+	// Metrics: gpumesh_* names, the job's coordinator counts it running.
+	var metrics strings.Builder
+	for _, p := range []*proc{a, b, c} {
+		m, err := p.text("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics.WriteString(m)
+		if !strings.Contains(m, "gpumesh_members{") || !strings.Contains(m, "gpumesh_mesh_cards{") {
+			t.Errorf("%s /metrics lacks members or cards", p.name)
+		}
+	}
+	if !strings.Contains(metrics.String(), `gpumesh_jobs{state="running"} 1`) {
+		t.Errorf("no node counts the running job:\n%s", grepLines(metrics.String(), "gpumesh_jobs"))
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		m, _ := c.text("/metrics")
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(m)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("promtool not installed: metrics lint skipped (CI installs Debian's prometheus)")
+	}
+
+	// Probes and unknown paths.
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/nope": 404, "/": 200} {
+		resp, err := client.Get("http://" + c.apiAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestAPITokenIsRequiredOffLoopbackAndChecked(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("s3cret-token\n"), 0o600)
+	p := startNodeToken(t, "tok", tok)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.apiAddr+"/v1/peers", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", resp.StatusCode)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret-token")
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("right token: %d", resp.StatusCode)
+	}
+	m, _ := http.NewRequest(http.MethodGet, "http://"+p.apiAddr+"/metrics", nil)
+	m.Header.Set("Authorization", "Bearer s3cret-token")
+	mr, err := client.Do(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	body.ReadFrom(mr.Body)
+	mr.Body.Close()
+	if strings.Contains(body.String(), "s3cret-token") {
+		t.Fatal("/metrics exposes the API token")
+	}
+}
+
+// startNodeToken starts a node whose API needs the token in file tok.
+func startNodeToken(t *testing.T, name, tok string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: freePort(t)}
+	p.apiAddr = "127.0.0.1:" + itoa(freePort(t))
+	p.args = []string{"node", "--data", p.dataDir, "--listen", "/ip4/127.0.0.1/tcp/" + itoa(p.p2pPort),
+		"--api", p.apiAddr, "--api-token-file", tok, "--mdns=false", "--no-nat", "--isolation", "process"}
+	p.log = &syncBuffer{}
+	p.cmd = exec.Command(binary, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.kill)
+	eventually(t, 30*time.Second, "the node answers /healthz", func() bool {
+		resp, err := client.Get("http://" + p.apiAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return p
+}
