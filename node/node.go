@@ -66,7 +66,7 @@ type Node struct {
 	events *hub
 	repl   *replicator
 	ship   *shipper
-	obs    *observer // driver-owned, but for its atomic status
+	obs    *observer          // driver-owned, but for its atomic status
 	resume []market.JobRecord // own jobs to adopt again once peers can be asked
 
 	closeOnce sync.Once
