@@ -22,7 +22,12 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 	a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 
 	var st api.Status
-	eventually(t, 10*time.Second, "status shows the mesh and the running job", func() bool {
+	defer func() {
+		if t.Failed() {
+			t.Logf("last status: members %+v cards %+v", st.Mesh.Members, st.Mesh.Cards)
+		}
+	}()
+	eventually(t, 30*time.Second, "status shows the mesh and the running job", func() bool {
 		out, err := runCLI(t, "status", "--api", c.apiAddr, "--json")
 		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
 			return false
