@@ -12,6 +12,9 @@ import (
 
 // ad summarizes the cards per model for the capacity ad.
 func (s *supplier) ad() []Offer {
+	if s.leaving {
+		return nil // a draining node offers nothing
+	}
 	byModel := map[string]*Offer{}
 	var models []string
 	for _, c := range s.cards {

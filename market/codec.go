@@ -49,6 +49,8 @@ func newPayload(typ string) (Payload, bool) {
 		return &EndAck{}, true
 	case "superseded":
 		return &Superseded{}, true
+	case "moving":
+		return &Moving{}, true
 	}
 	return nil, false
 }

@@ -51,6 +51,7 @@ type job struct {
 	needSlots     []int // slot layouts: shares still to place
 	shrinkPending bool  // a scale-down waits for the open round to end
 	avoid         map[string]bool
+	replaces      map[int]*placement // new share → the draining replica it replaces
 
 	round    *round
 	roundSeq uint64
@@ -80,6 +81,7 @@ type placement struct {
 	suspectSince time.Time
 	gang         *GangInfo // the roster sent in its Start
 	world        int       // the cards of that roster
+	moving       bool      // its node is draining (see drain.go)
 }
 
 func (j *job) flexible() bool {

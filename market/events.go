@@ -80,6 +80,15 @@ type (
 		Cards []device.Card
 	}
 
+	// Drain says this node is about to leave the mesh on purpose (an
+	// operator's drain, SIGTERM with a drain timeout). It stops offering its
+	// cards and asks the coordinator of each attempt it runs to move it: a
+	// service's replica gets its replacement running first and is stopped
+	// after (no gap), other shares are stopped at once (SIGTERM, so they can
+	// checkpoint) and placed again elsewhere. Irreversible until the node
+	// restarts.
+	Drain struct{ Now time.Time }
+
 	// ExecutionStarted reports that the executor started an Execution's
 	// process: billing starts now.
 	ExecutionStarted struct {
@@ -109,6 +118,7 @@ func (e ScaleJob) at() time.Time         { return e.Now }
 func (e MessageReceived) at() time.Time  { return e.Now }
 func (e PeerLost) at() time.Time         { return e.Now }
 func (e CardsChanged) at() time.Time     { return e.Now }
+func (e Drain) at() time.Time            { return e.Now }
 func (e ExecutionStarted) at() time.Time { return e.Now }
 func (e ExecutionExited) at() time.Time  { return e.Now }
 

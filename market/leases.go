@@ -97,6 +97,7 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	switch {
 	case p.State == PlacementStopping:
 		c.settle(j, p, PlacementStopped, m.Cause, "")
+		c.movedAfterStop(j, p)
 	case m.Cause == CauseExited:
 		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d", code))
 	default:
@@ -132,6 +133,12 @@ func (c *coordinator) onExit(j *job, p *placement, code int) {
 func (c *coordinator) onLost(j *job, p *placement) {
 	if j.state.Terminal() {
 		return
+	}
+	for s, old := range j.replaces {
+		if old == p { // its replacement is already being placed
+			delete(j.replaces, s)
+			return
+		}
 	}
 	j.avoid[p.Node] = true
 	if j.everRan {

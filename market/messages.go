@@ -24,7 +24,7 @@ const Broadcast = ""
 
 // Payload is the typed body of a Message: one of *BidRequest, *Bid,
 // *Decline, *Award, *Accept, *Reject, *Release, *Start, *Renewal,
-// *RenewalAck, *Stop, *AttemptEnded, *EndAck or *Superseded.
+// *RenewalAck, *Stop, *AttemptEnded, *EndAck, *Superseded or *Moving.
 type Payload interface {
 	// JobID is the job the message is about.
 	JobID() string
@@ -166,6 +166,14 @@ type (
 		Job         string `json:"job"`
 		Term        uint64 `json:"term"`
 		Coordinator string `json:"coordinator"`
+	}
+	// Moving tells a coordinator that the runner of an attempt is draining
+	// (leaving on purpose): the share should move before the node goes.
+	Moving struct {
+		Job   string `json:"job"`
+		Term  uint64 `json:"term"`
+		Share int    `json:"share"`
+		Epoch uint64 `json:"epoch"`
 	}
 )
 
@@ -515,9 +523,24 @@ func (m *EndAck) validate() error { return checkAttempt(m.Job, m.Share, m.Epoch)
 
 // JobID implements Payload.
 func (m *Superseded) JobID() string { return m.Job }
+func (m *Moving) JobID() string     { return m.Job }
 
 // Type implements Payload.
 func (*Superseded) Type() string { return "superseded" }
+func (*Moving) Type() string     { return "moving" }
+
+func (m *Moving) validate() error {
+	if err := checkJob(m.Job); err != nil {
+		return err
+	}
+	if m.Share < 0 || m.Share > MaxCards {
+		return badf("share %d out of range", m.Share)
+	}
+	if m.Epoch == 0 || m.Term == 0 {
+		return badf("epoch and term must be at least 1")
+	}
+	return nil
+}
 
 func (m *Superseded) validate() error {
 	if err := checkJob(m.Job); err != nil {

@@ -94,6 +94,8 @@ func (n *Node) Step(ev Event) error {
 		n.coord.peerLost(e.Node)
 	case CardsChanged:
 		n.sup.setCards(e.Cards)
+	case Drain:
+		n.sup.drain()
 	case ExecutionStarted:
 		err = n.sup.onExecutionStarted(e)
 	case ExecutionExited:
@@ -174,6 +176,8 @@ func (n *Node) handle(m Message) error {
 		return n.coord.onAttemptEnded(m.From, p)
 	case *Superseded:
 		return n.coord.onSuperseded(m.From, p)
+	case *Moving:
+		return n.coord.onMoving(m.From, p)
 	}
 	return fmt.Errorf("%w: unknown payload %T", ErrBadMessage, m.Payload)
 }

@@ -28,6 +28,7 @@ type supplier struct {
 	leaseByRound map[roundKey]*reservation
 	attempts     map[attemptKey]*attempt
 	leaseSeq     uint64
+	leaving      bool // draining: nothing is offered any more
 }
 
 type roundKey struct {
@@ -143,6 +144,12 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		s.n.send(from, r.bid) // a duplicate request: the same answer
 		return nil
 	}
+	if s.leaving {
+		if !broadcast {
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: "the node is draining"})
+		}
+		return nil
+	}
 	match := newMatcher(m.Filter)
 	type option struct {
 		c        *cardState
@@ -230,6 +237,10 @@ func (s *supplier) onAward(from string, m *Award) error {
 	r := s.leases[m.Lease]
 	if r == nil || r.job != m.Job || r.round != m.Round || r.coordinator != from {
 		return reject(ErrStale, "lease "+m.Lease+" expired or unknown")
+	}
+	if s.leaving {
+		s.release(r)
+		return reject(ErrStale, "the node is draining")
 	}
 	inLease := map[string]*cardState{}
 	for _, c := range r.cards {
@@ -552,5 +563,24 @@ func (s *supplier) touch(a *attempt) {
 	if !a.dirty {
 		a.dirty = true
 		s.n.dirtyAttempts = append(s.n.dirtyAttempts, a)
+	}
+}
+
+// drain stops offering this node's cards, lets its reservations go and asks
+// the coordinator of every attempt it runs to move it.
+func (s *supplier) drain() {
+	if s.leaving {
+		return
+	}
+	s.leaving = true
+	for _, r := range s.leases {
+		s.release(r)
+	}
+	s.n.adDirty = true
+	for _, a := range s.attempts {
+		if a.end != nil || a.stopCause != "" {
+			continue
+		}
+		s.n.send(a.rec.Coordinator, &Moving{Job: a.rec.Job, Term: a.rec.Term, Share: a.rec.Share, Epoch: a.rec.Epoch})
 	}
 }

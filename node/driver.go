@@ -297,7 +297,7 @@ func (n *Node) postWait(f func()) {
 // updateCoordinatorFlag advertises this node as a coordinator once it has
 // been up for CoordinatorAfter in auto mode.
 func (n *Node) updateCoordinatorFlag() {
-	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter
+	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter && !n.draining.Load()
 	if want != n.coordNow.Load() {
 		n.coordNow.Store(want)
 		n.updateMeta()

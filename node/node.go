@@ -55,6 +55,7 @@ type Node struct {
 	book     *book
 	runs     map[attemptKey]*runSlot
 	coordNow atomic.Bool // this node advertises itself as a coordinator
+	draining atomic.Bool // Drain was called: no new work
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
 	pendingMu      sync.Mutex

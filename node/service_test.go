@@ -62,3 +62,55 @@ func TestServiceReplicasSpreadAndSurviveALoss(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 }
+
+func TestDrainMovesReplicasWithoutAGap(t *testing.T) {
+	sm := newSimMesh(t, "", "l40s-48g:1", "l40s-48g:1", "l40s-48g:1")
+	coord := sm.nodes[0]
+	sm.neverCoordinate(sm.nodes[1:]...)
+	sm.waitBook(coord, 3)
+	spec := market.JobSpec{ID: "web", Kind: market.KindService, Replicas: 2, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := coord.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	var rec market.JobRecord
+	eventually(t, 20*time.Second, "two replicas run", func() bool {
+		rec, _ = coord.Job(context.Background(), "web")
+		n, _ := liveReplicas(rec)
+		return n == 2
+	})
+	_, nodes := liveReplicas(rec)
+	var victim *Node
+	for id := range nodes {
+		victim = sm.byID(id)
+		break
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- victim.Drain(ctx)
+	}()
+	lowest := 2
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("drain: %v", err)
+			}
+			rec, _ = coord.Job(context.Background(), "web")
+			n, nodes := liveReplicas(rec)
+			if n != 2 || nodes[victim.ID().String()] {
+				t.Fatalf("after the drain: %d replicas on %v", n, nodes)
+			}
+			if lowest < 2 {
+				t.Fatalf("the service ran %d replicas during the drain", lowest)
+			}
+			return
+		default:
+		}
+		r, _ := coord.Job(context.Background(), "web")
+		n, _ := liveReplicas(r)
+		lowest = min(lowest, n)
+		time.Sleep(5 * time.Millisecond) // sampling interval
+	}
+}

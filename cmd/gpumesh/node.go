@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,6 +39,7 @@ type nodeFlags struct {
 	noNAT       bool
 	coordinator string
 	isolation   string
+	drain       time.Duration
 	log         *logFlags
 }
 
@@ -74,7 +77,13 @@ Examples:
 				cfg.Logger.Info("join this node with", "addr", a.String())
 			}
 			<-cmd.Context().Done()
-			cfg.Logger.Info("signal received; leaving the mesh")
+			if f.drain > 0 {
+				cfg.Logger.Info("signal received; draining before leaving", "timeout", f.drain)
+				ctx, cancel := context.WithTimeout(context.Background(), f.drain)
+				_ = n.Drain(ctx)
+				cancel()
+			}
+			cfg.Logger.Info("leaving the mesh")
 			return n.Close()
 		},
 	}
@@ -94,7 +103,9 @@ Examples:
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
+	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	f.log = addLogFlags(fl)
+	cmd.AddCommand(newDrainCommand(e))
 	return cmd
 }
 

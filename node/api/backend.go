@@ -50,6 +50,10 @@ type Backend interface {
 	// Subscribe returns a channel of events and a function that ends the
 	// subscription. The channel is closed when the subscription ends.
 	Subscribe() (<-chan Event, func())
+	// Drain makes the node leave on purpose: it stops offering its cards
+	// and moves the shares it runs elsewhere (a service's replacement
+	// first), returning when none is left here or ctx ends.
+	Drain(ctx context.Context) error
 	// Ready reports the readiness checks of /readyz.
 	Ready() map[string]bool
 	// Metrics serves /metrics; nil serves 404.

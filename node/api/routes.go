@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /v1/cards", h.cards)
 	mux.HandleFunc("GET /v1/status", h.status)
 	mux.HandleFunc("GET /v1/events", h.events)
+	mux.HandleFunc("POST /v1/drain", h.drain)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /metrics", h.metrics)
@@ -246,6 +248,46 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
+}
+
+// DrainRequest is the body of POST /v1/drain.
+type DrainRequest struct {
+	// Timeout bounds the wait for the shares to move, e.g. "2m"; default
+	// 5m. When it passes, the node stops what is left.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// DrainResult is the answer of POST /v1/drain.
+type DrainResult struct {
+	Drained bool   `json:"drained"` // every share moved before the timeout
+	Error   string `json:"error,omitempty"`
+}
+
+func (h *handlers) drain(w http.ResponseWriter, r *http.Request) {
+	var req DrainRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, 4096, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	timeout := 5 * time.Minute
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "timeout", Err: fmt.Errorf("timeout %q: want a positive duration like 2m", req.Timeout)})
+			return
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	err := h.b.Drain(ctx)
+	res := DrainResult{Drained: err == nil}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -217,7 +217,9 @@ func (f *fakeMesh) Subscribe() (<-chan api.Event, func()) {
 }
 
 func (f *fakeMesh) Ready() map[string]bool { return map[string]bool{"mesh": true} }
-func (f *fakeMesh) Metrics() http.Handler  { return nil }
+
+func (f *fakeMesh) Drain(context.Context) error { return nil }
+func (f *fakeMesh) Metrics() http.Handler       { return nil }
 
 func (f *fakeMesh) Submit(context.Context, market.JobSpec) (market.JobRecord, error) {
 	return market.JobRecord{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not submit")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -35,4 +36,17 @@ func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
 		return nil, err
 	}
 	return raw, nil
+}
+
+// Drain asks the node to leave on purpose: it moves the shares it runs
+// elsewhere and answers when none is left or timeout passes.
+func (c *Client) Drain(ctx context.Context, timeout time.Duration) (api.DrainResult, error) {
+	var res api.DrainResult
+	body, err := json.Marshal(api.DrainRequest{Timeout: timeout.String()})
+	if err != nil {
+		return res, err
+	}
+	// The node answers when the drain is over: no request timeout.
+	err = c.call(ctx, request{method: http.MethodPost, path: "/v1/drain", body: body, stream: true}, &res)
+	return res, err
 }

@@ -388,5 +388,8 @@ func (b *Backend) Subscribe() (<-chan api.Event, func()) {
 // Ready reports one check, always ready.
 func (b *Backend) Ready() map[string]bool { return map[string]bool{"fake": true} }
 
+// Drain implements api.Backend: the fake has nothing to move.
+func (b *Backend) Drain(context.Context) error { return nil }
+
 // Metrics serves nothing (404).
 func (b *Backend) Metrics() http.Handler { return nil }
