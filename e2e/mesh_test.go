@@ -22,7 +22,7 @@ func threeNodes(t *testing.T, extra ...string) (a, b, c *proc) {
 
 // waitAllSee waits until every node sees n members alive offering cards in
 // all.
-func waitAllSee(t *testing.T, procs []*proc, n, cards int) {
+func waitAllSee(t testing.TB, procs []*proc, n, cards int) {
 	t.Helper()
 	for _, p := range procs {
 		eventually(t, 30*time.Second, p.name+" sees every member alive with its cards", func() bool {
