@@ -143,6 +143,16 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		s.n.send(from, r.bid) // a duplicate request: the same answer
 		return nil
 	}
+	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network}
+	if facts.Network == "" {
+		facts.Network = NetworkNone
+	}
+	if ok, reason := s.n.cfg.Policy.Admit(facts); !ok {
+		if !broadcast {
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: "policy: " + reason})
+		}
+		return nil
+	}
 	match := newMatcher(m.Filter)
 	type option struct {
 		c        *cardState
@@ -230,6 +240,10 @@ func (s *supplier) onAward(from string, m *Award) error {
 	r := s.leases[m.Lease]
 	if r == nil || r.job != m.Job || r.round != m.Round || r.coordinator != from {
 		return reject(ErrStale, "lease "+m.Lease+" expired or unknown")
+	}
+	if reason := s.judgeAward(m); reason != "" {
+		s.release(r)
+		return reject(ErrRefused, reason)
 	}
 	inLease := map[string]*cardState{}
 	for _, c := range r.cards {
@@ -487,6 +501,8 @@ func (s *supplier) tick() {
 			}
 		case a.stopCause != "":
 			// waiting for the executor
+		case s.n.cfg.Policy.MaxDuration > 0 && !a.runningAt.IsZero() && now.Sub(a.runningAt) >= s.n.cfg.Policy.MaxDuration:
+			s.stop(a, CauseTimeLimit)
 		case now.Sub(a.lastAck) > s.n.cfg.FenceAfter:
 			s.stop(a, CauseFenced)
 		case !now.Before(a.nextRenew):
