@@ -261,6 +261,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 			return fromReplica, nil
 		}
 	}
+	if refusedOwner(lastErr) {
+		return market.JobRecord{}, lastErr // the owner check refused it (tenants.go)
+	}
 	if lastErr != nil {
 		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinator did not answer: %v", id, lastErr)
 	}

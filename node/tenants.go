@@ -229,6 +229,13 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 	return nil
 }
 
+// refusedOwner reports whether err is a peer's refusal of an owner's call
+// (401 or 403): an answer, not a peer that did not answer.
+func refusedOwner(err error) bool {
+	var he *api.HTTPError
+	return errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden)
+}
+
 func forbidden(job string, who owner.ID) error {
 	if who == "" {
 		return &api.HTTPError{Status: http.StatusUnauthorized, Err: api.ErrOwnerRequired}

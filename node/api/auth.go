@@ -105,10 +105,6 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 			return
 		}
 		if h := r.Header.Get(owner.Header); h != "" && !unsignedPatterns[pattern] {
-			if caller.Key != nil {
-				writeError(w, Errorf(http.StatusBadRequest, "both an owner token and a signed request (%s): send one", owner.Header))
-				return
-			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
 			if err != nil {
 				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %d bytes", maxSignedBody))
@@ -120,6 +116,10 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 			}
 			if err != nil {
 				writeError(w, Errorf(http.StatusUnauthorized, "%s: %v", owner.Header, err))
+				return
+			}
+			if caller.Key != nil && caller.Owner != p.Owner {
+				writeError(w, Errorf(http.StatusBadRequest, "the owner token is owner %s, but the request is signed by owner %s: send one of them", caller.Owner.Short(), p.Owner.Short()))
 				return
 			}
 			caller.Owner, caller.Proof, caller.Body = p.Owner, &p, body

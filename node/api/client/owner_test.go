@@ -179,7 +179,7 @@ func TestSignedRequestsAreRefusedWhenTheyDoNotVerify(t *testing.T) {
 	if code, body := do("GET", "/v1/jobs", "o1nope.1.AAAA", ""); code != 401 || !strings.Contains(body, "not an owner ID") {
 		t.Errorf("a malformed header: %d %s", code, body)
 	}
-	// An owner token and a signature at once is ambiguous.
+	// An owner token and a signature of another owner contradict each other.
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/jobs", nil)
 	req.Header.Set("Authorization", "Bearer "+ownerToken)
 	req.Header.Set(owner.Header, listProof)
@@ -189,7 +189,7 @@ func TestSignedRequestsAreRefusedWhenTheyDoNotVerify(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("owner token and signature: %d, want 400", resp.StatusCode)
+		t.Errorf("bob's owner token and alice's signature: %d, want 400", resp.StatusCode)
 	}
 }
 
