@@ -146,7 +146,7 @@ submitted.`,
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 
