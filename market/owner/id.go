@@ -79,6 +79,12 @@ func (id ID) PublicKey() (ed25519.PublicKey, error) {
 	if !bytes.Equal(sum, checksum(pub)) {
 		return nil, fmt.Errorf("%w: %q: checksum does not match (a typo?)", ErrBadID, show)
 	}
+	// The last character carries 3 bits of the key and 2 spare ones, which
+	// the decoder ignores: only the canonical spelling names the key, so
+	// that one key has one ID (allow and deny lists compare IDs as text).
+	if IDOf(pub) != id {
+		return nil, fmt.Errorf("%w: %q: the last character is not the canonical one (a typo?)", ErrBadID, show)
+	}
 	return ed25519.PublicKey(pub), nil
 }
 

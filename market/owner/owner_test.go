@@ -219,3 +219,21 @@ func TestParseProofSaysWhatIsWrong(t *testing.T) {
 		t.Errorf("target without a slash: %v", err)
 	}
 }
+
+// The last character holds 3 bits of the key and 2 spare ones: a spelling
+// that differs only in the spare bits decodes to the same key, and must be
+// refused, or one key would have several IDs.
+func TestOnlyTheCanonicalSpellingOfAnIDIsAccepted(t *testing.T) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	id := string(seedKey(t, 12).ID())
+	last := strings.IndexByte(alphabet, id[len(id)-1])
+	for i := range len(alphabet) {
+		if i == last || i>>2 != last>>2 {
+			continue
+		}
+		other := id[:len(id)-1] + alphabet[i:i+1]
+		if _, err := ParseID(other); !errors.Is(err, ErrBadID) || !strings.Contains(err.Error(), "canonical") {
+			t.Errorf("ParseID(%q), a non-canonical spelling of %q: %v", other, id, err)
+		}
+	}
+}
