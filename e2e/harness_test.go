@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
+	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -184,9 +187,32 @@ func tail(s string, n int) string {
 
 var client = &http.Client{Timeout: 15 * time.Second}
 
+// testOwner is the owner every test job belongs to (a fixed seed: the
+// same in every run).
+func testOwner() owner.Key {
+	k, err := owner.KeyFromSeed(bytes.Repeat([]byte{42}, 32))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// signed makes a request to p's API signed by the test owner.
+func (p *proc) signed(method, path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), method, "http://"+p.apiAddr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(owner.Header, owner.SignRequest(testOwner(), method, req.URL.RequestURI(), body, time.Now()).HeaderValue())
+	return client.Do(req)
+}
+
 // get decodes GET path's JSON into v.
 func (p *proc) get(path string, v any) error {
-	resp, err := client.Get("http://" + p.apiAddr + path)
+	resp, err := p.signed(http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}
@@ -200,7 +226,7 @@ func (p *proc) get(path string, v any) error {
 
 // text returns GET path's body.
 func (p *proc) text(path string) (string, error) {
-	resp, err := client.Get("http://" + p.apiAddr + path)
+	resp, err := p.signed(http.MethodGet, path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -212,11 +238,25 @@ func (p *proc) text(path string) (string, error) {
 	return string(b), err
 }
 
-// submit posts a job spec and returns the acknowledged record.
+// submit posts a job spec, signed by the test owner for the default mesh,
+// and returns the acknowledged record.
 func (p *proc) submit(spec market.JobSpec) market.JobRecord {
 	p.t.Helper()
-	body, _ := json.Marshal(spec)
-	resp, err := client.Post("http://"+p.apiAddr+"/v1/jobs", "application/json", bytes.NewReader(body))
+	if spec.ID == "" {
+		b := make([]byte, market.JobIDRandomBytes)
+		rand.Read(b)
+		id, err := market.NewJobID(b)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		spec.ID = id
+	}
+	s, err := market.SignSpec(testOwner(), mesh.DefaultNetwork, spec, time.Now())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	body, _ := json.Marshal(s)
+	resp, err := p.signed(http.MethodPost, "/v1/jobs", body)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -233,8 +273,7 @@ func (p *proc) submit(spec market.JobSpec) market.JobRecord {
 }
 
 func (p *proc) do(method, path string) (*http.Response, error) {
-	req, _ := http.NewRequestWithContext(context.Background(), method, "http://"+p.apiAddr+path, nil)
-	return client.Do(req)
+	return p.signed(method, path, nil)
 }
 
 // peers returns the members as p sees them, by ID.

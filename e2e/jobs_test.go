@@ -14,8 +14,10 @@ import (
 func fourNodes(t *testing.T) []*proc {
 	t.Helper()
 	a := startNode(t, "a", "--sim", "rtx4090-24g:2")
-	b := startNode(t, "b", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr())
-	c := startNode(t, "c", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr())
+	// b and c run the gang job, whose ranks reach each other: their
+	// policy allows host network (the default allows egress at most).
+	b := startNode(t, "b", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
+	c := startNode(t, "c", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
 	d := startNode(t, "d", "--sim", "l40s-48g:2", "--join", a.joinAddr())
 	procs := []*proc{a, b, c, d}
 	waitAllSee(t, procs, 4, 12)

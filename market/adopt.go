@@ -16,6 +16,9 @@ func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 	if rec.ID != rec.Spec.ID || rec.Cards < 1 || rec.Cards > MaxCards*MaxReplicas {
 		return fmt.Errorf("%w: record %q of spec %q with %d cards", ErrBadEvent, rec.ID, rec.Spec.ID, rec.Cards)
 	}
+	if err := c.checkSigned(rec.Spec, rec.Signature); err != nil {
+		return err
+	}
 	term = max(term, rec.Term+1)
 	if old := c.jobs[rec.ID]; old != nil {
 		if old.term >= term {
@@ -24,6 +27,7 @@ func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 		c.cancelRound(old)
 	}
 	j := c.newJob(rec.Spec)
+	j.sig = rec.Signature
 	j.term, j.epoch, j.target = term, rec.Epoch, rec.Cards
 	j.state, j.reason, j.exitCode, j.restarts = rec.State, rec.Reason, rec.ExitCode, rec.Restarts
 	j.submittedAt, j.runningAt, j.endedAt = rec.SubmittedAt, rec.RunningAt, rec.EndedAt

@@ -54,8 +54,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	c.n.send(lot.Node, &Award{
 		Job: j.spec.ID, Term: j.term, Round: r.id, Lease: meta.lease, Share: share, Epoch: epoch,
 		Cards: p.Cards, PriceCNY: p.PriceCNY, Start: !j.twoPhase(),
-		Exec: ExecSpec{Command: j.spec.Command, Env: j.spec.Env, Payload: j.spec.Payload},
-		Kind: j.spec.KindOrDefault(), World: j.target,
+		Exec: ExecOf(&j.spec), Kind: j.spec.KindOrDefault(), World: j.target, Signed: j.signed(),
 	})
 	c.touch(j)
 	return p

@@ -43,6 +43,18 @@ type Config struct {
 	// every bid request is broadcast, and no job can fail fast.
 	Book BookView
 
+	// Network is the mesh's name: owners sign their specs for it (see
+	// SignSpec). Default "" (tests); node sets the mesh's name.
+	Network string
+	// RequireSigned makes the node refuse, as coordinator, a job whose
+	// spec is not signed by its owner for Network (JobSubmitted,
+	// JobAdopted), and, as supplier, an award that does not carry the
+	// owner's signed spec (Reject). Default false; node turns it on.
+	RequireSigned bool
+	// Policy is this node's choice, as supplier, of the jobs it bids for
+	// and runs. Default: the zero Policy, which admits every job.
+	Policy Policy
+
 	// ReserveTTL is how long a supplier holds cards it bid. Default 2s.
 	ReserveTTL time.Duration
 	// RenewInterval is how often a runner renews its lease with the job's
@@ -170,6 +182,9 @@ func (c *Config) Validate() error {
 		return bad("Prices.PreemptibleFactor", "must be above 0 and at most 1, got %v", c.Prices.PreemptibleFactor)
 	case c.Availability.MTBF < 0:
 		return bad("Availability.MTBF", "must not be negative, got %v", c.Availability.MTBF)
+	}
+	if err := c.Policy.validate(); err != nil {
+		return bad("Policy", "%v", err)
 	}
 	for model, p := range c.Prices.PerModel {
 		if math.IsNaN(p) || p <= 0 || p > MaxPriceCap {

@@ -28,6 +28,7 @@ type shareEpoch struct {
 // job is the coordinator's state of one job.
 type job struct {
 	spec   JobSpec
+	sig    *SpecSignature // the owner's signature of spec, when it came with one
 	match  *matcher
 	scorer *scorer
 	seed   uint64
@@ -160,14 +161,18 @@ func (c *coordinator) setState(j *job, st JobState, reason string) {
 	c.touch(j)
 }
 
-func (c *coordinator) submit(spec JobSpec) error {
+func (c *coordinator) submit(spec JobSpec, sig *SpecSignature) error {
 	if err := spec.Validate(c.n.cat); err != nil {
+		return err
+	}
+	if err := c.checkSigned(spec, sig); err != nil {
 		return err
 	}
 	if c.jobs[spec.ID] != nil {
 		return fmt.Errorf("%w: %s", ErrJobExists, spec.ID)
 	}
 	j := c.newJob(spec)
+	j.sig = sig
 	c.jobs[spec.ID] = j
 	c.active[spec.ID] = j
 	c.setState(j, JobPending, "submitted")
@@ -419,7 +424,7 @@ func (j *job) record(coordinatorID string) JobRecord {
 		Term: j.term, Epoch: j.epoch, Cards: j.target, ClearingPriceCU: j.priceCU,
 		CardSeconds: j.cardSeconds, CostCNY: j.cost, ExitCode: j.exitCode, Restarts: j.restarts,
 		SubmittedAt: j.submittedAt, RunningAt: j.runningAt, EndedAt: j.endedAt,
-		Explanation: j.explain, Version: j.version,
+		Explanation: j.explain, Version: j.version, Signature: j.sig,
 	}
 	rec.Placements = make([]Placement, len(j.placements))
 	for i, p := range j.placements {

@@ -41,6 +41,13 @@
 //		}
 //	}
 //
+// Job specs are signed by their owners (SignSpec, package owner): with
+// Config.RequireSigned a coordinator takes only specs whose signature
+// verifies for Config.Network, and a supplier runs only the signed spec an
+// Award carries. A supplier's Policy (owners allowed and denied, the longest
+// run, the most network) decides which BidRequests it bids for; it declines
+// the others with the reason, which the job's Explanation keeps.
+//
 // The Book (BookView) is the coordinator's read-only view of the mesh's
 // free capacity; node folds the capacity ads it hears into a *Book with
 // Put and Remove between Steps.

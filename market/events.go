@@ -23,10 +23,13 @@ type (
 
 	// JobSubmitted hands a job to this node, which coordinates it. The spec
 	// is validated (Step returns the *SpecError); a job ID already known
-	// returns ErrJobExists.
+	// returns ErrJobExists. Signature is the owner's signature of Spec; with
+	// Config.RequireSigned a missing or wrong one returns ErrUnsigned or
+	// ErrBadSpecSignature.
 	JobSubmitted struct {
-		Now  time.Time
-		Spec JobSpec
+		Now       time.Time
+		Spec      JobSpec
+		Signature *SpecSignature
 	}
 
 	// JobAdopted makes this node the coordinator of a job from its record:

@@ -100,6 +100,8 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 		c.movedAfterStop(j, p)
 	case m.Cause == CauseExited:
 		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d", code))
+	case m.Cause == CauseTimeLimit:
+		c.settle(j, p, PlacementExited, m.Cause, "stopped at the supplier's time limit")
 	default:
 		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause))
 	}
@@ -123,6 +125,8 @@ func (c *coordinator) onExit(j *job, p *placement, code int) {
 	case j.spec.KindOrDefault() == KindService:
 		j.restarts++
 		c.replace(j, p)
+	case p.Cause == CauseTimeLimit:
+		c.fail(j, fmt.Sprintf("share %d ran as long as its supplier allows and was stopped (set a shorter expected duration, or choose suppliers with a longer limit)", p.Share), &code)
 	case code != 0:
 		c.fail(j, fmt.Sprintf("share %d exited with status %d", p.Share, code), &code)
 	}

@@ -42,13 +42,20 @@ var ErrBadMessage = errors.New("bad message")
 type (
 	// BidRequest asks a supplier to reserve up to Want cards that pass
 	// Filter (at least Min, or none) and bid them.
+	//
+	// Owner, Duration and Network say what the supplier's Policy needs to
+	// know of the job (its owner ID, expected duration and network); a
+	// supplier judges them again by the owner's signed spec in the Award.
 	BidRequest struct {
-		Job    string `json:"job"`
-		Term   uint64 `json:"term"`
-		Round  uint64 `json:"round"`
-		Filter Filter `json:"filter"`
-		Want   int    `json:"want"`
-		Min    int    `json:"min"`
+		Job      string     `json:"job"`
+		Term     uint64     `json:"term"`
+		Round    uint64     `json:"round"`
+		Filter   Filter     `json:"filter"`
+		Want     int        `json:"want"`
+		Min      int        `json:"min"`
+		Owner    string     `json:"owner,omitempty"`
+		Duration Duration   `json:"duration,omitempty"`
+		Network  JobNetwork `json:"network,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -70,21 +77,24 @@ type (
 	// Award gives a share of the job to a supplier: the named cards of its
 	// lease, at PriceCNY per card-hour (the mean over the cards), as attempt
 	// Epoch. Start says whether to start at once; a gang member waits for a
-	// Start with the roster.
+	// Start with the roster. Signed is the owner's signed spec, which the
+	// supplier verifies (Config.RequireSigned) and judges by its Policy;
+	// Exec must be the signed spec's.
 	Award struct {
-		Job      string    `json:"job"`
-		Term     uint64    `json:"term"`
-		Round    uint64    `json:"round"`
-		Lease    string    `json:"lease"`
-		Share    int       `json:"share"`
-		Epoch    uint64    `json:"epoch"`
-		Cards    []string  `json:"cards"`
-		PriceCNY float64   `json:"price_cny"`
-		Start    bool      `json:"start"`
-		Exec     ExecSpec  `json:"exec"`
-		Kind     Kind      `json:"kind"`
-		World    int       `json:"world"` // the job's cards when fully placed
-		Gang     *GangInfo `json:"gang,omitempty"`
+		Job      string      `json:"job"`
+		Term     uint64      `json:"term"`
+		Round    uint64      `json:"round"`
+		Lease    string      `json:"lease"`
+		Share    int         `json:"share"`
+		Epoch    uint64      `json:"epoch"`
+		Cards    []string    `json:"cards"`
+		PriceCNY float64     `json:"price_cny"`
+		Start    bool        `json:"start"`
+		Exec     ExecSpec    `json:"exec"`
+		Kind     Kind        `json:"kind"`
+		World    int         `json:"world"` // the job's cards when fully placed
+		Gang     *GangInfo   `json:"gang,omitempty"`
+		Signed   *SignedSpec `json:"signed,omitempty"`
 	}
 	// Accept says the supplier committed the cards of an Award.
 	Accept struct {
@@ -192,10 +202,17 @@ type BidCard struct {
 }
 
 // ExecSpec is what an executor needs of the job's spec to run a share.
+// Network is the spec's NetworkOrDefault.
 type ExecSpec struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
+	Network JobNetwork        `json:"network,omitempty"`
+}
+
+// ExecOf returns what an executor needs of spec.
+func ExecOf(spec *JobSpec) ExecSpec {
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault()}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -212,11 +229,12 @@ type Cause string
 
 // The causes of an attempt's end.
 const (
-	CauseExited    Cause = "exited"    // the process exited by itself (ExitCode)
-	CauseStopped   Cause = "stopped"   // the coordinator asked it to stop
-	CausePreempted Cause = "preempted" // an on-demand job took its cards
-	CauseCardLost  Cause = "card_lost" // a card went unhealthy or disappeared
-	CauseFenced    Cause = "fenced"    // the runner could not renew its lease and stopped itself
+	CauseExited    Cause = "exited"     // the process exited by itself (ExitCode)
+	CauseStopped   Cause = "stopped"    // the coordinator asked it to stop
+	CausePreempted Cause = "preempted"  // an on-demand job took its cards
+	CauseCardLost  Cause = "card_lost"  // a card went unhealthy or disappeared
+	CauseFenced    Cause = "fenced"     // the runner could not renew its lease and stopped itself
+	CauseTimeLimit Cause = "time_limit" // it ran as long as the supplier's Policy.MaxDuration allows
 )
 
 // JobID implements Payload.
@@ -371,6 +389,14 @@ func (m *BidRequest) validate() error {
 	if err := m.Filter.validate(); err != nil {
 		return badf("%v", err)
 	}
+	if len(m.Owner) > maxIDLen || m.Duration < 0 || m.Duration.Std() > MaxExpectedDuration {
+		return badf("owner or duration out of range")
+	}
+	if m.Network != "" {
+		if _, err := ParseJobNetwork(string(m.Network)); err != nil {
+			return badf("%v", err)
+		}
+	}
 	return nil
 }
 
@@ -437,6 +463,14 @@ func (m *Award) validate() error {
 	spec := JobSpec{ID: m.Job, Cards: 1, MaxPriceCNY: 1, Command: m.Exec.Command, Env: m.Exec.Env, Payload: m.Exec.Payload}
 	if err := spec.validateCommand(); err != nil {
 		return badf("exec: %v", err)
+	}
+	if m.Exec.Network != "" {
+		if _, err := ParseJobNetwork(string(m.Exec.Network)); err != nil {
+			return badf("exec: %v", err)
+		}
+	}
+	if m.Signed != nil && (m.Signed.Spec.ID != m.Job || len(m.Signed.Signature.Sig) > 64) {
+		return badf("signed spec of job %q in an award for %q", m.Signed.Spec.ID, m.Job)
 	}
 	return nil
 }
@@ -509,7 +543,7 @@ func (m *AttemptEnded) validate() error {
 		return err
 	}
 	switch m.Cause {
-	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced:
+	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced, CauseTimeLimit:
 	default:
 		return badf("cause %q unknown", m.Cause)
 	}

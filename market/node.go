@@ -81,7 +81,7 @@ func (n *Node) Step(ev Event) error {
 		n.sup.tick()
 		n.coord.tick()
 	case JobSubmitted:
-		err = n.coord.submit(e.Spec)
+		err = n.coord.submit(e.Spec, e.Signature)
 	case JobAdopted:
 		err = n.coord.adopt(e.Record, e.Term)
 	case CancelJob:

@@ -112,6 +112,9 @@ type JobRecord struct {
 	Explanation *Explanation `json:"explanation,omitempty"`
 	// Version rises on every change.
 	Version uint64 `json:"version"`
+	// Signature is the owner's signature of Spec (see SignedSpec); nil for
+	// a job submitted unsigned where that is allowed.
+	Signature *SpecSignature `json:"signature,omitempty"`
 }
 
 // Live returns the placements that hold (or may hold) cards now.

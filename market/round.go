@@ -119,7 +119,7 @@ func (c *coordinator) ask(j *job, r *round, asks []*ask) {
 		}
 		r.asks = append(r.asks, a)
 		r.askBy[a.node] = a
-		c.n.send(a.node, &BidRequest{Job: j.spec.ID, Term: j.term, Round: r.id, Filter: FilterOf(&j.spec), Want: a.want, Min: r.minCards()})
+		c.n.send(a.node, j.bidRequest(r.id, a.want, r.minCards()))
 	}
 	r.expl.Asked = len(r.asks)
 }
@@ -134,7 +134,7 @@ func (c *coordinator) broadcast(j *job, r *round) {
 	if r.need.Slots > 0 {
 		want = r.need.PerSlot
 	}
-	r.bcastReq = &BidRequest{Job: j.spec.ID, Term: j.term, Round: r.id, Filter: FilterOf(&j.spec), Want: want, Min: r.minCards()}
+	r.bcastReq = j.bidRequest(r.id, want, r.minCards())
 	c.n.send(Broadcast, r.bcastReq)
 }
 

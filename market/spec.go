@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/market/owner"
 )
 
 // Kind says how a job runs and what it pays.
@@ -101,8 +102,9 @@ type PayloadRef struct {
 type JobSpec struct {
 	// ID names the job (see ValidateJobID and NewJobID). Required.
 	ID string `json:"id"`
-	// Owner identifies who submitted the job. Opaque here; a later version
-	// signs specs with it. Optional.
+	// Owner is the owner ID (owner.ID, "o1...") of the key that signs the
+	// spec (see SignSpec); only that owner may read or steer the job.
+	// Empty in an unsigned spec; SignSpec fills it in.
 	Owner string `json:"owner,omitempty"`
 	// Name is a label for people. Optional.
 	Name string `json:"name,omitempty"`
@@ -148,6 +150,12 @@ type JobSpec struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Payload names an archive unpacked into the job's work directory.
 	Payload *PayloadRef `json:"payload,omitempty"`
+	// Network is the network the job needs where it runs: none, egress (the
+	// public internet only) or host (the supplier's own network). Empty
+	// means host for a per_node job (its ranks reach each other directly)
+	// and none otherwise; see NetworkOrDefault. Suppliers bid only for jobs
+	// whose network their policy allows (Policy.MaxNetwork).
+	Network JobNetwork `json:"network,omitempty"`
 }
 
 // ErrInvalidSpec is wrapped by every error Validate returns.
@@ -215,6 +223,11 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 	if err := checkText("owner", s.Owner, 256); err != nil {
 		return err
 	}
+	if s.Owner != "" {
+		if _, err := owner.ParseID(s.Owner); err != nil {
+			return specErr("owner", "%v", err)
+		}
+	}
 	if err := checkText("name", s.Name, 128); err != nil {
 		return err
 	}
@@ -240,6 +253,9 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 		return err
 	}
 	if err := s.validateCommand(); err != nil {
+		return err
+	}
+	if err := s.validateNetwork(); err != nil {
 		return err
 	}
 	if p := s.Payload; p != nil {

@@ -150,6 +150,16 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		}
 		return nil
 	}
+	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network}
+	if facts.Network == "" {
+		facts.Network = NetworkNone
+	}
+	if ok, reason := s.n.cfg.Policy.Admit(facts); !ok {
+		if !broadcast {
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: "policy: " + reason})
+		}
+		return nil
+	}
 	match := newMatcher(m.Filter)
 	type option struct {
 		c        *cardState
@@ -241,6 +251,10 @@ func (s *supplier) onAward(from string, m *Award) error {
 	if s.leaving {
 		s.release(r)
 		return reject(ErrStale, "the node is draining")
+	}
+	if reason := s.judgeAward(m); reason != "" {
+		s.release(r)
+		return reject(ErrRefused, reason)
 	}
 	inLease := map[string]*cardState{}
 	for _, c := range r.cards {
@@ -498,6 +512,8 @@ func (s *supplier) tick() {
 			}
 		case a.stopCause != "":
 			// waiting for the executor
+		case s.n.cfg.Policy.MaxDuration > 0 && !a.runningAt.IsZero() && now.Sub(a.runningAt) >= s.n.cfg.Policy.MaxDuration:
+			s.stop(a, CauseTimeLimit)
 		case now.Sub(a.lastAck) > s.n.cfg.FenceAfter:
 			s.stop(a, CauseFenced)
 		case !now.Before(a.nextRenew):

@@ -26,7 +26,8 @@ func (n *Node) serveAPI(ln net.Listener, cfg api.Config) {
 	if n.cfg.Dashboard != nil {
 		dash = n.cfg.Dashboard
 	}
-	n.server = api.Serve(ln, api.Handler(cfg, n, dash))
+	cfg.Network = n.mesh.Network()
+	n.server = api.Serve(ln, api.Handler(cfg, tenantAPI{n}, dash)) // job operations for their owners only
 	n.log.Info("API listening", "addr", n.server.Addr())
 }
 
@@ -63,7 +64,9 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 		return err
 	}
 	n.dialable(pid)
-	data, _ := json.Marshal(logsRequest{Job: req.Job, Share: p.Share, Epoch: p.Epoch, Stream: req.Stream, Offset: req.Offset, Follow: req.Follow})
+	lr := logsRequest{Job: req.Job, Share: p.Share, Epoch: p.Epoch, Stream: req.Stream, Offset: req.Offset, Follow: req.Follow}
+	data, _ := json.Marshal(lr)
+	data = n.sealCall(ctx, kindLogs, data, lr)
 	err = n.direct.Call(ctx, pid, kindLogs, data, func(m gossip.Message) error {
 		if m.Kind != kindLogChunk {
 			return fmt.Errorf("unexpected %q frame in a log reply", m.Kind)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
@@ -85,6 +86,16 @@ type Config struct {
 	API *api.Config
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
+	// Policy is the supplier's choice of the jobs it bids for and runs:
+	// owners allowed and denied, the longest run, the most network. The
+	// zero Policy admits every job.
+	Policy market.Policy
+	// Owner signs the specs submitted, and the job calls made, through the
+	// Go API in-process (Submit, Cancel, Scale, Logs called directly): the
+	// node acts as this owner. Default: a key kept in DataDir/owner.key,
+	// made on first start. Requests through the HTTP API act as the owner
+	// they authenticate as, never as this one.
+	Owner *owner.Key
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)

@@ -27,6 +27,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 	mcfg.Availability = n.cfg.Availability
 	mcfg.Prices.PerModel = n.cfg.Prices
 	mcfg.Book = n.book
+	mcfg.Network, mcfg.RequireSigned, mcfg.Policy = n.mesh.Network(), true, n.cfg.Policy
 	if n.cfg.Market != nil {
 		n.cfg.Market(&mcfg)
 	}

@@ -150,6 +150,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		LocalCards: len(cards),
 	}
 	a.Limits.Devices = executor.CardDevices(n.cfg.Executor.DevDir, cards)
+	a.Limits.Network = executor.NetworkMode(e.Exec.Network) // as the owner signed it; the policy admitted it
 	if e.Gang != nil {
 		if master == "" {
 			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)

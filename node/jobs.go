@@ -54,9 +54,11 @@ func (n *Node) coordinators(job string, r int) []peer.ID {
 	return out
 }
 
-// Submit implements api.Backend: it checks the spec, then hands it to the
+// Submit implements api.Backend for in-process callers: it checks the spec,
+// signs it with the node's owner key (Config.Owner), then hands it to the
 // job's coordinator (this node, or the first of the HRW list that answers)
-// and returns the record the coordinator acknowledged.
+// and returns the record the coordinator acknowledged. The API submits
+// through tenantAPI, for the owner of each request.
 func (n *Node) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
 	if spec.ID == "" {
 		id, err := newJobID()
@@ -68,6 +70,22 @@ func (n *Node) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecor
 	if err := checkSpec(&spec); err != nil {
 		return market.JobRecord{}, err
 	}
+	signed, err := n.signAsNode(spec)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	return n.submitSigned(ctx, signed)
+}
+
+// submitSigned hands an owner's signed spec to the job's coordinator.
+func (n *Node) submitSigned(ctx context.Context, signed market.SignedSpec) (market.JobRecord, error) {
+	spec := signed.Spec
+	if err := checkSpec(&spec); err != nil {
+		return market.JobRecord{}, err
+	}
+	if err := n.checkSubmission(&signed, time.Now()); err != nil {
+		return market.JobRecord{}, err
+	}
 	if spec.Payload != nil && !n.payload.has(*spec.Payload) {
 		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload",
 			Err: fmt.Errorf("payload %s is not on this node: upload it first (POST /v1/payloads)", spec.Payload.Digest)}
@@ -76,10 +94,10 @@ func (n *Node) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecor
 	var lastErr error
 	for _, c := range n.coordinators(spec.ID, n.cfg.Replicas) {
 		if c == n.id {
-			return n.submitLocal(ctx, spec, n.id.String())
+			return n.submitLocal(ctx, signed, n.id.String())
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		rec, err := n.call(cctx, c, kindSubmit, submitRequest{Spec: spec, Origin: n.id.String()})
+		rec, err := n.call(cctx, c, kindSubmit, submitRequest{Spec: spec, Signature: &signed.Signature, Origin: n.id.String()})
 		cancel()
 		var he *api.HTTPError
 		if err == nil || errors.As(err, &he) {
@@ -111,10 +129,15 @@ func checkSpec(spec *market.JobSpec) error {
 	return nil
 }
 
-// submitLocal makes this node the job's coordinator. The payload is copied
-// from origin first, and the record is on disk before the call returns.
-func (n *Node) submitLocal(ctx context.Context, spec market.JobSpec, origin string) (market.JobRecord, error) {
+// submitLocal makes this node the job's coordinator. The owner's signature
+// is checked, the payload is copied from origin, and the record is on disk
+// before the call returns.
+func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin string) (market.JobRecord, error) {
+	spec := signed.Spec
 	if err := checkSpec(&spec); err != nil {
+		return market.JobRecord{}, err
+	}
+	if err := n.checkSubmission(&signed, time.Now()); err != nil {
 		return market.JobRecord{}, err
 	}
 	if spec.Payload != nil {
@@ -125,7 +148,7 @@ func (n *Node) submitLocal(ctx context.Context, spec market.JobSpec, origin stri
 	var rec market.JobRecord
 	var stepErr error
 	err := n.do(ctx, func() {
-		stepErr = n.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec})
+		stepErr = n.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec, Signature: &signed.Signature})
 		n.drain() // persisted before the acknowledgement leaves
 		rec, _ = n.mk.Job(spec.ID)
 	})
@@ -237,6 +260,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 		if fromReplica.ID != "" {
 			return fromReplica, nil
 		}
+	}
+	if refusedOwner(lastErr) {
+		return market.JobRecord{}, lastErr // the owner check refused it (tenants.go)
 	}
 	if lastErr != nil {
 		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinator did not answer: %v", id, lastErr)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
@@ -30,6 +31,8 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 	id  peer.ID
+
+	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
 
 	store   *store.Store
 	devices *device.Manager
@@ -91,6 +94,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
+	ownerKey, err := nodeOwnerKey(cfg)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{
 		cfg:        cfg,
 		log:        cfg.Logger,
@@ -104,10 +111,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ship:       &shipper{sent: map[string]string{}},
 		events:     newHub(),
 		started:    time.Now(),
+		ownerKey:   ownerKey,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	var closers []func()
-	var err error
 	up := false
 	defer func() {
 		if !up {

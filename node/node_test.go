@@ -92,6 +92,7 @@ func (sm *simMesh) add(i int, spec string) *Node {
 		CoordinatorAfter: time.Millisecond,
 		Executor:         executor.Config{Isolation: executor.IsolationProcess, Grace: 2 * time.Second},
 		Logger:           testLogger(),
+		Owner:            testOwner(0), // one owner submits and steers through every node (tenants_test.go)
 	}
 	if len(sm.nodes) > 0 {
 		cfg.Mesh.Join = sm.nodes[0].Mesh().Addrs()

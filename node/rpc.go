@@ -30,8 +30,9 @@ const (
 )
 
 type submitRequest struct {
-	Spec   market.JobSpec `json:"spec"`
-	Origin string         `json:"origin"` // the node holding the payload
+	Spec      market.JobSpec        `json:"spec"`
+	Signature *market.SpecSignature `json:"signature,omitempty"` // the owner's (tenants.go)
+	Origin    string                `json:"origin"`              // the node holding the payload
 }
 
 type scaleRequest struct {
@@ -96,6 +97,7 @@ func (n *Node) call(ctx context.Context, to peer.ID, kind string, req any) (mark
 	if err != nil {
 		return market.JobRecord{}, err
 	}
+	data = n.sealCall(ctx, kind, data, req) // an owner's call carries the owner's proof
 	var rec market.JobRecord
 	got := false
 	n.dialable(to)
@@ -117,6 +119,9 @@ func (n *Node) call(ctx context.Context, to peer.ID, kind string, req any) (mark
 
 // serveCall answers a peer's call.
 func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(string, []byte) error) error {
+	if handled, err := n.guardCall(ctx, &req, reply); handled {
+		return err // refused, or served: an owner's call without the owner's proof (tenants.go)
+	}
 	record := func(rec market.JobRecord, err error) error {
 		if err != nil {
 			return asCallError(err)
@@ -133,7 +138,11 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		if err := strictJSON(req.Data, &r); err != nil {
 			return asCallError(api.Errorf(http.StatusBadRequest, "submit: %v", err))
 		}
-		return record(n.submitLocal(ctx, r.Spec, r.Origin))
+		s := market.SignedSpec{Spec: r.Spec}
+		if r.Signature != nil {
+			s.Signature = *r.Signature
+		}
+		return record(n.submitLocal(ctx, s, r.Origin))
 	case kindGet, kindCancel:
 		var id string
 		if err := strictJSON(req.Data, &id); err != nil {

@@ -19,14 +19,26 @@ const (
 )
 
 // apiFlags are the flags every command that talks to a node's API takes.
+// Every request is signed with the owner key when there is one; owner says
+// the command acts on jobs and needs an owner (a key, or a token that may be
+// an owner token).
 type apiFlags struct {
 	addr      string
 	tokenFile string
+	key       keyFlag
+	owner     bool
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "api", "", "the node's API: host:port or http(s)://host:port (default $"+envAPI+", else "+api.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.tokenFile, "api-token-file", "", "read the API token from `FILE` (default: $"+envAPIToken+" holds the token; a node on loopback needs none)")
+	f.key.register(cmd)
+}
+
+// registerOwner is register for a command that acts on the owner's jobs.
+func (f *apiFlags) registerOwner(cmd *cobra.Command) {
+	f.register(cmd)
+	f.owner = true
 }
 
 // client builds the API client from the flags and the environment. Bad
@@ -56,10 +68,21 @@ func (f *apiFlags) client(e env) (*client.Client, error) {
 	case strings.TrimSpace(e.getenv(envAPIToken)) != "":
 		token, tokenFrom = strings.TrimSpace(e.getenv(envAPIToken)), envAPIToken
 	}
-	if token == "" {
-		return client.New(addr)
+	key, keyPath, err := f.key.load(e, !f.owner || token != "")
+	if err != nil {
+		return nil, err
 	}
-	c, err := client.New(addr, client.WithToken(token))
+	if f.owner && key == nil && token == "" {
+		return nil, fmt.Errorf("no owner key at %s: your jobs belong to your key; make one with `gpumesh key create` (or give --key, $%s, or an owner token)", keyPath, envKey)
+	}
+	var opts []client.Option
+	if key != nil {
+		opts = append(opts, client.WithOwnerKey(*key))
+	}
+	if token == "" {
+		return client.New(addr, opts...)
+	}
+	c, err := client.New(addr, append(opts, client.WithToken(token))...)
 	if err != nil {
 		return nil, usagef("%s: %v", tokenFrom, strings.TrimPrefix(err.Error(), "client: "))
 	}
@@ -93,8 +116,12 @@ func apiError(err error, flags map[string]string) error {
 			msg = flag + ": " + msg
 		}
 		return usageError{errors.New(msg)}
-	case errors.Is(err, client.ErrUnauthorized):
+	case errors.Is(err, client.ErrUnauthorized) && strings.Contains(ae.Message, "API token"):
 		return fmt.Errorf("the node refused the request: %s (give the token with --api-token-file or %s)", ae.Message, envAPIToken)
+	case errors.Is(err, client.ErrUnauthorized):
+		return fmt.Errorf("the node refused the request: %s (your owner key: --key or $%s; `gpumesh key show` prints its ID)", ae.Message, envKey)
+	case errors.Is(err, client.ErrForbidden):
+		return fmt.Errorf("%s (`gpumesh key show` prints the owner you act as)", ae.Message)
 	}
 	return errors.New(ae.Message)
 }

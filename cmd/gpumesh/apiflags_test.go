@@ -17,7 +17,7 @@ func tokenNode(t *testing.T, token string) *fakeNode {
 	b := clienttest.New()
 	b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning})
 	srv := b.Serve(t, token)
-	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.URL}}
+	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.URL, envKey: testKeyFile(t)}}
 }
 
 func TestAPIToken(t *testing.T) {

@@ -26,7 +26,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	t.Helper()
 	b := clienttest.New()
 	srv := b.Serve(t, "")
-	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.Listener.Addr().String()}}
+	return &fakeNode{t: t, b: b, addr: srv.Listener.Addr().String(), env: map[string]string{envAPI: srv.Listener.Addr().String(), envKey: testKeyFile(t)}}
 }
 
 // run runs a gpumesh command line against the node (GPUMESH_API points at

@@ -67,7 +67,7 @@ for the share to start (saying so on stderr).`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing while the share runs")
 	cmd.Flags().IntVar(&share, "share", 0, "the share whose output to print")
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print standard error instead of standard output")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 
@@ -152,7 +152,7 @@ job's state after: cancelled, or the state it had already ended in.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job's record as JSON")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 
@@ -194,6 +194,6 @@ job's card count and state after.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job's record as JSON")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }

@@ -53,7 +53,7 @@ EPOCH counts placements (it rises each time a share is placed again).
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of job records")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 
@@ -114,7 +114,7 @@ is better; STAGE "book" is candidate selection, "bid" is clearing).
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job's record as JSON")
 	cmd.Flags().BoolVar(&explain, "explain", false, "show how the latest placement round went and why candidates lost")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 

@@ -40,6 +40,7 @@ type nodeFlags struct {
 	coordinator string
 	isolation   string
 	drain       time.Duration
+	policy      policyFlags
 	log         *logFlags
 }
 
@@ -62,7 +63,16 @@ not "dead") and stops the jobs it runs.
 Examples:
   gpumesh node --sim h100-sxm-80g:8                  # a node with 8 simulated H100s
   gpumesh node --join /ip4/10.0.0.5/tcp/4747/p2p/12D3KooW...
-  gpumesh node --secret-file mesh.key --network lab  # a private mesh`,
+  gpumesh node --secret-file mesh.key --network lab  # a private mesh
+  gpumesh node --allow-owner o1abc... --max-job-duration 8h --job-network none
+
+Which jobs it runs is the supplier's choice: --allow-owner and --deny-owner
+name owners by their IDs (` + "`gpumesh key show`" + ` prints yours), --max-job-duration
+refuses jobs that expect to run longer and stops any job at that age, and
+--job-network is the most network a job gets: none, egress (the public
+internet only; the default) or host (this machine's own network, which gang
+jobs across nodes need). The node does not bid for a job its policy refuses;
+the job's --explain says why.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(e)
@@ -104,6 +114,11 @@ Examples:
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
+	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
+	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
+	fl.DurationVar(&f.policy.maxDuration, "max-job-duration", 0, "refuse jobs that expect to run longer, and stop jobs at this age, such as 8h (default no limit)")
+	fl.StringVar(&f.policy.network, "job-network", string(defaultJobNetwork), "the most network a job gets: none, egress (the public internet only) or host")
+	fl.StringVar(&f.policy.ownerTokens, "owner-tokens", "", "`FILE` of owner API tokens, one \"TOKEN KEY_FILE\" a line: a request with the token acts as that key's owner")
 	f.log = addLogFlags(fl)
 	cmd.AddCommand(newDrainCommand(e))
 	return cmd
@@ -137,6 +152,9 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 		return cfg, usagef("--isolation: %v", err)
 	}
 	cfg.Executor.Isolation = iso
+	if cfg.Policy, err = f.policy.policy(); err != nil {
+		return cfg, err
+	}
 	cfg.Mesh.Network = f.network
 	cfg.Mesh.MDNS = f.mdns
 	cfg.Mesh.DisableNAT = f.noNAT
@@ -214,7 +232,14 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 				return cfg, usagef("--api-token-file %s is empty", f.apiToken)
 			}
 		}
+		if f.policy.ownerTokens != "" {
+			if ac.OwnerTokens, err = loadOwnerTokens(f.policy.ownerTokens); err != nil {
+				return cfg, usagef("--owner-tokens: %v", err)
+			}
+		}
 		cfg.API = ac
+	} else if f.policy.ownerTokens != "" {
+		return cfg, usagef("--owner-tokens: the node serves no API (--api \"\")")
 	}
 	return cfg, nil
 }

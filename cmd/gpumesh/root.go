@@ -92,6 +92,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newScaleCommand(e),
 		newPeersCommand(e),
 		newStatusCommand(e),
+		newKeyCommand(e),
 	)
 	return root
 }

@@ -33,6 +33,7 @@ type submitOptions struct {
 	replicasSet bool // --replicas was given
 	elastic     string
 	duration    time.Duration
+	network     string
 	env         []string
 	command     []string
 }
@@ -58,6 +59,9 @@ var specFlags = map[string]string{
 	"command":           "COMMAND",
 	"env":               "--env",
 	"payload":           "--payload",
+	"network":           "--net",
+	"owner":             "--key",
+	"signature":         "--key",
 }
 
 // buildSpec turns the flags into a job spec checked against the catalog. It
@@ -125,6 +129,13 @@ func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defau
 		return spec, false, usagef("--duration: must not be negative, got %v", o.duration)
 	}
 	spec.ExpectedDuration = market.Duration(o.duration)
+	if o.network != "" {
+		n, err := market.ParseJobNetwork(o.network)
+		if err != nil {
+			return spec, false, usagef("--net: %v", err)
+		}
+		spec.Network = n
+	}
 	if spec.Env, err = parseEnv(o.env); err != nil {
 		return spec, false, usagef("--env: %v", err)
 	}

@@ -64,6 +64,15 @@ same --id after an error whose outcome is unknown never starts the job twice.
 succeeded, the job's exit code when it failed with one, 1 when it failed
 without one or was cancelled (with the reason on stderr).
 
+Network: a job sees no network by default (a --per-node gang: the
+supplier's, for its rendezvous); --net egress asks for the public internet,
+--net host for the supplier's own network. Suppliers choose what they allow
+(gpumesh node --job-network); those that do not allow it do not bid.
+
+Owner: the job is signed with your owner key (gpumesh key; --key or
+$GPUMESH_KEY) and belongs to it: only requests signed with that key may read
+its logs, record, bill and checkpoint, or cancel or scale it.
+
 Exit status 2 means bad flags or a spec the node refused: nothing was
 submitted.`,
 		Example: `  gpumesh submit --gpus 1 -- nvidia-smi
@@ -141,12 +150,13 @@ submitted.`,
 	f.StringVar(&o.elastic, "elastic", "", "let the job be scaled between `MIN:MAX` cards (gpumesh scale)")
 	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
 	f.StringVar(&o.name, "name", "", "a label for people")
+	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; host for --per-node)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
 	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
-	af.register(cmd)
+	af.registerOwner(cmd)
 	return cmd
 }
 

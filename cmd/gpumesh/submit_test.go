@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
 )
@@ -33,7 +34,11 @@ func TestSubmitPrintsTheJobID(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d submits", len(got))
 	}
-	want := market.JobSpec{ID: id, Name: "train", Cards: 2, Models: []string{"h100-sxm-80g", "h200-141g"}, MaxPriceCNY: 30,
+	key, err := node.LoadOwnerKey(n.env[envKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := market.JobSpec{ID: id, Owner: string(key.ID()), Name: "train", Cards: 2, Models: []string{"h100-sxm-80g", "h200-141g"}, MaxPriceCNY: 30,
 		ExpectedDuration: market.Duration(90 * 60e9), Env: map[string]string{"A": "1"},
 		Command: []string{"python", "train.py", "--lr", "3e-4"}}
 	if !reflect.DeepEqual(got[0], want) {

@@ -59,3 +59,28 @@ type Backend interface {
 	// Metrics serves /metrics; nil serves 404.
 	Metrics() http.Handler
 }
+
+// SignedSubmitter is implemented by a Backend that takes owners' signed
+// specs: POST /v1/jobs then calls SubmitSigned with what came, a spec with
+// its signature or a bare spec (zero Signature) that the Backend signs for
+// an owner whose key it holds (Caller.Key) or refuses. A Backend without it
+// gets Submit with the spec alone.
+type SignedSubmitter interface {
+	SubmitSigned(ctx context.Context, s market.SignedSpec) (market.JobRecord, error)
+}
+
+// CheckpointRequest names the checkpoint a GET /v1/jobs/{id}/checkpoint
+// wants: the latest accepted one of a share.
+type CheckpointRequest struct {
+	Job   string
+	Share int // default 0
+}
+
+// CheckpointReader is implemented by a Backend that serves jobs' latest
+// checkpoints (the archive a job's checkpoint directory was packed into) to
+// their owners. Without it the route answers 404.
+type CheckpointReader interface {
+	// Checkpoint writes the share's latest checkpoint archive to w, or
+	// returns an *HTTPError (404 when there is none) before writing.
+	Checkpoint(ctx context.Context, req CheckpointRequest, w io.Writer) error
+}

@@ -26,6 +26,8 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("DELETE /v1/jobs/{id}", h.cancel)
 	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
+	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
+	mux.HandleFunc("GET /v1/info", h.info(cfg))
 	mux.HandleFunc("POST /v1/payloads", h.payload)
 	mux.HandleFunc("GET /v1/peers", h.peers)
 	mux.HandleFunc("GET /v1/cards", h.cards)
@@ -49,7 +51,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 		}
 		notFound(w, r)
 	})
-	return requireToken(cfg.Token, mux)
+	return authenticate(cfg, mux)
 }
 
 // dashboardPattern is the route of the dashboard's static files: they hold
@@ -60,17 +62,45 @@ const dashboardPattern = "/"
 type handlers struct{ b Backend }
 
 func (h *handlers) submit(w http.ResponseWriter, r *http.Request) {
-	var spec market.JobSpec
-	if err := decodeJSON(r, maxSpecBytes, &spec); err != nil {
+	signed, err := decodeSubmission(r)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rec, err := h.b.Submit(r.Context(), spec)
+	var rec market.JobRecord
+	if ss, ok := h.b.(SignedSubmitter); ok {
+		rec, err = ss.SubmitSigned(r.Context(), signed)
+	} else {
+		rec, err = h.b.Submit(r.Context(), signed.Spec)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// decodeSubmission reads the body of POST /v1/jobs: a signed spec
+// ({"spec": ..., "signature": ...}) or a bare job spec, which only an owner
+// whose key the node holds may send.
+func decodeSubmission(r *http.Request) (market.SignedSpec, error) {
+	body, err := readBody(r, maxSpecBytes)
+	if err != nil {
+		return market.SignedSpec{}, err
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(body, &probe) == nil && probe["signature"] != nil {
+		s, err := market.DecodeSignedSpec(body)
+		if err != nil {
+			return market.SignedSpec{}, Errorf(http.StatusBadRequest, "%v", err)
+		}
+		return s, nil
+	}
+	var spec market.JobSpec
+	if err := decodeJSONBytes(body, &spec); err != nil {
+		return market.SignedSpec{}, err
+	}
+	return market.SignedSpec{Spec: spec}, nil
 }
 
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
@@ -153,14 +183,19 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 
 // lazyWriter writes the log response's headers on the first byte.
 type lazyWriter struct {
-	w       http.ResponseWriter
-	started bool
+	w           http.ResponseWriter
+	started     bool
+	contentType string // default text/plain; charset=utf-8
 }
 
 func (l *lazyWriter) start() {
 	if !l.started {
 		l.started = true
-		l.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ct := l.contentType
+		if ct == "" {
+			ct = "text/plain; charset=utf-8"
+		}
+		l.w.Header().Set("Content-Type", ct)
 		l.w.Header().Set("X-Content-Type-Options", "nosniff")
 		l.w.WriteHeader(http.StatusOK)
 	}
@@ -169,6 +204,35 @@ func (l *lazyWriter) start() {
 func (l *lazyWriter) Write(p []byte) (int, error) {
 	l.start()
 	return l.w.Write(p)
+}
+
+func (h *handlers) checkpoint(w http.ResponseWriter, r *http.Request) {
+	cr, ok := h.b.(CheckpointReader)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node serves no checkpoints"))
+		return
+	}
+	req := CheckpointRequest{Job: r.PathValue("id")}
+	if s := r.URL.Query().Get("share"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "share", Err: fmt.Errorf("share %q: want a number ≥ 0", s)})
+			return
+		}
+		req.Share = n
+	}
+	lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
+	if err := cr.Checkpoint(r.Context(), req, lw); err != nil && !lw.started {
+		writeError(w, err)
+	}
+}
+
+// info serves what a client needs to know of the node before it signs.
+func (h *handlers) info(cfg Config) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, _ := CallerFrom(r.Context())
+		writeJSON(w, http.StatusOK, Info{Network: cfg.Network, Owner: string(c.Owner)})
+	}
 }
 
 func (h *handlers) payload(w http.ResponseWriter, r *http.Request) {

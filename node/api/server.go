@@ -5,17 +5,20 @@
 package api
 
 import (
+	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/market/owner"
 )
 
 // Config configures a Server.
@@ -24,8 +27,19 @@ type Config struct {
 	// that is not loopback needs Token.
 	Addr string
 	// Token, when set, must be presented as "Authorization: Bearer TOKEN" on
-	// every request except /healthz and /readyz.
+	// every request except /healthz and /readyz (an owner token will do as
+	// well). It gives no owner identity.
 	Token string
+	// OwnerTokens maps owner tokens (16 characters or more) to the keys of
+	// their owners: "Authorization: Bearer OWNER_TOKEN" acts as that owner,
+	// and the node signs for it. Default: none; owners sign their requests.
+	OwnerTokens map[string]owner.Key
+	// Network is the mesh's name, served at GET /v1/info so that clients
+	// sign specs for it. Default "".
+	Network string
+	// Now is the clock signed requests are checked against. Default
+	// time.Now.
+	Now func() time.Time
 	// Logger receives request errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -48,6 +62,9 @@ func Listen(cfg Config) (net.Listener, error) {
 	}
 	if !isLoopback(host) && cfg.Token == "" {
 		return nil, fmt.Errorf("%w: %s", ErrTokenRequired, cfg.Addr)
+	}
+	if err := validateOwnerTokens(cfg); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -150,46 +167,40 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, http.StatusInternalServerError, Error{Error: err.Error()})
 }
 
-// requireToken wraps mux so that requests must carry the bearer token,
-// except the probes, which say only whether the process is up, and the
-// dashboard's static files. The exemption follows the route the request
-// would take, not a prefix of its path.
-func requireToken(token string, mux *http.ServeMux) http.Handler {
-	if token == "" {
-		return mux
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch _, pattern := mux.Handler(r); pattern {
-		case "GET /healthz", "GET /readyz", dashboardPattern:
-			mux.ServeHTTP(w, r)
-			return
-		}
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong API token"})
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
-}
-
 // decodeJSON reads a JSON body of at most max bytes into v, refusing unknown
 // fields and trailing data.
 func decodeJSON(r *http.Request, max int64, v any) error {
+	body, err := readBody(r, max)
+	if err != nil {
+		return err
+	}
+	return decodeJSONBytes(body, v)
+}
+
+// readBody reads a JSON request body of at most max bytes.
+func readBody(r *http.Request, max int64) ([]byte, error) {
 	// curl -d sends application/x-www-form-urlencoded unless told otherwise;
 	// the body is still read as JSON.
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
-		return Errorf(http.StatusUnsupportedMediaType, "content type %q: want application/json", ct)
+		return nil, Errorf(http.StatusUnsupportedMediaType, "content type %q: want application/json", ct)
 	}
-	body := http.MaxBytesReader(nil, r.Body, max)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, max))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return Errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", max)
+			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", max)
 		}
+		return nil, Errorf(http.StatusBadRequest, "reading the request body: %v", err)
+	}
+	return body, nil
+}
+
+// decodeJSONBytes decodes a JSON body into v, refusing unknown fields and
+// trailing data.
+func decodeJSONBytes(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		switch {

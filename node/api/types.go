@@ -85,3 +85,12 @@ type Health struct {
 	Checks map[string]bool `json:"checks,omitempty"`
 	Reason string          `json:"reason,omitempty"`
 }
+
+// Info is the body of GET /v1/info: what a client needs to know before it
+// signs.
+type Info struct {
+	// Network is the mesh's name; owners sign specs for it.
+	Network string `json:"network"`
+	// Owner is the owner the request authenticated as, "" if none.
+	Owner string `json:"owner,omitempty"`
+}

@@ -12,9 +12,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -38,8 +40,13 @@ type Client struct {
 	addr    string
 	base    url.URL
 	token   string
+	key     *owner.Key
 	hc      *http.Client
 	timeout time.Duration
+	now     func() time.Time
+
+	netMu    sync.Mutex
+	meshName *string // the node's mesh name, asked once (GET /v1/info)
 }
 
 // Option configures a Client; an Option given a bad value makes New fail.
@@ -60,6 +67,39 @@ func WithToken(token string) Option {
 		c.token = token
 		return nil
 	}
+}
+
+// WithOwnerKey signs every request (but payload uploads) and every spec
+// Submit sends with key: the node then serves and steers this owner's jobs
+// only. Default: none (an owner token given with WithToken will do too).
+func WithOwnerKey(key owner.Key) Option {
+	return func(c *Client) error {
+		if !key.Valid() {
+			return errors.New("the zero owner key")
+		}
+		c.key = &key
+		return nil
+	}
+}
+
+// WithClock makes signed requests and specs carry now's time instead of
+// time.Now's (tests of the node's replay window).
+func WithClock(now func() time.Time) Option {
+	return func(c *Client) error {
+		if now == nil {
+			return errors.New("nil clock")
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// Owner returns the owner ID of the client's key, "" without one.
+func (c *Client) Owner() owner.ID {
+	if c.key == nil {
+		return ""
+	}
+	return c.key.ID()
 }
 
 // WithHTTPClient uses hc for every request instead of the Client's own (a
@@ -93,7 +133,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: addr, base: base, timeout: DefaultTimeout}
+	c := &Client{addr: addr, base: base, timeout: DefaultTimeout, now: time.Now}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
@@ -150,6 +190,7 @@ type request struct {
 	body         []byte // JSON unless contentType says otherwise
 	contentType  string
 	stream       bool // no timeout: the caller reads the body as it comes
+	unsigned     bool // not signed with the owner key (payload uploads)
 }
 
 // send makes the request and returns the response of a 2xx status; any
@@ -183,6 +224,10 @@ func (c *Client) send(ctx context.Context, r request) (resp *http.Response, done
 	req.Header.Set("Accept", "application/json")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.key != nil && !r.unsigned {
+		p := owner.SignRequest(*c.key, r.method, req.URL.RequestURI(), r.body, c.now())
+		req.Header.Set(owner.Header, p.HeaderValue())
 	}
 	resp, err = c.hc.Do(req)
 	if err != nil {

@@ -4,7 +4,8 @@
 //
 // The usage loop of a job owner:
 //
-//	c, err := client.New("127.0.0.1:7070", client.WithToken(token))
+//	key, err := node.LoadOwnerKey(path)          // gpumesh key create made it
+//	c, err := client.New("127.0.0.1:7070", client.WithToken(token), client.WithOwnerKey(key))
 //	archive, err := client.PackDir("./train", market.MaxPayloadBytes)
 //	ref, err := c.PutPayload(ctx, bytes.NewReader(archive))
 //	spec.Payload = &ref
@@ -17,9 +18,15 @@
 //   - *UnreachableError: nothing answered at the address (the node is not
 //     running there, or the address is wrong); nothing was done.
 //   - *APIError: the node answered with an error status. errors.Is matches
-//     ErrNotFound (404), ErrUnauthorized (401) and ErrBadRequest (400, 413,
-//     415: the request was refused as bad input and nothing changed); Field
-//     names the offending field of a bad job spec.
+//     ErrNotFound (404), ErrUnauthorized (401: the token, or the owner's
+//     signature), ErrForbidden (403: another owner's job, or no owner) and
+//     ErrBadRequest (400, 413, 415: the request was refused as bad input
+//     and nothing changed); Field names the offending field of a bad job
+//     spec.
+//
+// With an owner key every request is signed (owner.SignRequest) and every
+// spec Submit sends is signed for the node's mesh: the node serves and
+// steers that owner's jobs only.
 //   - anything else: the request broke off midway, and its outcome is unknown.
 //
 // A Client holds no goroutines of its own; it is safe for concurrent use.

@@ -10,8 +10,12 @@ import (
 var (
 	// ErrNotFound: the job (or endpoint) does not exist on the node (404).
 	ErrNotFound = errors.New("not found")
-	// ErrUnauthorized: the API token is missing or wrong (401).
+	// ErrUnauthorized: the API token is missing or wrong, or the request
+	// needs the owner's key and came without it, or its signature does not
+	// verify (401).
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the job belongs to another owner (403).
+	ErrForbidden = errors.New("forbidden")
 	// ErrBadRequest: the node refused the request as bad input (400, 413,
 	// 415); nothing changed.
 	ErrBadRequest = errors.New("bad request")
@@ -48,6 +52,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusNotFound
 	case ErrUnauthorized:
 		return e.Status == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
 	case ErrBadRequest:
 		return IsBadInputStatus(e.Status)
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,14 +15,78 @@ import (
 // Submit hands spec to the node (POST /v1/jobs) and returns the job's record
 // once its coordinator has acknowledged it. Submitting the same spec.ID again
 // is how a caller retries safely after an error whose outcome is unknown.
+//
+// With an owner key (WithOwnerKey) the spec is signed for the node's mesh
+// (asked once with Info) and its Owner set to the key's; a spec without an
+// ID gets a new random one first, as the signature covers it. Without a key
+// the spec goes unsigned, which a node takes only from an owner token.
 func (c *Client) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
-	body, err := jsonBody(spec)
+	var v any = spec
+	if c.key != nil {
+		signed, err := c.Sign(ctx, spec)
+		if err != nil {
+			return market.JobRecord{}, err
+		}
+		v = signed
+	}
+	body, err := jsonBody(v)
 	if err != nil {
 		return market.JobRecord{}, err
 	}
 	var rec market.JobRecord
 	err = c.call(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: body}, &rec)
 	return rec, err
+}
+
+// Sign signs spec with the client's owner key for the node's mesh, giving
+// it a new random ID first if it has none.
+func (c *Client) Sign(ctx context.Context, spec market.JobSpec) (market.SignedSpec, error) {
+	if c.key == nil {
+		return market.SignedSpec{}, errors.New("client: signing a spec needs an owner key (WithOwnerKey)")
+	}
+	if spec.ID == "" {
+		b := make([]byte, market.JobIDRandomBytes)
+		if _, err := rand.Read(b); err != nil {
+			return market.SignedSpec{}, fmt.Errorf("client: making a job ID: %w", err)
+		}
+		id, err := market.NewJobID(b)
+		if err != nil {
+			return market.SignedSpec{}, err
+		}
+		spec.ID = id
+	}
+	network, err := c.network(ctx)
+	if err != nil {
+		return market.SignedSpec{}, err
+	}
+	signed, err := market.SignSpec(*c.key, network, spec, c.now())
+	if err != nil {
+		return market.SignedSpec{}, fmt.Errorf("client: %w", err)
+	}
+	return signed, nil
+}
+
+// Info returns what the node says a client needs before it signs (GET
+// /v1/info): its mesh's name, and the owner the request authenticated as.
+func (c *Client) Info(ctx context.Context) (api.Info, error) {
+	var info api.Info
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/info"}, &info)
+	return info, err
+}
+
+// network is the node's mesh name, asked once.
+func (c *Client) network(ctx context.Context) (string, error) {
+	c.netMu.Lock()
+	defer c.netMu.Unlock()
+	if c.meshName != nil {
+		return *c.meshName, nil
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	c.meshName = &info.Network
+	return info.Network, nil
 }
 
 // Jobs lists the jobs the node knows (GET /v1/jobs), in the node's order.

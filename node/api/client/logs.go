@@ -47,3 +47,26 @@ func (c *Client) Logs(ctx context.Context, req api.LogRequest, w io.Writer) (int
 	}
 	return n, nil
 }
+
+// Checkpoint copies a share's latest checkpoint archive (GET
+// /v1/jobs/{id}/checkpoint) to w and returns the number of bytes copied; a
+// share without one is an *APIError matching ErrNotFound. The archive is
+// the job's checkpoint directory packed as PackDir packs payloads (a gzip'd
+// tar). Only the job's owner may fetch it. ctx bounds the copy.
+func (c *Client) Checkpoint(ctx context.Context, job string, share int, w io.Writer) (int64, error) {
+	q := url.Values{}
+	if share != 0 {
+		q.Set("share", strconv.Itoa(share))
+	}
+	resp, done, err := c.send(ctx, request{method: http.MethodGet, path: jobPath(job, "/checkpoint"), query: q, stream: true})
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("checkpoint of job %s: broke off after %d bytes: %w", job, n, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
+	"github.com/gpumesh/gpumesh/node"
+)
+
+func newOwnerKey(t *testing.T, dir string) (owner.Key, string) {
+	t.Helper()
+	path := filepath.Join(dir, "k-"+strings.ReplaceAll(t.Name(), "/", "-")+time.Now().Format("150405.000000000"))
+	k, err := node.CreateOwnerKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, path
+}
+
+// nodeConfig is the config `gpumesh node` would start with the given
+// policy flags.
+func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
+	t.Helper()
+	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
+		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
+}
+
+func TestNodePolicyFlags(t *testing.T) {
+	a, _ := newOwnerKey(t, t.TempDir())
+	b, _ := newOwnerKey(t, t.TempDir())
+	cfg, err := nodeConfig(t, policyFlags{allow: []string{string(a.ID()) + ", " + string(b.ID())}, deny: []string{string(b.ID())},
+		maxDuration: 8 * time.Hour, network: "none"}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Policy
+	if len(p.AllowOwners) != 2 || p.AllowOwners[0] != string(a.ID()) || p.AllowOwners[1] != string(b.ID()) ||
+		p.DenyOwners[0] != string(b.ID()) || p.MaxDuration != 8*time.Hour || p.MaxNetwork != market.NetworkNone {
+		t.Errorf("policy %+v", p)
+	}
+	for _, c := range []struct {
+		name string
+		p    policyFlags
+		api  string
+		want string
+	}{
+		{"a name", policyFlags{allow: []string{"alice"}, network: "egress"}, "", "--allow-owner: not an owner ID"},
+		{"a typo", policyFlags{deny: []string{string(a.ID())[:20]}, network: "egress"}, "", "--deny-owner: not an owner ID"},
+		{"negative", policyFlags{maxDuration: -time.Hour, network: "egress"}, "", "--max-job-duration: must not be negative"},
+		{"lan", policyFlags{network: "lan"}, "", `--job-network: network "lan": want none, egress or host`},
+		{"no tokens file", policyFlags{network: "egress", ownerTokens: filepath.Join(t.TempDir(), "nope")}, "127.0.0.1:0", "--owner-tokens: "},
+		{"tokens without an API", policyFlags{network: "egress", ownerTokens: "x"}, "", "--owner-tokens: the node serves no API"},
+	} {
+		_, err := nodeConfig(t, c.p, c.api)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want a usage error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestNodeCommandDefaultsToEgress(t *testing.T) {
+	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
+	fl := cmd.Flags().Lookup("job-network")
+	if fl == nil || fl.DefValue != "egress" {
+		t.Fatalf("--job-network default %v, want egress", fl)
+	}
+	for _, name := range []string{"allow-owner", "deny-owner", "max-job-duration", "owner-tokens"} {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("gpumesh node has no --%s", name)
+		}
+	}
+}
+
+func TestOwnerTokensFile(t *testing.T) {
+	dir := t.TempDir()
+	a, aPath := newOwnerKey(t, dir)
+	b, bPath := newOwnerKey(t, dir)
+	aRel := filepath.Base(aPath) // relative to the tokens file
+	file := filepath.Join(dir, "tokens")
+	text := "# owner tokens\n\nalice-token-0123456789 " + aRel + "\n  bob-token-0123456789abc   " + bPath + "  \n"
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nodeConfig(t, policyFlags{network: "egress", ownerTokens: file}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.API.OwnerTokens
+	if len(got) != 2 || got["alice-token-0123456789"].ID() != a.ID() || got["bob-token-0123456789abc"].ID() != b.ID() {
+		t.Errorf("owner tokens %v", got)
+	}
+	if runtime.GOOS != "windows" {
+		os.Chmod(file, 0o644)
+		if _, err := nodeConfig(t, policyFlags{network: "egress", ownerTokens: file}, "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "readable by others") {
+			t.Errorf("a world-readable tokens file: %v", err)
+		}
+	}
+}
+
+func TestParseOwnerTokensSaysWhichLine(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", "no tokens"},
+		{"# only a comment\n", "no tokens"},
+		{"short k\n", "line 1: the token has 5 characters"},
+		{"0123456789abcdef\n", "line 1: want TOKEN KEY_FILE, got 1 fields"},
+		{"0123456789abcdef a b\n", "line 1: want TOKEN KEY_FILE, got 3 fields"},
+		{"0123456789abcdef a\n\n0123456789abcdef b\n", "line 3: the token of line 1 again"},
+		{"0123456789abcdé\xff a\n", "outside printable ASCII"},
+	} {
+		_, err := parseOwnerTokens([]byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+// FuzzParseOwnerTokens: any file parses to tokens that obey the rules, or
+// is refused with the line; it never panics.
+func FuzzParseOwnerTokens(f *testing.F) {
+	f.Add([]byte("# c\n0123456789abcdef key\n"))
+	f.Add([]byte("0123456789abcdef a\n0123456789abcdef b\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lines, err := parseOwnerTokens(data)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, l := range lines {
+			if len(l.token) < 16 || strings.ContainsAny(l.token, " \t\n") || l.keyFile == "" || seen[l.token] {
+				t.Fatalf("accepted a bad line %+v from %q", l, data)
+			}
+			seen[l.token] = true
+		}
+	})
+}
+
+func TestSubmitNetFlag(t *testing.T) {
+	n := newFakeNode(t)
+	if code, _, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--net", "egress", "--", "curl", "example.com"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := n.b.Submitted(); len(got) != 1 || got[0].Network != market.NetworkEgress {
+		t.Errorf("submitted %+v, want network egress", got)
+	}
+	code, _, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--net", "lan", "--", "true")
+	if code != exitUsage {
+		t.Errorf("--net lan: exit %d", code)
+	}
+	oneLineErr(t, "--net lan", errOut, "--net", "want none, egress or host")
+	code, _, errOut = n.run("submit", "--gpus", "8", "--per-node", "4", "--max-price", "5", "--net", "egress", "--", "true")
+	if code != exitUsage {
+		t.Errorf("a gang on egress: exit %d", code)
+	}
+	oneLineErr(t, "gang on egress", errOut, "--net", "needs host")
+}
+
+// A supplier's policy decline reaches `gpumesh job ID --explain`.
+func TestExplainShowsPolicyDeclines(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobPending, Reason: "bids offer 0 feasible cards",
+		Explanation: &market.Explanation{Round: 1, Need: "1 cards", Asked: 1, Outcome: "bids offer 0 feasible cards, the job needs 1",
+			Entries: []market.ExplainEntry{{Stage: "bid", Node: "12D3KooWSupplier", Reason: market.ReasonDeclined,
+				Detail: "policy: owner o1abcdefgh is not on this supplier's allow list"}}}})
+	code, out, errOut := n.run("job", "j1", "--explain")
+	if code != 0 || !strings.Contains(out, "declined") || !strings.Contains(out, "policy: owner o1abcdefgh is not on this supplier's allow list") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

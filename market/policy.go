@@ -1,0 +1,134 @@
+package market
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market/owner"
+)
+
+// Policy is a supplier's choice of the jobs it serves. A supplier bids
+// only for jobs its policy admits, judging by what the BidRequest says of
+// the job, and declines the others with the reason, which the job's
+// explanation shows. It judges again by the owner's signed spec when an
+// award comes, and rejects an award the policy refuses. The zero Policy
+// admits every job.
+type Policy struct {
+	// AllowOwners, when not empty, admits only jobs of these owners (owner
+	// IDs, "o1..."). Default: every owner.
+	AllowOwners []string
+	// DenyOwners refuses jobs of these owners; it wins over AllowOwners.
+	DenyOwners []string
+	// MaxDuration refuses jobs that expect to run longer than this
+	// (JobSpec.ExpectedDuration), and stops an attempt that has run this
+	// long (CauseTimeLimit: the job fails, a service replica is placed
+	// again). A job naming no duration is admitted and stopped at the
+	// limit. 0: no limit.
+	MaxDuration time.Duration
+	// MaxNetwork is the most network a job may have (none < egress <
+	// host; see JobSpec.NetworkOrDefault). "": host, no limit.
+	MaxNetwork JobNetwork
+}
+
+// JobFacts is what a policy judges a job by: the owner, how long it
+// expects to run and the network it needs. A BidRequest carries them.
+type JobFacts struct {
+	Owner    string
+	Duration time.Duration
+	Network  JobNetwork
+}
+
+// FactsOf returns the facts of a spec.
+func FactsOf(spec *JobSpec) JobFacts {
+	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault()}
+}
+
+// Admit reports whether the policy admits a job with facts f and, when
+// not, the reason, written for the job's owner.
+func (p *Policy) Admit(f JobFacts) (bool, string) {
+	switch {
+	case slices.Contains(p.DenyOwners, f.Owner):
+		return false, fmt.Sprintf("owner %s is on this supplier's deny list", owner.ID(f.Owner).Short())
+	case len(p.AllowOwners) > 0 && f.Owner == "":
+		return false, "this supplier serves listed owners only, and the job names no owner"
+	case len(p.AllowOwners) > 0 && !slices.Contains(p.AllowOwners, f.Owner):
+		return false, fmt.Sprintf("owner %s is not on this supplier's allow list", owner.ID(f.Owner).Short())
+	case p.MaxDuration > 0 && f.Duration > p.MaxDuration:
+		return false, fmt.Sprintf("the job expects to run %v; this supplier runs jobs for at most %v", f.Duration, p.MaxDuration)
+	case p.MaxNetwork != "" && f.Network.rank() > p.MaxNetwork.rank():
+		why := ""
+		if f.Network == NetworkHost {
+			why = " (a gang across nodes needs host)"
+		}
+		return false, fmt.Sprintf("the job needs network %s%s; this supplier allows at most %s", f.Network, why, p.MaxNetwork)
+	}
+	return true, ""
+}
+
+// validate reports the first field of the policy that is wrong.
+func (p *Policy) validate() error {
+	for _, list := range []struct {
+		name string
+		ids  []string
+	}{{"AllowOwners", p.AllowOwners}, {"DenyOwners", p.DenyOwners}} {
+		for i, id := range list.ids {
+			if _, err := owner.ParseID(id); err != nil {
+				return fmt.Errorf("%s[%d]: %w", list.name, i, err)
+			}
+		}
+	}
+	if p.MaxDuration < 0 {
+		return fmt.Errorf("MaxDuration: must not be negative, got %v", p.MaxDuration)
+	}
+	if p.MaxNetwork != "" {
+		if _, err := ParseJobNetwork(string(p.MaxNetwork)); err != nil {
+			return fmt.Errorf("MaxNetwork: %w", err)
+		}
+	}
+	return nil
+}
+
+// judgeAward checks an award against what this supplier requires: the
+// owner's signed spec when Config.RequireSigned, verified, matching the
+// award, and admitted by the Policy. It returns the reason to reject, or
+// "".
+func (s *supplier) judgeAward(m *Award) string {
+	cfg := &s.n.cfg
+	if m.Signed == nil {
+		if cfg.RequireSigned {
+			return "the award carries no signed spec: " + ErrUnsigned.Error()
+		}
+		return ""
+	}
+	if err := m.Signed.Verify(cfg.Network); err != nil {
+		return err.Error()
+	}
+	spec := &m.Signed.Spec
+	if spec.ID != m.Job {
+		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
+	}
+	if !sameExec(m.Exec, ExecOf(spec)) {
+		return "the award's command, environment, payload or network differ from the owner's signed spec"
+	}
+	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
+		return "policy: " + reason
+	}
+	return ""
+}
+
+func sameExec(a, b ExecSpec) bool {
+	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network {
+		return false
+	}
+	for k, v := range a.Env {
+		if w, ok := b.Env[k]; !ok || w != v {
+			return false
+		}
+	}
+	switch {
+	case a.Payload == nil || b.Payload == nil:
+		return a.Payload == nil && b.Payload == nil
+	}
+	return *a.Payload == *b.Payload
+}

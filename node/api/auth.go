@@ -1,0 +1,160 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market/owner"
+)
+
+// Two credentials reach the API:
+//
+//   - The node's admin token (Config.Token) guards the API as a whole: when
+//     set, every request but the probes and the dashboard's static files
+//     needs "Authorization: Bearer TOKEN" — the admin token or an owner
+//     token.
+//   - An owner's identity says whose jobs a request may see and steer. It
+//     comes as a request signed with the owner's key (the owner.Header
+//     header; see owner.SignRequest), or as an owner token
+//     (Config.OwnerTokens) in the Authorization header, which the node maps
+//     to the owner's key.
+//
+// The API checks both and hands the Backend a Caller in the request's
+// context (CallerFrom); the Backend decides what the owner may do.
+
+// Caller is who made an API request, as the API authenticated it.
+type Caller struct {
+	// Owner is the request's owner; "" when it carried no owner
+	// credentials.
+	Owner owner.ID
+	// Key is the owner's key, when the request came with an owner token:
+	// the node holds the key, and signs for the owner (specs sent
+	// unsigned, requests it forwards to peers).
+	Key *owner.Key
+	// Proof is the owner's signed request, when it came signed; a node
+	// forwards it to the peers that act on it, which verify it again.
+	Proof *owner.Proof
+	// Body is the request body Proof covers.
+	Body []byte
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller the API put in ctx; ok is false for a
+// context that did not come from an API request (an in-process call).
+func CallerFrom(ctx context.Context) (c Caller, ok bool) {
+	c, ok = ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+// ErrOwnerRequired is the error of a job request that carries no owner
+// credentials.
+var ErrOwnerRequired = errors.New("this request acts on jobs and needs the owner's key: sign it (header " + owner.Header + "; gpumesh does) or use an owner token")
+
+// maxSignedBody bounds the body of a signed request, read whole to check
+// its hash; payload uploads are not signed.
+const maxSignedBody = maxSpecBytes
+
+// unsignedPatterns are the routes whose owner signature is not checked:
+// a payload upload is content-addressed and bound to no owner, and its body
+// is too large to hold for a hash.
+var unsignedPatterns = map[string]bool{"POST /v1/payloads": true}
+
+// authenticate wraps mux with the checks above. The exemptions follow the
+// route the request would take, not a prefix of its path.
+func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	admin := []byte(cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := mux.Handler(r)
+		switch pattern {
+		case "GET /healthz", "GET /readyz", dashboardPattern:
+			mux.ServeHTTP(w, r)
+			return
+		}
+		var caller Caller
+		gate := len(admin) == 0
+		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token != "" {
+			switch {
+			case len(admin) > 0 && subtle.ConstantTimeCompare([]byte(token), admin) == 1:
+				gate = true
+			default:
+				if k, found := ownerToken(cfg.OwnerTokens, token); found {
+					id := k.ID()
+					caller.Owner, caller.Key, gate = id, &k, true
+				}
+			}
+		}
+		if !gate {
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong API token"})
+			return
+		}
+		if h := r.Header.Get(owner.Header); h != "" && !unsignedPatterns[pattern] {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
+			if err != nil {
+				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %d bytes", maxSignedBody))
+				return
+			}
+			p, err := owner.ParseProof(h, r.Method, r.RequestURI, body)
+			if err == nil {
+				err = p.Verify(now(), owner.RequestWindow)
+			}
+			if err != nil {
+				writeError(w, Errorf(http.StatusUnauthorized, "%s: %v", owner.Header, err))
+				return
+			}
+			if caller.Key != nil && caller.Owner != p.Owner {
+				writeError(w, Errorf(http.StatusBadRequest, "the owner token is owner %s, but the request is signed by owner %s: send one of them", caller.Owner.Short(), p.Owner.Short()))
+				return
+			}
+			caller.Owner, caller.Proof, caller.Body = p.Owner, &p, body
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		mux.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), caller)))
+	})
+}
+
+// ownerToken finds token's key, comparing against every token in constant
+// time.
+func ownerToken(tokens map[string]owner.Key, token string) (owner.Key, bool) {
+	var found owner.Key
+	ok := false
+	for t, k := range tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			found, ok = k, true
+		}
+	}
+	return found, ok
+}
+
+// validateOwnerTokens checks the owner tokens of a Config.
+func validateOwnerTokens(cfg Config) error {
+	for t, k := range cfg.OwnerTokens {
+		switch {
+		case len(t) < 16:
+			return fmt.Errorf("api: an owner token of %d characters: want at least 16", len(t))
+		case strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			return errors.New("api: an owner token holds a space or control character")
+		case !k.Valid():
+			return errors.New("api: an owner token maps to no key")
+		case t == cfg.Token:
+			return errors.New("api: an owner token is the admin token")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,472 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Tenancy: every job belongs to the owner whose key signed its spec, and
+// only that owner reads or steers it.
+//
+//   - Submission. A spec reaches the coordinator with its owner's signature
+//     (market.SignedSpec), for this mesh, signed at most SpecMaxAge ago;
+//     the entry node and the coordinator both verify it, the market refuses
+//     an unsigned one (RequireSigned), and every supplier verifies it again
+//     in the award before it runs anything. A spec submitted unsigned
+//     through the API is signed by the node only for an owner whose key it
+//     holds (an owner token); one submitted through the Go API in-process
+//     is signed with the node's own owner key (Config.Owner).
+//   - The API (tenantAPI) serves a job's record, bill, logs and checkpoint,
+//     and cancels or scales it, only for the owner the request
+//     authenticated as (api.Caller); GET /v1/jobs lists the caller's jobs.
+//   - Between nodes, a cancel, a scale, a log read and a checkpoint read
+//     carry the owner's signed request (sealedCall): the peer that acts —
+//     the coordinator, the runner — verifies it and the owner itself. An
+//     in-process call is signed with the node's owner key, so a peer obeys
+//     it only for that key's jobs. Job records themselves are shared among
+//     the members that hold replicas, and peers read them freely.
+
+// SpecMaxAge is how long after signing a spec may be submitted: a captured
+// submission cannot be replayed later to run the job again.
+const SpecMaxAge = 15 * time.Minute
+
+// kindCheckpointOwner asks a job's coordinator (or a replica) for a
+// share's latest checkpoint on behalf of its owner: checkpointQuery →
+// checkpointNote, or nothing.
+const kindCheckpointOwner = "ckpt.owner"
+
+// ownerKinds are the calls that act for an owner and must carry the
+// owner's signed request.
+var ownerKinds = map[string]bool{kindCancel: true, kindScale: true, kindLogs: true, kindCheckpointOwner: true}
+
+// sealedCall is a call made for an owner: the owner's signed request, the
+// body it covers, and the call's own data.
+type sealedCall struct {
+	Proof owner.Proof     `json:"owner_proof"`
+	Body  []byte          `json:"body,omitempty"`
+	Call  json.RawMessage `json:"call"`
+}
+
+// signAsNode signs a spec submitted in-process with the node's owner key.
+func (n *Node) signAsNode(spec market.JobSpec) (market.SignedSpec, error) {
+	s, err := market.SignSpec(n.ownerKey, n.mesh.Network(), spec, time.Now())
+	if err != nil {
+		return s, &api.HTTPError{Status: http.StatusBadRequest, Field: "owner", Err: err}
+	}
+	return s, nil
+}
+
+// checkSubmission verifies a submitted spec's signature for this mesh and
+// that it was signed lately.
+func (n *Node) checkSubmission(s *market.SignedSpec, now time.Time) error {
+	bad := func(format string, args ...any) error {
+		return &api.HTTPError{Status: http.StatusBadRequest, Field: "signature", Err: fmt.Errorf(format, args...)}
+	}
+	if err := s.Verify(n.mesh.Network()); err != nil {
+		return bad("job %s: %w", s.Spec.ID, err)
+	}
+	switch age := now.Sub(s.Signature.SignedAt); {
+	case age > SpecMaxAge:
+		return bad("job %s was signed at %s, %v ago; a submission must be signed within %v: sign it again",
+			s.Spec.ID, s.Signature.SignedAt.Format(time.RFC3339), age.Round(time.Second), SpecMaxAge)
+	case age < -owner.RequestWindow:
+		return bad("job %s was signed at %s, %v in the future: is a clock wrong?", s.Spec.ID, s.Signature.SignedAt.Format(time.RFC3339), (-age).Round(time.Second))
+	}
+	return nil
+}
+
+// sealCall wraps the data of an owner's call with the owner's signed
+// request: the one the API verified, else one signed now with the key of an
+// owner-token caller, else (an in-process call) with the node's own key.
+func (n *Node) sealCall(ctx context.Context, kind string, data []byte, req any) []byte {
+	if !ownerKinds[kind] {
+		return data
+	}
+	c, ok := api.CallerFrom(ctx)
+	sc := sealedCall{Call: data}
+	if ok && c.Proof != nil {
+		sc.Proof, sc.Body = *c.Proof, c.Body
+	} else {
+		key := n.ownerKey
+		if ok && c.Key != nil {
+			key = *c.Key
+		}
+		method, target, body := ownerRequest(req)
+		sc.Proof, sc.Body = owner.SignRequest(key, method, target, body, time.Now()), body
+	}
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return data // unreachable: every field encodes
+	}
+	return b
+}
+
+// ownerRequest is the API request an owner would make for a call.
+func ownerRequest(req any) (method, target string, body []byte) {
+	switch r := req.(type) {
+	case string: // a cancel names the job
+		return http.MethodDelete, "/v1/jobs/" + r, nil
+	case scaleRequest:
+		b, _ := json.Marshal(api.ScaleRequest{Cards: r.Cards})
+		return http.MethodPost, "/v1/jobs/" + r.Job + "/scale", b
+	case logsRequest:
+		return http.MethodGet, "/v1/jobs/" + r.Job + "/logs", nil
+	case checkpointQuery:
+		return http.MethodGet, "/v1/jobs/" + r.Job + "/checkpoint", nil
+	}
+	return http.MethodGet, "/v1/jobs", nil
+}
+
+// guardCall checks a peer's call before it is served: an owner's call must
+// carry that owner's signed request for the job (unsealed here, so the
+// call's handler reads its own data); a checkpoint restore is served only to
+// a node that holds a placement of the job. It serves kindCheckpointOwner
+// itself. handled says the call is answered (err is the answer).
+func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(string, []byte) error) (handled bool, err error) {
+	if req.Kind == kindCheckpointGet {
+		var q checkpointQuery
+		if strictJSON(req.Data, &q) == nil {
+			if rec, ok := n.view.job(q.Job); ok && !placedOn(rec, req.Sender.String()) {
+				return true, asCallError(api.Errorf(http.StatusForbidden, "%s holds no share of job %s", req.Sender.ShortString(), q.Job))
+			}
+		}
+		return false, nil
+	}
+	if !ownerKinds[req.Kind] {
+		return false, nil
+	}
+	var sc sealedCall
+	if err := strictJSON(req.Data, &sc); err != nil {
+		return true, asCallError(api.Errorf(http.StatusUnauthorized, "%s must carry the job owner's signed request: %v", req.Kind, err))
+	}
+	req.Data = sc.Call
+	var job string
+	var scale scaleRequest
+	var query checkpointQuery
+	switch req.Kind {
+	case kindCancel:
+		err = strictJSON(sc.Call, &job)
+	case kindScale:
+		err = strictJSON(sc.Call, &scale)
+		job = scale.Job
+	case kindLogs:
+		var lr logsRequest
+		err = strictJSON(sc.Call, &lr)
+		job = lr.Job
+	case kindCheckpointOwner:
+		err = strictJSON(sc.Call, &query)
+		job = query.Job
+	}
+	if err != nil {
+		return true, asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
+	}
+	if err := n.authorize(ctx, req.Kind, &sc, job, scale.Cards); err != nil {
+		if isNotFound(err) && (req.Kind == kindCancel || req.Kind == kindScale) {
+			return false, nil // not held here: the handler answers 404 as it would
+		}
+		return true, asCallError(err)
+	}
+	if req.Kind == kindCheckpointOwner {
+		return true, n.serveOwnerCheckpoint(query, reply)
+	}
+	return false, nil
+}
+
+// authorize checks that sc proves the job's owner asks for what the call
+// does.
+func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job string, cards int) error {
+	p := &sc.Proof
+	if err := p.Verify(time.Now(), owner.RequestWindow); err != nil {
+		return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner's signed request: %v", kind, job, err)
+	}
+	rec, ok := n.view.job(job)
+	if !ok && kind == kindLogs {
+		var err error
+		if rec, err = n.Job(context.WithoutCancel(ctx), job); err == nil {
+			ok = true
+		}
+	}
+	if !ok {
+		return api.Errorf(http.StatusNotFound, "no job %s", job)
+	}
+	if string(p.Owner) != rec.Spec.Owner {
+		return forbidden(job, p.Owner)
+	}
+	want := func(method, path string) error {
+		if p.Method != method || p.Path() != path {
+			return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner signed %s %s, not this", kind, job, p.Method, p.Path())
+		}
+		return nil
+	}
+	switch kind {
+	case kindCancel:
+		return want(http.MethodDelete, "/v1/jobs/"+job)
+	case kindScale:
+		if err := want(http.MethodPost, "/v1/jobs/"+job+"/scale"); err != nil {
+			return err
+		}
+		var body api.ScaleRequest
+		if owner.BodyHash(sc.Body) != p.BodySHA256 || json.Unmarshal(sc.Body, &body) != nil || body.Cards != cards {
+			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %d cards: the owner signed another request", job, cards)
+		}
+		return nil
+	}
+	if p.Method != http.MethodGet {
+		return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner signed a %s, not a read", kind, job, p.Method)
+	}
+	return nil
+}
+
+// refusedOwner reports whether err is a peer's refusal of an owner's call
+// (401 or 403): an answer, not a peer that did not answer.
+func refusedOwner(err error) bool {
+	var he *api.HTTPError
+	return errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden)
+}
+
+func forbidden(job string, who owner.ID) error {
+	if who == "" {
+		return &api.HTTPError{Status: http.StatusForbidden, Err: api.ErrOwnerRequired}
+	}
+	return api.Errorf(http.StatusForbidden, "job %s belongs to another owner (this request is owner %s)", job, who.Short())
+}
+
+func placedOn(rec market.JobRecord, node string) bool {
+	for _, p := range rec.Placements {
+		if p.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// serveOwnerCheckpoint answers kindCheckpointOwner from this node's store:
+// the share's own latest checkpoint, or nothing.
+func (n *Node) serveOwnerCheckpoint(q checkpointQuery, reply func(string, []byte) error) error {
+	var note checkpointNote
+	if err := n.store.Get(store.Checkpoints, checkpointKey(q.Job, q.Share), &note); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	b, _ := json.Marshal(note)
+	return reply(kindCheckpointNote, b)
+}
+
+// tenantAPI is the Node as the API serves it: every job operation for the
+// owner the request authenticated as, and for nobody else.
+type tenantAPI struct{ *Node }
+
+var (
+	_ api.Backend          = tenantAPI{}
+	_ api.SignedSubmitter  = tenantAPI{}
+	_ api.CheckpointReader = tenantAPI{}
+)
+
+// callerOwner is the owner an API request authenticated as. A request
+// without one passed the node's gate (it is no stranger) but may not touch
+// jobs: 403, so that a client that holds the admin token is not asked for
+// another token.
+func callerOwner(ctx context.Context) (owner.ID, error) {
+	c, _ := api.CallerFrom(ctx)
+	if c.Owner == "" {
+		return "", &api.HTTPError{Status: http.StatusForbidden, Err: api.ErrOwnerRequired}
+	}
+	return c.Owner, nil
+}
+
+// own returns the job's record if the caller owns it.
+func (t tenantAPI) own(ctx context.Context, id string) (market.JobRecord, error) {
+	who, err := callerOwner(ctx)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	rec, err := t.Node.Job(ctx, id)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	if rec.Spec.Owner != string(who) {
+		return market.JobRecord{}, forbidden(id, who)
+	}
+	return rec, nil
+}
+
+// Submit implements api.Backend: a bare spec, signed for an owner-token
+// caller or refused.
+func (t tenantAPI) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
+	return t.SubmitSigned(ctx, market.SignedSpec{Spec: spec})
+}
+
+// SubmitSigned implements api.SignedSubmitter.
+func (t tenantAPI) SubmitSigned(ctx context.Context, s market.SignedSpec) (market.JobRecord, error) {
+	if !s.Signed() {
+		c, _ := api.CallerFrom(ctx)
+		if c.Key == nil {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "signature",
+				Err: fmt.Errorf("%w: sign it with the owner's key (gpumesh submit does), or submit with an owner token", market.ErrUnsigned)}
+		}
+		if s.Spec.ID == "" {
+			id, err := newJobID()
+			if err != nil {
+				return market.JobRecord{}, err
+			}
+			s.Spec.ID = id
+		}
+		if err := checkSpec(&s.Spec); err != nil {
+			return market.JobRecord{}, err
+		}
+		signed, err := market.SignSpec(*c.Key, t.mesh.Network(), s.Spec, time.Now())
+		if err != nil {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "owner", Err: err}
+		}
+		s = signed
+	}
+	return t.submitSigned(ctx, s)
+}
+
+// Jobs implements api.Backend: the caller's jobs; none for a caller that is
+// no owner (the admin's dashboard lists none).
+func (t tenantAPI) Jobs(ctx context.Context) ([]market.JobRecord, error) {
+	who, err := callerOwner(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	all, err := t.Node.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := all[:0]
+	for _, rec := range all {
+		if rec.Spec.Owner == string(who) {
+			mine = append(mine, rec)
+		}
+	}
+	return mine, nil
+}
+
+// Job implements api.Backend for the job's owner.
+func (t tenantAPI) Job(ctx context.Context, id string) (market.JobRecord, error) {
+	return t.own(ctx, id)
+}
+
+// Cancel implements api.Backend for the job's owner.
+func (t tenantAPI) Cancel(ctx context.Context, id string) (market.JobRecord, error) {
+	if _, err := t.own(ctx, id); err != nil {
+		return market.JobRecord{}, err
+	}
+	return t.Node.Cancel(ctx, id)
+}
+
+// Scale implements api.Backend for the job's owner.
+func (t tenantAPI) Scale(ctx context.Context, id string, cards int) (market.JobRecord, error) {
+	if _, err := t.own(ctx, id); err != nil {
+		return market.JobRecord{}, err
+	}
+	return t.Node.Scale(ctx, id, cards)
+}
+
+// Logs implements api.Backend for the job's owner.
+func (t tenantAPI) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
+	if _, err := t.own(ctx, req.Job); err != nil {
+		return err
+	}
+	return t.Node.Logs(ctx, req, w, flush)
+}
+
+// Checkpoint implements api.CheckpointReader for the job's owner: it finds
+// the share's latest checkpoint on the job's coordinator or a replica,
+// copies it here and streams it.
+func (t tenantAPI) Checkpoint(ctx context.Context, req api.CheckpointRequest, w io.Writer) error {
+	rec, err := t.own(ctx, req.Job)
+	if err != nil {
+		return err
+	}
+	note, from, found, err := t.findCheckpoint(ctx, rec, req.Share)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s share %d has no checkpoint yet", req.Job, req.Share)}
+	}
+	if from != t.id {
+		if err := t.fetchBlob(ctx, from.String(), note.Ref, t.cfg.CheckpointLimit); err != nil {
+			return api.Errorf(http.StatusBadGateway, "checkpoint of job %s share %d: %v", req.Job, req.Share, err)
+		}
+	}
+	f, err := t.payload.open(note.Ref)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// findCheckpoint asks the job's coordinator, then the job's other HRW
+// members, for the share's latest checkpoint.
+func (t tenantAPI) findCheckpoint(ctx context.Context, rec market.JobRecord, share int) (checkpointNote, peer.ID, bool, error) {
+	q := checkpointQuery{Job: rec.ID, Share: share}
+	var order []peer.ID
+	if pid, err := peer.Decode(rec.Coordinator); err == nil {
+		order = append(order, pid)
+	}
+	order = append(order, t.coordinators(rec.ID, t.cfg.Replicas+1)...)
+	tried := map[peer.ID]bool{}
+	var lastErr error
+	for _, pid := range order {
+		if tried[pid] {
+			continue
+		}
+		tried[pid] = true
+		if pid == t.id {
+			var note checkpointNote
+			if err := t.store.Get(store.Checkpoints, checkpointKey(rec.ID, share), &note); err == nil {
+				return note, pid, true, nil
+			}
+			continue
+		}
+		data, _ := json.Marshal(q)
+		data = t.sealCall(ctx, kindCheckpointOwner, data, q)
+		var note checkpointNote
+		got := false
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		t.dialable(pid)
+		err := t.direct.Call(cctx, pid, kindCheckpointOwner, data, func(m gossip.Message) error {
+			if m.Kind != kindCheckpointNote {
+				return fmt.Errorf("unexpected %q frame in a checkpoint reply", m.Kind)
+			}
+			got = true
+			return json.Unmarshal(m.Data, &note)
+		})
+		cancel()
+		if err != nil {
+			err = fromCallError(err)
+			var he *api.HTTPError
+			if errors.As(err, &he) && (he.Status == http.StatusForbidden || he.Status == http.StatusUnauthorized) {
+				return note, pid, false, err
+			}
+			lastErr = err
+			continue
+		}
+		if got {
+			return note, pid, true, nil
+		}
+	}
+	if lastErr != nil {
+		t.log.Debug("checkpoint lookup: a holder did not answer", "job", rec.ID, "err", lastErr)
+	}
+	return checkpointNote{}, "", false, nil
+}
