@@ -10,7 +10,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
-	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -96,42 +95,16 @@ func (m *Mesh) joinPeer(ctx context.Context, info peer.AddrInfo) error {
 			return fmt.Errorf("unreachable: %w", err)
 		}
 	}
-	if err := m.h.Connect(ctx, info); err != nil {
+	// Dial first, for a clear error when the peer cannot be reached or
+	// the connection handshake fails.
+	if _, err := m.h.Network().DialPeer(ctx, info.ID); err != nil {
 		return explainConnectError(err)
 	}
-	// memberlist's join runs a state exchange over the stream protocol;
-	// ask libp2p first whether the peer serves it, for a clear error.
-	if err := m.checkProtocol(ctx, info.ID); err != nil {
-		return err
-	}
 	if _, err := m.ml.Join([]string{info.ID.String() + "/" + swimHostPort(info.ID)}); err != nil {
-		return fmt.Errorf("membership exchange failed (another secret, or another network name?): %w", unwrapMultierror(err))
-	}
-	return nil
-}
-
-// checkProtocol fails with a clear error when the peer, once identified,
-// does not serve this network's membership protocol. Hosts without libp2p's
-// identify service are not checked.
-func (m *Mesh) checkProtocol(ctx context.Context, id peer.ID) error {
-	ider, ok := m.h.(interface{ IDService() identify.IDService })
-	if !ok {
-		return nil
-	}
-	for _, c := range m.h.Network().ConnsToPeer(id) {
-		select {
-		case <-ider.IDService().IdentifyWait(c):
-		case <-ctx.Done():
-			return fmt.Errorf("identify: %w", ctx.Err())
+		if m.tr.isForeign(info.ID) {
+			return fmt.Errorf("peer does not serve network %q (wrong network name?)", m.cfg.Network)
 		}
-		break
-	}
-	supported, err := m.h.Peerstore().SupportsProtocols(id, m.tr.streamProto)
-	if err != nil {
-		return fmt.Errorf("peerstore: %w", err)
-	}
-	if len(supported) == 0 {
-		return fmt.Errorf("peer does not serve network %q (wrong network name?)", m.cfg.Network)
+		return fmt.Errorf("membership exchange failed (another secret, or another network name?): %w", unwrapMultierror(err))
 	}
 	return nil
 }

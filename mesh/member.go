@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -70,7 +71,8 @@ type Member struct {
 // it, so the table shares it rather than copy 512 bytes per member.
 type entry struct {
 	id        peer.ID
-	state     State // alive, dead or left: memberlist's view
+	ip        net.IP // its synthetic address, computed once
+	state     State  // alive, dead or left: memberlist's view
 	since     time.Time
 	meta      []byte
 	decoded   *Meta // lazily decoded meta
@@ -103,12 +105,13 @@ func (t *memberTable) validAlive(n *memberlist.Node) error {
 	e := t.entries[n.Name]
 	known := e != nil && bytes.Equal(e.meta, n.Meta)
 	var id peer.ID
+	var ip net.IP
 	if e != nil {
-		id = e.id
+		id, ip = e.id, e.ip
 	}
 	t.mu.Unlock()
 	if known {
-		if n.Port != swimPort || !swimIP(id).Equal(n.Addr) {
+		if n.Port != swimPort || !ip.Equal(n.Addr) {
 			return fmt.Errorf("member %s claims address %v:%d, not its own", n.Name, n.Addr, n.Port)
 		}
 		return nil
@@ -163,7 +166,7 @@ func (t *memberTable) upsert(n *memberlist.Node, now time.Time) (peer.ID, bool) 
 			// the table consistent anyway.
 			return "", false
 		}
-		e = &entry{id: id}
+		e = &entry{id: id, ip: swimIP(id)}
 		t.entries[n.Name] = e
 	}
 	wasAlive := e.state == StateAlive

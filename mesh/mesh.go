@@ -137,7 +137,6 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 		log:         logger,
 		sendQueue:   cfg.SendQueue,
 		idleTimeout: cfg.StreamIdleTimeout,
-		dialTimeout: cfg.Profile.StreamTimeout,
 		beforeDial:  hooks.beforeDial,
 	})
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -34,7 +35,11 @@ type SimNetwork struct {
 	log     *slog.Logger
 	latency time.Duration
 
-	mu        sync.Mutex
+	// mu guards the maps below. Every stream a node opens checks them,
+	// so reads take the read lock only; blocked counts cut pairs and
+	// isolated or crashed nodes, so that a network with none skips the
+	// check of every new connection.
+	mu        sync.RWMutex
 	nodes     map[peer.ID]*Mesh
 	links     map[simPair]mocknet.Link
 	latencies map[simPair]time.Duration
@@ -43,6 +48,7 @@ type SimNetwork struct {
 	crashed   map[peer.ID]bool
 	next      uint32 // for node addresses
 	closed    bool
+	blocked   atomic.Int32
 }
 
 // SimOptions configures a SimNetwork.
@@ -148,9 +154,19 @@ func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
 func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 	return func(_ context.Context, other peer.ID) error {
 		p := pairOf(self, other)
+		s.mu.RLock()
+		_, linked := s.links[p]
+		apart := s.apartLocked(self, other)
+		s.mu.RUnlock()
+		if apart {
+			return ErrSimUnreachable
+		}
+		if linked {
+			return nil
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.closed || s.cut[p] || s.isolated[self] || s.isolated[other] || s.crashed[self] || s.crashed[other] {
+		if s.apartLocked(self, other) {
 			return ErrSimUnreachable
 		}
 		if _, ok := s.links[p]; ok {
@@ -173,13 +189,21 @@ func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 	}
 }
 
-// connected closes a connection the network does not allow.
+// apartLocked tells whether the network keeps a and b apart.
+func (s *SimNetwork) apartLocked(a, b peer.ID) bool {
+	return s.closed || s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
+}
+
+// connected closes a connection the network does not allow. mocknet calls
+// it with its notification lock held, so it must be quick.
 func (s *SimNetwork) connected(_ network.Network, c network.Conn) {
-	a, b := c.LocalPeer(), c.RemotePeer()
-	s.mu.Lock()
-	blocked := s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
-	s.mu.Unlock()
-	if blocked {
+	if s.blocked.Load() == 0 {
+		return
+	}
+	s.mu.RLock()
+	apart := s.apartLocked(c.LocalPeer(), c.RemotePeer())
+	s.mu.RUnlock()
+	if apart {
 		_ = c.Close()
 	}
 }
@@ -211,22 +235,32 @@ func (s *SimNetwork) SetLatency(a, b peer.ID, d time.Duration) {
 func (s *SimNetwork) Cut(a, b peer.ID) {
 	p := pairOf(a, b)
 	s.mu.Lock()
-	s.cut[p] = true
+	if !s.cut[p] {
+		s.cut[p] = true
+		s.blocked.Add(1)
+	}
 	s.mu.Unlock()
 	s.sever(p)
 }
 
 // Heal undoes Cut; the nodes reconnect on their next contact.
 func (s *SimNetwork) Heal(a, b peer.ID) {
+	p := pairOf(a, b)
 	s.mu.Lock()
-	delete(s.cut, pairOf(a, b))
+	if s.cut[p] {
+		delete(s.cut, p)
+		s.blocked.Add(-1)
+	}
 	s.mu.Unlock()
 }
 
 // Isolate cuts a node off from every other, until Reconnect.
 func (s *SimNetwork) Isolate(id peer.ID) {
 	s.mu.Lock()
-	s.isolated[id] = true
+	if !s.isolated[id] {
+		s.isolated[id] = true
+		s.blocked.Add(1)
+	}
 	s.mu.Unlock()
 	s.severAll(id)
 }
@@ -234,7 +268,10 @@ func (s *SimNetwork) Isolate(id peer.ID) {
 // Reconnect undoes Isolate.
 func (s *SimNetwork) Reconnect(id peer.ID) {
 	s.mu.Lock()
-	delete(s.isolated, id)
+	if s.isolated[id] {
+		delete(s.isolated, id)
+		s.blocked.Add(-1)
+	}
 	s.mu.Unlock()
 }
 
@@ -250,6 +287,7 @@ func (s *SimNetwork) Crash(id peer.ID) error {
 		return fmt.Errorf("mesh sim: no node %s", id)
 	}
 	s.crashed[id] = true
+	s.blocked.Add(1)
 	delete(s.nodes, id)
 	s.mu.Unlock()
 	s.severAll(id)
@@ -301,6 +339,7 @@ func (s *SimNetwork) Nodes() []*Mesh {
 func (s *SimNetwork) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.blocked.Add(1)
 	nodes := make([]*Mesh, 0, len(s.nodes))
 	for _, m := range s.nodes {
 		nodes = append(nodes, m)
