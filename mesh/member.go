@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sort"
 	"sync"
@@ -239,6 +240,25 @@ func (t *memberTable) isAlive(id peer.ID) bool {
 	defer t.mu.Unlock()
 	e := t.entries[id.String()]
 	return e != nil && e.state == StateAlive
+}
+
+// randomAlive returns an alive member other than this node, chosen by map
+// order (varied enough to spread resyncs).
+func (t *memberTable) randomAlive() (peer.ID, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	skip := rand.IntN(max(t.alive, 1))
+	var pick peer.ID
+	for name, e := range t.entries {
+		if e.state != StateAlive || name == t.self {
+			continue
+		}
+		pick = e.id
+		if skip--; skip < 0 {
+			break
+		}
+	}
+	return pick, pick != ""
 }
 
 // numAlive counts alive and suspect members, this node included.
