@@ -41,7 +41,6 @@ type SimNetwork struct {
 	// check of every new connection.
 	mu        sync.RWMutex
 	nodes     map[peer.ID]*Mesh
-	links     map[simPair]mocknet.Link
 	latencies map[simPair]time.Duration
 	cut       map[simPair]bool
 	isolated  map[peer.ID]bool
@@ -49,6 +48,18 @@ type SimNetwork struct {
 	next      uint32 // for node addresses
 	closed    bool
 	blocked   atomic.Int32
+
+	// links holds a *simLink per linked pair. Links are made by many
+	// nodes at once, each pair once: a map under mu would make every
+	// first contact wait for all others.
+	links sync.Map
+}
+
+// simLink is the mocknet link of a pair, made once.
+type simLink struct {
+	once sync.Once
+	l    mocknet.Link
+	err  error
 }
 
 // SimOptions configures a SimNetwork.
@@ -84,7 +95,6 @@ func NewSimNetwork(opts SimOptions) *SimNetwork {
 		log:       opts.Logger,
 		latency:   opts.Latency,
 		nodes:     make(map[peer.ID]*Mesh),
-		links:     make(map[simPair]mocknet.Link),
 		latencies: make(map[simPair]time.Duration),
 		cut:       make(map[simPair]bool),
 		isolated:  make(map[peer.ID]bool),
@@ -155,36 +165,33 @@ func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 	return func(_ context.Context, other peer.ID) error {
 		p := pairOf(self, other)
 		s.mu.RLock()
-		_, linked := s.links[p]
 		apart := s.apartLocked(self, other)
+		_, known := s.nodes[other]
+		latency, ok := s.latencies[p]
 		s.mu.RUnlock()
 		if apart {
 			return ErrSimUnreachable
 		}
-		if linked {
-			return nil
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.apartLocked(self, other) {
-			return ErrSimUnreachable
-		}
-		if _, ok := s.links[p]; ok {
-			return nil
-		}
-		if _, ok := s.nodes[other]; !ok {
-			return fmt.Errorf("%w: %s is not on the network", ErrSimUnreachable, other.ShortString())
-		}
-		l, err := s.mn.LinkPeers(p.a, p.b)
-		if err != nil {
-			return fmt.Errorf("mesh sim: link: %w", err)
-		}
-		d, ok := s.latencies[p]
 		if !ok {
-			d = s.latency
+			latency = s.latency
 		}
-		l.SetOptions(mocknet.LinkOptions{Latency: d})
-		s.links[p] = l
+		v, loaded := s.links.Load(p)
+		if !loaded {
+			if !known {
+				return fmt.Errorf("%w: %s is not on the network", ErrSimUnreachable, other.ShortString())
+			}
+			v, _ = s.links.LoadOrStore(p, &simLink{})
+		}
+		sl := v.(*simLink)
+		sl.once.Do(func() {
+			sl.l, sl.err = s.mn.LinkPeers(p.a, p.b)
+			if sl.err == nil {
+				sl.l.SetOptions(mocknet.LinkOptions{Latency: latency})
+			}
+		})
+		if sl.err != nil {
+			return fmt.Errorf("mesh sim: link: %w", sl.err)
+		}
 		return nil
 	}
 }
@@ -225,8 +232,12 @@ func (s *SimNetwork) SetLatency(a, b peer.ID, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latencies[p] = d
-	if l, ok := s.links[p]; ok {
-		l.SetOptions(mocknet.LinkOptions{Latency: d})
+	if v, ok := s.links.Load(p); ok {
+		sl := v.(*simLink)
+		sl.once.Do(func() {}) // wait for a link being made
+		if sl.l != nil {
+			sl.l.SetOptions(mocknet.LinkOptions{Latency: d})
+		}
 	}
 }
 
@@ -296,27 +307,28 @@ func (s *SimNetwork) Crash(id peer.ID) error {
 
 // severAll takes away every link of a node.
 func (s *SimNetwork) severAll(id peer.ID) {
-	s.mu.Lock()
 	var pairs []simPair
-	for p := range s.links {
-		if p.a == id || p.b == id {
+	s.links.Range(func(k, _ any) bool {
+		if p := k.(simPair); p.a == id || p.b == id {
 			pairs = append(pairs, p)
 		}
-	}
-	s.mu.Unlock()
+		return true
+	})
 	for _, p := range pairs {
 		s.sever(p)
 	}
 }
 
-// sever removes a link and closes the connections over it.
+// sever removes a link and closes the connections over it. A link being
+// made concurrently may survive in mocknet; connected closes whatever
+// connection it carries.
 func (s *SimNetwork) sever(p simPair) {
-	s.mu.Lock()
-	l, ok := s.links[p]
-	delete(s.links, p)
-	s.mu.Unlock()
-	if ok {
-		_ = s.mn.Unlink(l)
+	if v, ok := s.links.LoadAndDelete(p); ok {
+		sl := v.(*simLink)
+		sl.once.Do(func() {})
+		if sl.l != nil {
+			_ = s.mn.Unlink(sl.l)
+		}
 	}
 	_ = s.mn.DisconnectPeers(p.a, p.b)
 	_ = s.mn.DisconnectPeers(p.b, p.a)
