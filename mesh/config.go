@@ -79,7 +79,10 @@ type Config struct {
 	// LeaveTimeout bounds the graceful leave in Close. Default 3 s.
 	LeaveTimeout time.Duration
 	// StreamIdleTimeout is how long a packet stream to a peer stays open
-	// without traffic. Default 10 s.
+	// without traffic. Long enough to carry a probe, its ack and the
+	// indirect probes of one round, and every packet of a small mesh;
+	// in a large mesh most probes go to a peer not contacted for minutes,
+	// so longer buys little and costs a stream per peer. Default 3 s.
 	StreamIdleTimeout time.Duration
 	// SendQueue bounds the packets waiting to be written to one peer;
 	// more are dropped, as datagrams would be. Default 64.
@@ -130,7 +133,7 @@ func (c Config) withDefaults() Config {
 		c.LeaveTimeout = 3 * time.Second
 	}
 	if c.StreamIdleTimeout == 0 {
-		c.StreamIdleTimeout = 10 * time.Second
+		c.StreamIdleTimeout = 3 * time.Second
 	}
 	if c.SendQueue == 0 {
 		c.SendQueue = 64

@@ -52,9 +52,10 @@ func TestRealThreeNodesOnLoopbackTCP(t *testing.T) {
 			t.Errorf("%s sees a as %+v", n.ID().ShortString(), mem.Meta)
 		}
 	}
-	if s := a.Stats(); s.PacketsReceived == 0 || s.BytesSent == 0 || s.StreamBytes == 0 {
-		t.Errorf("no traffic counted: %+v", s)
-	}
+	waitFor(t, 20*time.Second, "probe traffic counted", func() bool {
+		s := a.Stats()
+		return s.PacketsReceived > 0 && s.BytesSent > 0 && s.StreamBytes > 0
+	})
 	// A graceful leave over real sockets is seen as left.
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
-	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -83,6 +82,12 @@ func (m *Mesh) join(ctx context.Context, infos []peer.AddrInfo) (int, error) {
 	if joined == 0 && len(jerr.Attempts) > 0 {
 		return 0, jerr
 	}
+	if joined > 0 {
+		select {
+		case m.joined <- struct{}{}:
+		default:
+		}
+	}
 	return joined, nil
 }
 
@@ -96,42 +101,16 @@ func (m *Mesh) joinPeer(ctx context.Context, info peer.AddrInfo) error {
 			return fmt.Errorf("unreachable: %w", err)
 		}
 	}
-	if err := m.h.Connect(ctx, info); err != nil {
+	// Dial first, for a clear error when the peer cannot be reached or
+	// the connection handshake fails.
+	if _, err := m.h.Network().DialPeer(ctx, info.ID); err != nil {
 		return explainConnectError(err)
 	}
-	// memberlist's join runs a state exchange over the stream protocol;
-	// ask libp2p first whether the peer serves it, for a clear error.
-	if err := m.checkProtocol(ctx, info.ID); err != nil {
-		return err
-	}
 	if _, err := m.ml.Join([]string{info.ID.String() + "/" + swimHostPort(info.ID)}); err != nil {
-		return fmt.Errorf("membership exchange failed (another secret, or another network name?): %w", unwrapMultierror(err))
-	}
-	return nil
-}
-
-// checkProtocol fails with a clear error when the peer, once identified,
-// does not serve this network's membership protocol. Hosts without libp2p's
-// identify service are not checked.
-func (m *Mesh) checkProtocol(ctx context.Context, id peer.ID) error {
-	ider, ok := m.h.(interface{ IDService() identify.IDService })
-	if !ok {
-		return nil
-	}
-	for _, c := range m.h.Network().ConnsToPeer(id) {
-		select {
-		case <-ider.IDService().IdentifyWait(c):
-		case <-ctx.Done():
-			return fmt.Errorf("identify: %w", ctx.Err())
+		if m.tr.isForeign(info.ID) {
+			return fmt.Errorf("peer does not serve network %q (wrong network name?)", m.cfg.Network)
 		}
-		break
-	}
-	supported, err := m.h.Peerstore().SupportsProtocols(id, m.tr.streamProto)
-	if err != nil {
-		return fmt.Errorf("peerstore: %w", err)
-	}
-	if len(supported) == 0 {
-		return fmt.Errorf("peer does not serve network %q (wrong network name?)", m.cfg.Network)
+		return fmt.Errorf("membership exchange failed (another secret, or another network name?): %w", unwrapMultierror(err))
 	}
 	return nil
 }
@@ -158,23 +137,44 @@ func unwrapMultierror(err error) error {
 	return err
 }
 
-// joinLoop keeps the node in a mesh: it joins the bootstrap peers with
+// resyncAfter are the delays after a successful join at which the node
+// exchanges its state once more with a random member. A join copies the
+// state of the peer joined; when many nodes join at once through different
+// peers, that state lacks the nodes that joined elsewhere a moment before,
+// and gossip of their arrival may be over by then: without a resync the
+// node would wait for the next periodic exchange (minutes in a large mesh).
+var resyncAfter = [...]time.Duration{2 * time.Second, 8 * time.Second}
+
+// loop keeps the node in a mesh: it joins the bootstrap peers with
 // exponential backoff until one answers, tries them again whenever the node
-// finds itself alone, and joins peers found by mDNS.
-func (m *Mesh) joinLoop() {
+// finds itself alone, joins peers found by mDNS, and resynchronizes after
+// every join.
+func (m *Mesh) loop() {
 	defer m.wg.Done()
 	infos, _ := peer.AddrInfosFromP2pAddrs(m.cfg.Join...) // Validate checked them
 	delay := m.cfg.JoinRetryMin
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	bootstrap := time.NewTimer(0)
+	defer bootstrap.Stop()
 	if len(infos) == 0 {
-		timer.Stop()
+		bootstrap.Stop()
 	}
+	resync := time.NewTimer(time.Hour)
+	resync.Stop()
+	defer resync.Stop()
+	step := len(resyncAfter)
 	joined := false
 	for {
 		select {
 		case <-m.done:
 			return
+		case <-m.joined:
+			step = 0
+			resync.Reset(resyncAfter[0])
+		case <-resync.C:
+			m.resync()
+			if step++; step < len(resyncAfter) {
+				resync.Reset(resyncAfter[step] - resyncAfter[step-1])
+			}
 		case info := <-m.found:
 			if info.ID == m.h.ID() || m.table.isAlive(info.ID) {
 				continue
@@ -186,9 +186,9 @@ func (m *Mesh) joinLoop() {
 				m.log.Info("mesh: joined peer found by mDNS", "peer", info.ID)
 			}
 			cancel()
-		case <-timer.C:
+		case <-bootstrap.C:
 			if joined && m.table.numAlive() > 1 {
-				timer.Reset(m.cfg.RejoinInterval)
+				bootstrap.Reset(m.cfg.RejoinInterval)
 				continue
 			}
 			ctx, cancel := m.joinContext()
@@ -197,7 +197,7 @@ func (m *Mesh) joinLoop() {
 			if err != nil {
 				m.joinFailures.Add(1)
 				m.log.Warn("mesh: bootstrap peers unreachable; running alone, will retry", "retry_in", delay, "err", err)
-				timer.Reset(jitter(delay))
+				bootstrap.Reset(jitter(delay))
 				delay = min(2*delay, m.cfg.JoinRetryMax)
 				continue
 			}
@@ -205,9 +205,20 @@ func (m *Mesh) joinLoop() {
 			joined = true
 			delay = m.cfg.JoinRetryMin
 			if m.cfg.RejoinInterval > 0 {
-				timer.Reset(m.cfg.RejoinInterval)
+				bootstrap.Reset(m.cfg.RejoinInterval)
 			}
 		}
+	}
+}
+
+// resync exchanges state with one random alive member.
+func (m *Mesh) resync() {
+	id, ok := m.table.randomAlive()
+	if !ok {
+		return
+	}
+	if _, err := m.ml.Join([]string{id.String() + "/" + swimHostPort(id)}); err != nil {
+		m.log.Debug("mesh: resync failed", "peer", id, "err", unwrapMultierror(err))
 	}
 }
 

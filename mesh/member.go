@@ -3,6 +3,8 @@ package mesh
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -70,7 +72,8 @@ type Member struct {
 // it, so the table shares it rather than copy 512 bytes per member.
 type entry struct {
 	id        peer.ID
-	state     State // alive, dead or left: memberlist's view
+	ip        net.IP // its synthetic address, computed once
+	state     State  // alive, dead or left: memberlist's view
 	since     time.Time
 	meta      []byte
 	decoded   *Meta // lazily decoded meta
@@ -103,12 +106,13 @@ func (t *memberTable) validAlive(n *memberlist.Node) error {
 	e := t.entries[n.Name]
 	known := e != nil && bytes.Equal(e.meta, n.Meta)
 	var id peer.ID
+	var ip net.IP
 	if e != nil {
-		id = e.id
+		id, ip = e.id, e.ip
 	}
 	t.mu.Unlock()
 	if known {
-		if n.Port != swimPort || !swimIP(id).Equal(n.Addr) {
+		if n.Port != swimPort || !ip.Equal(n.Addr) {
 			return fmt.Errorf("member %s claims address %v:%d, not its own", n.Name, n.Addr, n.Port)
 		}
 		return nil
@@ -163,7 +167,7 @@ func (t *memberTable) upsert(n *memberlist.Node, now time.Time) (peer.ID, bool) 
 			// the table consistent anyway.
 			return "", false
 		}
-		e = &entry{id: id}
+		e = &entry{id: id, ip: swimIP(id)}
 		t.entries[n.Name] = e
 	}
 	wasAlive := e.state == StateAlive
@@ -236,6 +240,25 @@ func (t *memberTable) isAlive(id peer.ID) bool {
 	defer t.mu.Unlock()
 	e := t.entries[id.String()]
 	return e != nil && e.state == StateAlive
+}
+
+// randomAlive returns an alive member other than this node, chosen by map
+// order (varied enough to spread resyncs).
+func (t *memberTable) randomAlive() (peer.ID, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	skip := rand.IntN(max(t.alive, 1))
+	var pick peer.ID
+	for name, e := range t.entries {
+		if e.state != StateAlive || name == t.self {
+			continue
+		}
+		pick = e.id
+		if skip--; skip < 0 {
+			break
+		}
+	}
+	return pick, pick != ""
 }
 
 // numAlive counts alive and suspect members, this node included.

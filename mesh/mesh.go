@@ -40,7 +40,8 @@ type Mesh struct {
 
 	notifiee *network.NotifyBundle
 	addrSub  event.Subscription
-	found    chan peer.AddrInfo // peers found by mDNS, for the join loop
+	found    chan peer.AddrInfo // peers found by mDNS, for the loop
+	joined   chan struct{}      // a join succeeded: the loop resyncs
 	// joinFailures counts the join loop's failed attempts (for tests).
 	joinFailures atomic.Uint64
 	mdns         interface{ Close() error }
@@ -113,16 +114,17 @@ func New(cfg Config) (*Mesh, error) {
 func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks simHooks) (*Mesh, error) {
 	logger := cfg.Logger.With("self", h.ID().ShortString())
 	m := &Mesh{
-		cfg:   cfg,
-		log:   logger,
-		h:     h,
-		owned: owned,
-		gater: g,
-		table: newMemberTable(h.ID().String(), cfg.DeadRetention),
-		hub:   newHub(),
-		found: make(chan peer.AddrInfo, 16),
-		done:  make(chan struct{}),
-		meta:  cfg.Meta,
+		cfg:    cfg,
+		log:    logger,
+		h:      h,
+		owned:  owned,
+		gater:  g,
+		table:  newMemberTable(h.ID().String(), cfg.DeadRetention),
+		hub:    newHub(),
+		found:  make(chan peer.AddrInfo, 16),
+		joined: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		meta:   cfg.Meta,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if err := m.refreshMeta(); err != nil {
@@ -137,7 +139,6 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 		log:         logger,
 		sendQueue:   cfg.SendQueue,
 		idleTimeout: cfg.StreamIdleTimeout,
-		dialTimeout: cfg.Profile.StreamTimeout,
 		beforeDial:  hooks.beforeDial,
 	})
 
@@ -180,10 +181,8 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 			return nil, err
 		}
 	}
-	if len(cfg.Join) > 0 || cfg.MDNS {
-		m.wg.Add(1)
-		go m.joinLoop()
-	}
+	m.wg.Add(1)
+	go m.loop()
 	return m, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -34,15 +35,31 @@ type SimNetwork struct {
 	log     *slog.Logger
 	latency time.Duration
 
-	mu        sync.Mutex
+	// mu guards the maps below. Every stream a node opens checks them,
+	// so reads take the read lock only; blocked counts cut pairs and
+	// isolated or crashed nodes, so that a network with none skips the
+	// check of every new connection.
+	mu        sync.RWMutex
 	nodes     map[peer.ID]*Mesh
-	links     map[simPair]mocknet.Link
 	latencies map[simPair]time.Duration
 	cut       map[simPair]bool
 	isolated  map[peer.ID]bool
 	crashed   map[peer.ID]bool
 	next      uint32 // for node addresses
 	closed    bool
+	blocked   atomic.Int32
+
+	// links holds a *simLink per linked pair. Links are made by many
+	// nodes at once, each pair once: a map under mu would make every
+	// first contact wait for all others.
+	links sync.Map
+}
+
+// simLink is the mocknet link of a pair, made once.
+type simLink struct {
+	once sync.Once
+	l    mocknet.Link
+	err  error
 }
 
 // SimOptions configures a SimNetwork.
@@ -78,7 +95,6 @@ func NewSimNetwork(opts SimOptions) *SimNetwork {
 		log:       opts.Logger,
 		latency:   opts.Latency,
 		nodes:     make(map[peer.ID]*Mesh),
-		links:     make(map[simPair]mocknet.Link),
 		latencies: make(map[simPair]time.Duration),
 		cut:       make(map[simPair]bool),
 		isolated:  make(map[peer.ID]bool),
@@ -148,38 +164,53 @@ func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
 func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 	return func(_ context.Context, other peer.ID) error {
 		p := pairOf(self, other)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed || s.cut[p] || s.isolated[self] || s.isolated[other] || s.crashed[self] || s.crashed[other] {
+		s.mu.RLock()
+		apart := s.apartLocked(self, other)
+		_, known := s.nodes[other]
+		latency, ok := s.latencies[p]
+		s.mu.RUnlock()
+		if apart {
 			return ErrSimUnreachable
 		}
-		if _, ok := s.links[p]; ok {
-			return nil
-		}
-		if _, ok := s.nodes[other]; !ok {
-			return fmt.Errorf("%w: %s is not on the network", ErrSimUnreachable, other.ShortString())
-		}
-		l, err := s.mn.LinkPeers(p.a, p.b)
-		if err != nil {
-			return fmt.Errorf("mesh sim: link: %w", err)
-		}
-		d, ok := s.latencies[p]
 		if !ok {
-			d = s.latency
+			latency = s.latency
 		}
-		l.SetOptions(mocknet.LinkOptions{Latency: d})
-		s.links[p] = l
+		v, loaded := s.links.Load(p)
+		if !loaded {
+			if !known {
+				return fmt.Errorf("%w: %s is not on the network", ErrSimUnreachable, other.ShortString())
+			}
+			v, _ = s.links.LoadOrStore(p, &simLink{})
+		}
+		sl := v.(*simLink)
+		sl.once.Do(func() {
+			sl.l, sl.err = s.mn.LinkPeers(p.a, p.b)
+			if sl.err == nil {
+				sl.l.SetOptions(mocknet.LinkOptions{Latency: latency})
+			}
+		})
+		if sl.err != nil {
+			return fmt.Errorf("mesh sim: link: %w", sl.err)
+		}
 		return nil
 	}
 }
 
-// connected closes a connection the network does not allow.
+// apartLocked tells whether the network keeps a and b apart.
+func (s *SimNetwork) apartLocked(a, b peer.ID) bool {
+	return s.closed || s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
+}
+
+// connected closes a connection the network does not allow. mocknet calls
+// it with its notification lock held, so it must be quick.
 func (s *SimNetwork) connected(_ network.Network, c network.Conn) {
-	a, b := c.LocalPeer(), c.RemotePeer()
-	s.mu.Lock()
-	blocked := s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
-	s.mu.Unlock()
-	if blocked {
+	if s.blocked.Load() == 0 {
+		return
+	}
+	s.mu.RLock()
+	apart := s.apartLocked(c.LocalPeer(), c.RemotePeer())
+	s.mu.RUnlock()
+	if apart {
 		_ = c.Close()
 	}
 }
@@ -201,8 +232,12 @@ func (s *SimNetwork) SetLatency(a, b peer.ID, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latencies[p] = d
-	if l, ok := s.links[p]; ok {
-		l.SetOptions(mocknet.LinkOptions{Latency: d})
+	if v, ok := s.links.Load(p); ok {
+		sl := v.(*simLink)
+		sl.once.Do(func() {}) // wait for a link being made
+		if sl.l != nil {
+			sl.l.SetOptions(mocknet.LinkOptions{Latency: d})
+		}
 	}
 }
 
@@ -211,22 +246,32 @@ func (s *SimNetwork) SetLatency(a, b peer.ID, d time.Duration) {
 func (s *SimNetwork) Cut(a, b peer.ID) {
 	p := pairOf(a, b)
 	s.mu.Lock()
-	s.cut[p] = true
+	if !s.cut[p] {
+		s.cut[p] = true
+		s.blocked.Add(1)
+	}
 	s.mu.Unlock()
 	s.sever(p)
 }
 
 // Heal undoes Cut; the nodes reconnect on their next contact.
 func (s *SimNetwork) Heal(a, b peer.ID) {
+	p := pairOf(a, b)
 	s.mu.Lock()
-	delete(s.cut, pairOf(a, b))
+	if s.cut[p] {
+		delete(s.cut, p)
+		s.blocked.Add(-1)
+	}
 	s.mu.Unlock()
 }
 
 // Isolate cuts a node off from every other, until Reconnect.
 func (s *SimNetwork) Isolate(id peer.ID) {
 	s.mu.Lock()
-	s.isolated[id] = true
+	if !s.isolated[id] {
+		s.isolated[id] = true
+		s.blocked.Add(1)
+	}
 	s.mu.Unlock()
 	s.severAll(id)
 }
@@ -234,7 +279,10 @@ func (s *SimNetwork) Isolate(id peer.ID) {
 // Reconnect undoes Isolate.
 func (s *SimNetwork) Reconnect(id peer.ID) {
 	s.mu.Lock()
-	delete(s.isolated, id)
+	if s.isolated[id] {
+		delete(s.isolated, id)
+		s.blocked.Add(-1)
+	}
 	s.mu.Unlock()
 }
 
@@ -250,6 +298,7 @@ func (s *SimNetwork) Crash(id peer.ID) error {
 		return fmt.Errorf("mesh sim: no node %s", id)
 	}
 	s.crashed[id] = true
+	s.blocked.Add(1)
 	delete(s.nodes, id)
 	s.mu.Unlock()
 	s.severAll(id)
@@ -258,27 +307,28 @@ func (s *SimNetwork) Crash(id peer.ID) error {
 
 // severAll takes away every link of a node.
 func (s *SimNetwork) severAll(id peer.ID) {
-	s.mu.Lock()
 	var pairs []simPair
-	for p := range s.links {
-		if p.a == id || p.b == id {
+	s.links.Range(func(k, _ any) bool {
+		if p := k.(simPair); p.a == id || p.b == id {
 			pairs = append(pairs, p)
 		}
-	}
-	s.mu.Unlock()
+		return true
+	})
 	for _, p := range pairs {
 		s.sever(p)
 	}
 }
 
-// sever removes a link and closes the connections over it.
+// sever removes a link and closes the connections over it. A link being
+// made concurrently may survive in mocknet; connected closes whatever
+// connection it carries.
 func (s *SimNetwork) sever(p simPair) {
-	s.mu.Lock()
-	l, ok := s.links[p]
-	delete(s.links, p)
-	s.mu.Unlock()
-	if ok {
-		_ = s.mn.Unlink(l)
+	if v, ok := s.links.LoadAndDelete(p); ok {
+		sl := v.(*simLink)
+		sl.once.Do(func() {})
+		if sl.l != nil {
+			_ = s.mn.Unlink(sl.l)
+		}
 	}
 	_ = s.mn.DisconnectPeers(p.a, p.b)
 	_ = s.mn.DisconnectPeers(p.b, p.a)
@@ -301,6 +351,7 @@ func (s *SimNetwork) Nodes() []*Mesh {
 func (s *SimNetwork) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.blocked.Add(1)
 	nodes := make([]*Mesh, 0, len(s.nodes))
 	for _, m := range s.nodes {
 		nodes = append(nodes, m)

@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	msmux "github.com/multiformats/go-multistream"
 )
 
 // The transport carries memberlist over libp2p: one port, libp2p's
@@ -63,7 +64,6 @@ type transportConfig struct {
 	sendQueue      int           // packets waiting per peer
 	sendQueueBytes int           // bytes waiting per peer
 	idleTimeout    time.Duration // packet stream idle time before close
-	dialTimeout    time.Duration // opening a packet stream
 	writeTimeout   time.Duration // one write on a packet stream
 	maxFrame       int
 
@@ -111,6 +111,7 @@ type link struct {
 	queue   [][]byte
 	queued  int
 	writing bool
+	foreign bool // it answered that it does not serve this network
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame or stream received
 }
@@ -146,9 +147,6 @@ func newTransport(cfg transportConfig) *transport {
 	}
 	if cfg.idleTimeout <= 0 {
 		cfg.idleTimeout = 10 * time.Second
-	}
-	if cfg.dialTimeout <= 0 {
-		cfg.dialTimeout = 10 * time.Second
 	}
 	if cfg.writeTimeout <= 0 {
 		cfg.writeTimeout = 5 * time.Second
@@ -354,21 +352,18 @@ func (t *transport) writeBatch(ps *packetStream, batch [][]byte) error {
 // openPacketStream opens a packet stream to l's peer, makes it the sending
 // stream and starts its reader.
 func (t *transport) openPacketStream(l *link) (*packetStream, error) {
-	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.dialTimeout)
-	defer cancel()
+	// No timeout of its own: libp2p bounds its dials, and a timer per
+	// stream is costly when thousands of nodes share a process.
+	ctx := t.ctx
 	if t.cfg.beforeDial != nil {
 		if err := t.cfg.beforeDial(ctx, l.id); err != nil {
 			return nil, err
 		}
 	}
-	s, err := t.h.NewStream(ctx, l.id, t.packetProto)
+	s, err := t.newStream(ctx, l.id, t.packetProto)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkConn(s); err != nil {
-		return nil, err
-	}
-	_ = s.Scope().SetService(swimService)
 	ps := &packetStream{s: s, outbound: true}
 	ps.lastUse.Store(time.Now().UnixNano())
 	if !t.addPacketStream(l, ps, true) {
@@ -376,6 +371,62 @@ func (t *transport) openPacketStream(l *link) (*packetStream, error) {
 		return nil, errTransportClosed
 	}
 	return ps, nil
+}
+
+// newStream opens a stream to a peer, dialing it if need be, and selects
+// proto lazily: the protocol header travels with the first write, and the
+// answer is read with the first read (ErrNotSupported from a peer of another
+// network). Unlike host.NewStream it does not wait for libp2p's identify
+// exchange on a new connection: the transport needs nothing it learns, and
+// the wait would cost a round trip on every new connection.
+func (t *transport) newStream(ctx context.Context, id peer.ID, proto protocol.ID) (network.Stream, error) {
+	ctx = network.WithAllowLimitedConn(ctx, "gpumesh membership")
+	s, err := t.h.Network().NewStream(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkConn(s); err != nil {
+		return nil, err
+	}
+	if err := s.SetProtocol(proto); err != nil {
+		_ = s.Reset()
+		return nil, err
+	}
+	_ = s.Scope().SetService(swimService)
+	return &lazyStream{Stream: s, rw: msmux.NewMSSelect(s, proto), onNotSupported: func() { t.markForeign(id) }}, nil
+}
+
+// lazyStream is a stream whose protocol is negotiated on first use.
+type lazyStream struct {
+	network.Stream
+	rw             io.ReadWriter
+	onNotSupported func()
+}
+
+func (s *lazyStream) Read(b []byte) (int, error) {
+	n, err := s.rw.Read(b)
+	if err != nil && errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}) {
+		s.onNotSupported()
+	}
+	return n, err
+}
+
+func (s *lazyStream) Write(b []byte) (int, error) { return s.rw.Write(b) }
+
+// markForeign records that a peer answered that it does not serve this
+// network's protocols.
+func (t *transport) markForeign(id peer.ID) {
+	t.mu.Lock()
+	t.linkLocked(id).foreign = true
+	t.mu.Unlock()
+}
+
+// isForeign tells whether the peer said it does not serve this network.
+func (t *transport) isForeign(id peer.ID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.links[id.String()]
+	return l != nil && l.foreign
 }
 
 // checkConn resets a stream whose connection closed while it was being
@@ -546,15 +597,11 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 			return nil, err
 		}
 	}
-	s, err := t.h.NewStream(ctx, l.id, t.streamProto)
+	s, err := t.newStream(ctx, l.id, t.streamProto)
 	if err != nil {
 		t.stats.dialFailures.Add(1)
 		return nil, err
 	}
-	if err := checkConn(s); err != nil {
-		return nil, err
-	}
-	_ = s.Scope().SetService(swimService)
 	c := t.newStreamConn(s, l)
 	if c == nil {
 		_ = s.Reset()
