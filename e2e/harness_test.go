@@ -58,6 +58,11 @@ type proc struct {
 	log     *syncBuffer
 	done    chan struct{}
 	peerID  string
+	// prefix runs the node under another command (ip netns exec NS);
+	// token is the API token, when the API needs one.
+	prefix []string
+	token  string
+	ip     string // the address it listens on; "" is 127.0.0.1
 }
 
 // syncBuffer is a log sink the test can read while the process writes.
@@ -111,8 +116,13 @@ func startNode(t *testing.T, name string, extra ...string) *proc {
 
 func (p *proc) start() {
 	p.t.Helper()
-	p.log = &syncBuffer{}
-	p.cmd = exec.Command(binary, p.args...)
+	if p.log == nil {
+		p.log = &syncBuffer{}
+	} else { // a restart: one log for every run of the node
+		fmt.Fprintf(p.log, "---- restarted at %s\n", time.Now().Format(time.RFC3339Nano))
+	}
+	argv := append(append(append([]string{}, p.prefix...), binary), p.args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
@@ -137,7 +147,11 @@ func (p *proc) start() {
 
 // joinAddr is the multiaddr other nodes --join.
 func (p *proc) joinAddr() string {
-	return fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", p.p2pPort, p.peerID)
+	ip := p.ip
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	return fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", ip, p.p2pPort, p.peerID)
 }
 
 // signal sends sig to the node process.
@@ -147,13 +161,24 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
-// kill ends the node and the jobs it started (SIGKILL to its group).
+// kill ends the node and the jobs it started, as a machine that crashes
+// does: SIGKILL to its group and to the groups of its jobs (each job runs in
+// a process group of its own).
 func (p *proc) kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
+	select {
+	case <-p.done:
+	default:
+		pid := p.cmd.Process.Pid
+		_ = syscall.Kill(pid, syscall.SIGSTOP) // no new jobs while its children are listed
+		for _, g := range childGroups(pid) {
+			_ = syscall.Kill(-g, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-p.done
+	}
 	if p.t.Failed() {
 		p.t.Logf("---- %s log (last 4000 bytes)\n%s", p.name, tail(p.log.String(), 4000))
 	}
@@ -180,7 +205,7 @@ var client = &http.Client{Timeout: 15 * time.Second}
 
 // get decodes GET path's JSON into v.
 func (p *proc) get(path string, v any) error {
-	resp, err := client.Get("http://" + p.apiAddr + path)
+	resp, err := p.request(http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}
@@ -194,7 +219,7 @@ func (p *proc) get(path string, v any) error {
 
 // text returns GET path's body.
 func (p *proc) text(path string) (string, error) {
-	resp, err := client.Get("http://" + p.apiAddr + path)
+	resp, err := p.request(http.MethodGet, path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -210,7 +235,7 @@ func (p *proc) text(path string) (string, error) {
 func (p *proc) submit(spec market.JobSpec) market.JobRecord {
 	p.t.Helper()
 	body, _ := json.Marshal(spec)
-	resp, err := client.Post("http://"+p.apiAddr+"/v1/jobs", "application/json", bytes.NewReader(body))
+	resp, err := p.request(http.MethodPost, "/v1/jobs", bytes.NewReader(body))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -227,7 +252,21 @@ func (p *proc) submit(spec market.JobSpec) market.JobRecord {
 }
 
 func (p *proc) do(method, path string) (*http.Response, error) {
-	req, _ := http.NewRequestWithContext(context.Background(), method, "http://"+p.apiAddr+path, nil)
+	return p.request(method, path, nil)
+}
+
+// request sends one API request, with the token when the node has one.
+func (p *proc) request(method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), method, "http://"+p.apiAddr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
 	return client.Do(req)
 }
 
