@@ -47,6 +47,9 @@ type chaosJob struct {
 	exit int
 	// cancelled: the test cancelled it, so cancelled is a legitimate end.
 	cancelled bool
+	// ended: a record of it was seen in an end state (the suite stops
+	// asking about it until the end).
+	ended bool
 }
 
 // The variables the suite's jobs read. CHAOS_MARKS also tags every process
@@ -320,6 +323,15 @@ func (c *cluster) record(id string) (market.JobRecord, error) {
 			c.note("slow: GET job %s through %s took %v: %v", id, p.name, took.Round(time.Millisecond), err)
 		}
 		if err == nil {
+			if rec.State.Terminal() {
+				c.mu.Lock()
+				for _, j := range c.jobs {
+					if j.id == id {
+						j.ended = true
+					}
+				}
+				c.mu.Unlock()
+			}
 			return rec, nil
 		}
 	}
@@ -537,7 +549,8 @@ func (c *cluster) attemptStarted(job string, share int, epoch uint64) (time.Time
 }
 
 // settle waits until every job has ended (cancelling the services first)
-// and returns the final records.
+// and returns the final records; a job still going at the deadline is
+// reported with its last record.
 func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 	c.t.Helper()
 	for _, j := range c.jobs {
@@ -546,24 +559,35 @@ func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 		}
 	}
 	out := map[string]market.JobRecord{}
+	errs := map[string]error{}
 	deadline := time.Now().Add(within)
-	for _, j := range c.jobs {
-		var rec market.JobRecord
-		var err error
-		ok := false
-		for !ok && time.Now().Before(deadline) {
-			var r market.JobRecord
-			r, err = c.record(j.id)
-			rec = r
-			ok = err == nil && r.State.Terminal() && len(r.Live()) == 0
-			if !ok {
-				time.Sleep(50 * time.Millisecond) // polling interval
+	for {
+		left := 0
+		for _, j := range c.jobs {
+			if r, ok := out[j.id]; ok && r.State.Terminal() && len(r.Live()) == 0 {
+				continue
+			}
+			r, err := c.record(j.id)
+			if err == nil {
+				out[j.id] = r
+			}
+			errs[j.id] = err
+			if err != nil || !r.State.Terminal() || len(r.Live()) > 0 {
+				left++
 			}
 		}
-		if !ok {
-			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&rec), err)
+		if left == 0 {
+			return out
 		}
-		out[j.id] = rec
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	for _, j := range c.jobs {
+		if r := out[j.id]; !r.State.Terminal() || len(r.Live()) > 0 {
+			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&r), errs[j.id])
+		}
 	}
 	return out
 }
@@ -657,8 +681,8 @@ func (c *cluster) noStrayProcesses(within time.Duration) []string {
 }
 
 // finish settles the jobs, checks every invariant and fails the test on a
-// violation. It returns the final records.
-func (c *cluster) finish(within time.Duration) map[string]market.JobRecord {
+// violation. It returns the final records and the number of violations.
+func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int) {
 	c.t.Helper()
 	recs := c.settle(within)
 	if c.t.Failed() && os.Getenv("GPUMESH_CHAOS_LOGS") != "" {
@@ -675,5 +699,5 @@ func (c *cluster) finish(within time.Duration) map[string]market.JobRecord {
 			c.t.Logf("final %s: %s", j.id, describe(&r))
 		}
 	}
-	return recs
+	return recs, len(bad)
 }

@@ -182,7 +182,7 @@ func TestChaosStallPastTheLease(t *testing.T) {
 	eventually(t, deadline, "the stalled runner's old attempt is gone after it resumed", func() bool { return !groupAlive(mL.pgid) })
 	t.Logf("stalled runner's attempt gone %v after it resumed", time.Since(resumed).Round(time.Millisecond))
 
-	recs := c.finish(40 * time.Second)
+	recs, _ := c.finish(40 * time.Second)
 	// The short job's old attempt finished while frozen and reported exit 0
 	// after: its result was not believed, nor its later usage paid.
 	for _, p := range recs[short.id].Placements {
