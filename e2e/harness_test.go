@@ -67,6 +67,11 @@ type proc struct {
 	log     *syncBuffer
 	done    chan struct{}
 	peerID  string
+	// prefix runs the node under another command (ip netns exec NS);
+	// token is the API token, when the API needs one.
+	prefix []string
+	token  string
+	ip     string // the address it listens on; "" is 127.0.0.1
 }
 
 // syncBuffer is a log sink the test can read while the process writes.
@@ -120,8 +125,13 @@ func startNode(t testing.TB, name string, extra ...string) *proc {
 
 func (p *proc) start() {
 	p.t.Helper()
-	p.log = &syncBuffer{}
-	p.cmd = exec.Command(binary, p.args...)
+	if p.log == nil {
+		p.log = &syncBuffer{}
+	} else { // a restart: one log for every run of the node
+		fmt.Fprintf(p.log, "---- restarted at %s\n", time.Now().Format(time.RFC3339Nano))
+	}
+	argv := append(append(append([]string{}, p.prefix...), binary), p.args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
@@ -146,7 +156,11 @@ func (p *proc) start() {
 
 // joinAddr is the multiaddr other nodes --join.
 func (p *proc) joinAddr() string {
-	return fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", p.p2pPort, p.peerID)
+	ip := p.ip
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	return fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", ip, p.p2pPort, p.peerID)
 }
 
 // signal sends sig to the node process.
@@ -156,13 +170,24 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
-// kill ends the node and the jobs it started (SIGKILL to its group).
+// kill ends the node and the jobs it started, as a machine that crashes
+// does: SIGKILL to its group and to the groups of its jobs (each job runs in
+// a process group of its own).
 func (p *proc) kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
+	select {
+	case <-p.done:
+	default:
+		pid := p.cmd.Process.Pid
+		_ = syscall.Kill(pid, syscall.SIGSTOP) // no new jobs while its children are listed
+		for _, g := range childGroups(pid) {
+			_ = syscall.Kill(-g, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-p.done
+	}
 	if p.t.Failed() {
 		p.t.Logf("---- %s log (last 4000 bytes)\n%s", p.name, tail(p.log.String(), 4000))
 	}
@@ -207,6 +232,9 @@ func (p *proc) signed(method, path string, body []byte) (*http.Response, error) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set(owner.Header, owner.SignRequest(testOwner(), method, req.URL.RequestURI(), body, time.Now()).HeaderValue())
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
 	return client.Do(req)
 }
 

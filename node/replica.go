@@ -158,10 +158,13 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 }
 
 // succeed adopts the jobs whose coordinator was lost and for which this
-// node is now first in the HRW order among live members. It runs on the
-// driver.
+// node is now first in the HRW order among the live members that hold the
+// job's record. It runs on the driver; when live members rank above this
+// node, they are asked off the driver whether they hold the record: one
+// that does not (a replica that could not reach it, a node that became a
+// coordinator since the record was replicated) would never take the job
+// over, so it is passed over.
 func (n *Node) succeed(lost peer.ID) {
-	now := time.Now()
 	for _, rec := range n.view.coordinatedBy(lost.String()) {
 		if rec.State.Terminal() {
 			continue
@@ -169,34 +172,77 @@ func (n *Node) succeed(lost peer.ID) {
 		if _, mine := n.mk.Job(rec.ID); mine {
 			continue
 		}
-		next := n.firstLive(rec.ID, lost)
-		if next != n.id {
-			continue
+		ahead, listed := n.liveAhead(rec.ID, lost)
+		switch {
+		case !listed:
+		case len(ahead) == 0:
+			n.adopt(rec, lost, rec.Term+1)
+		default:
+			n.wg.Add(1)
+			go n.adoptUnlessHeld(rec, lost, ahead)
 		}
-		if err := n.mk.Step(market.JobAdopted{Now: now, Record: rec, Term: rec.Term + 1}); err != nil {
-			n.log.Warn("cannot take over job", "job", rec.ID, "from", lost.ShortString(), "err", err)
-			continue
-		}
-		n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", rec.Term+1)
-		n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost"})
 	}
 }
 
-// firstLive is the first member of the job's HRW list that is alive and
-// not lost.
-func (n *Node) firstLive(job string, lost peer.ID) peer.ID {
+// adopt makes this node the job's coordinator under term.
+func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
+	now := time.Now()
+	if err := n.mk.Step(market.JobAdopted{Now: now, Record: rec, Term: term}); err != nil {
+		n.log.Warn("cannot take over job", "job", rec.ID, "from", lost.ShortString(), "err", err)
+		return
+	}
+	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term)
+	n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost"})
+}
+
+// successorAsk bounds the question to a member ranked above this node.
+const successorAsk = 500 * time.Millisecond
+
+// adoptUnlessHeld asks the live members ranked above this node for the
+// job's record, and adopts the job if none of them holds it. Each member
+// passed over raises the term by one more, so that if it takes the job
+// over after all, the two coordinators do not share a term: the lower one
+// yields when they meet.
+func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.ID) {
+	defer n.wg.Done()
+	for _, id := range ahead {
+		ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+		got, err := n.call(ctx, id, kindGet, rec.ID)
+		cancel()
+		if n.ctx.Err() != nil {
+			return
+		}
+		if err == nil && got.ID == rec.ID {
+			return // it holds the record: the job is its to take
+		}
+		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
+	}
+	term := rec.Term + 1 + uint64(len(ahead))
+	n.postWait(func() {
+		held, ok := n.view.job(rec.ID)
+		if _, mine := n.mk.Job(rec.ID); mine || !ok || held.Coordinator != lost.String() {
+			return // taken over meanwhile
+		}
+		n.adopt(held, lost, term)
+	})
+}
+
+// liveAhead returns the members ranked above this node in the job's HRW
+// list that are alive, the lost coordinator aside; listed is false when
+// this node is not on the list.
+func (n *Node) liveAhead(job string, lost peer.ID) (ahead []peer.ID, listed bool) {
 	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
 		if id == lost {
 			continue
 		}
 		if id == n.id {
-			return id
+			return ahead, true
 		}
 		if m, ok := n.mesh.Member(id); ok && m.State == mesh.StateAlive {
-			return id
+			ahead = append(ahead, id)
 		}
 	}
-	return ""
+	return nil, false
 }
 
 // probeLost checks a peer this node lost its connection to: when it cannot

@@ -1,0 +1,703 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// cluster is a mesh of node processes that the chaos suite injures, and the
+// books it keeps to judge the outcome: every job the mesh acknowledged, the
+// markers the jobs' attempts wrote, the faults injected.
+type cluster struct {
+	t     *testing.T
+	nodes []*proc
+	down  map[*proc]bool // crashed and not restarted
+	lab   *netLab        // nil: every node on loopback
+	marks string         // where attempts write their markers
+	rng   *rand.Rand
+
+	mu     sync.Mutex
+	jobs   []*chaosJob
+	faults map[string]int
+	events []string // what happened, for a failure's report
+	start  time.Time
+	// doubleUse lists the cards seen used by two attempts' processes at
+	// once (cardWatch).
+	doubleUse []string
+}
+
+// chaosJob is a job the mesh acknowledged.
+type chaosJob struct {
+	id   string
+	spec market.JobSpec
+	// exit is the status every attempt exits with when its work is done.
+	exit int
+	// cancelled: the test cancelled it, so cancelled is a legitimate end.
+	cancelled bool
+	// ended: a record of it was seen in an end state (the suite stops
+	// asking about it until the end).
+	ended bool
+}
+
+// The variables the suite's jobs read. CHAOS_MARKS also tags every process
+// of a test's jobs, so that none can outlive the test unnoticed.
+const (
+	envMarks = "CHAOS_MARKS"
+	envRun   = "CHAOS_RUN"  // seconds of work
+	envExit  = "CHAOS_EXIT" // exit status when done
+	envSteps = "CHAOS_STEPS"
+	envCkpt  = "CHAOS_CKPT_KB" // checkpoint ballast written at the end
+)
+
+// batchScript does CHAOS_RUN seconds of work. Each attempt writes
+// MARKS/JOB.SHARE.EPOCH.start holding its process group when it starts, and
+// .end when its work is done, then exits with CHAOS_EXIT.
+const batchScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+echo $$ > $m.start
+sleep $CHAOS_RUN
+echo $$ > $m.end
+exit $CHAOS_EXIT`
+
+// stepScript counts CHAOS_STEPS steps of 100 ms in its checkpoint, resuming
+// from the restored one (.from says where each attempt resumed), then
+// writes CHAOS_CKPT_KB of ballast to the checkpoint and ends; the runner
+// ships the checkpoint as the attempt ends.
+const stepScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+d=$GPUMESH_CHECKPOINT_DIR
+s=$(cat $d/step 2>/dev/null || echo 0)
+echo $$ > $m.start
+echo $s > $m.from
+while [ $s -lt $CHAOS_STEPS ]; do s=$((s+1)); echo $s > $d/step; sleep 0.1; done
+head -c ${CHAOS_CKPT_KB}k /dev/urandom > $d/ballast
+echo $$ > $m.end
+exit 0`
+
+// serviceScript runs until stopped.
+const serviceScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+echo $$ > $m.start
+exec sleep 100000`
+
+// newCluster starts one node per spec of simulated cards (loopback, or in
+// the lab's namespaces when lab is not nil), each joining those before it,
+// and waits until every node sees all of them. prices, when not nil, gives
+// each node a --price (MODEL=CNY).
+func newCluster(t *testing.T, lab *netLab, seed uint64, specs, prices []string) *cluster {
+	t.Helper()
+	c := &cluster{
+		t: t, lab: lab, marks: t.TempDir(), down: map[*proc]bool{}, faults: map[string]int{},
+		rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(),
+	}
+	t.Logf("chaos seed %d", seed)
+	cards := 0
+	for i, spec := range specs {
+		name := fmt.Sprintf("n%d", i)
+		args := []string{"--sim", spec, "--sim-seed", name}
+		if prices != nil && prices[i] != "" {
+			args = append(args, "--price", prices[i])
+		}
+		for j := max(0, i-3); j < i; j++ {
+			args = append(args, "--join", c.nodes[j].joinAddr())
+		}
+		var p *proc
+		if lab != nil {
+			p = lab.startNode(t, i, name, args...)
+		} else {
+			p = startNode(t, name, args...)
+		}
+		c.nodes = append(c.nodes, p)
+		cards += simCards(spec)
+	}
+	waitAllSee(t, c.nodes, len(specs), cards)
+	c.watchCards()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos events:\n%s", strings.Join(c.events, "\n"))
+		}
+		c.saveLogs()
+	})
+	return c
+}
+
+// watchCards samples the test's job processes every 100 ms until the test
+// ends, and records every card that two attempts' processes hold at once
+// (from the card IDs in their CUDA_VISIBLE_DEVICES).
+func (c *cluster) watchCards() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	seen := map[string]bool{}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			holders := map[string]map[string]bool{}
+			for _, p := range jobProcs(envMarks, c.marks) {
+				attempt := p.env["GPUMESH_JOB_ID"] + "/" + p.env["GPUMESH_SHARE"] + "/e" + p.env["GPUMESH_EPOCH"]
+				for _, card := range strings.Split(p.env["CUDA_VISIBLE_DEVICES"], ",") {
+					if card == "" {
+						continue
+					}
+					if holders[card] == nil {
+						holders[card] = map[string]bool{}
+					}
+					holders[card][attempt] = true
+				}
+			}
+			for card, as := range holders {
+				if len(as) < 2 {
+					continue
+				}
+				names := make([]string, 0, len(as))
+				for a := range as {
+					names = append(names, a)
+				}
+				sort.Strings(names)
+				key := card + strings.Join(names, ",")
+				if !seen[key] {
+					seen[key] = true
+					c.mu.Lock()
+					c.doubleUse = append(c.doubleUse, fmt.Sprintf("card %s run by %s at once", card, strings.Join(names, " and ")))
+					c.mu.Unlock()
+				}
+			}
+		}
+	}()
+	c.t.Cleanup(func() { close(stop); <-done })
+}
+
+// dumpStacks makes every live node print its goroutines (SIGQUIT) into
+// its log, and waits for it to exit.
+func (c *cluster) dumpStacks() {
+	for _, p := range c.live() {
+		p.signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// saveLogs writes every node's log, all its runs, and the events to
+// $GPUMESH_CHAOS_LOGS/TEST/ when that is set.
+func (c *cluster) saveLogs() {
+	dir := os.Getenv("GPUMESH_CHAOS_LOGS")
+	if dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(c.t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Log(err)
+		return
+	}
+	for _, p := range c.nodes {
+		_ = os.WriteFile(filepath.Join(dir, p.name+"-"+short(p.peerID)+".log"), []byte(p.log.String()), 0o644)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "events.txt"), []byte(strings.Join(c.events, "\n")+"\n"), 0o644)
+}
+
+// simCards counts the cards of a --sim spec ("a100-80g:2,l40s-48g:1").
+func simCards(spec string) int {
+	n := 0
+	for _, part := range strings.Split(spec, ",") {
+		var k int
+		fmt.Sscanf(part[strings.LastIndexByte(part, ':')+1:], "%d", &k)
+		n += k
+	}
+	return n
+}
+
+// note records an event with its time since the cluster started.
+func (c *cluster) note(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, fmt.Sprintf("%7.3fs ", time.Since(c.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (c *cluster) fault(kind string, format string, args ...any) {
+	c.mu.Lock()
+	c.faults[kind]++
+	c.mu.Unlock()
+	c.note(kind+": "+format, args...)
+}
+
+// live returns the nodes that are up.
+func (c *cluster) live() []*proc {
+	var out []*proc
+	for _, p := range c.nodes {
+		if !c.down[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// any returns a live node at random.
+func (c *cluster) any() *proc {
+	l := c.live()
+	return l[c.rng.IntN(len(l))]
+}
+
+func (c *cluster) byID(id string) *proc {
+	for _, p := range c.nodes {
+		if p.peerID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// batch is a spec of one card for seconds of work, exiting with exit.
+func (c *cluster) batch(seconds float64, exit int) market.JobSpec {
+	return market.JobSpec{
+		Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", batchScript},
+		Env: map[string]string{envMarks: c.marks, envRun: fmt.Sprint(seconds), envExit: fmt.Sprint(exit)},
+	}
+}
+
+// stepper is a checkpointing spec of steps 100 ms steps and kb of ballast.
+func (c *cluster) stepper(steps, kb int) market.JobSpec {
+	return market.JobSpec{
+		Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", stepScript},
+		Env: map[string]string{envMarks: c.marks, envSteps: fmt.Sprint(steps), envCkpt: fmt.Sprint(kb)},
+	}
+}
+
+// service is a service spec of replicas one-card replicas.
+func (c *cluster) service(replicas int) market.JobSpec {
+	return market.JobSpec{
+		Cards: 1, MaxPriceCNY: 50, Kind: market.KindService, Replicas: replicas,
+		Command: []string{"sh", "-c", serviceScript},
+		Env:     map[string]string{envMarks: c.marks},
+	}
+}
+
+// submit submits spec through p and remembers the acknowledged job.
+func (c *cluster) submit(p *proc, spec market.JobSpec) *chaosJob {
+	c.t.Helper()
+	rec := p.submit(spec)
+	exit := 0
+	if spec.Env[envExit] != "" {
+		fmt.Sscanf(spec.Env[envExit], "%d", &exit)
+	}
+	j := &chaosJob{id: rec.ID, spec: spec, exit: exit}
+	c.mu.Lock()
+	c.jobs = append(c.jobs, j)
+	c.mu.Unlock()
+	c.note("submitted %s through %s (coordinator %s)", rec.ID, p.name, c.name(rec.Coordinator))
+	return j
+}
+
+func (c *cluster) name(id string) string {
+	if p := c.byID(id); p != nil {
+		return p.name
+	}
+	return short(id)
+}
+
+// record reads a job's record through any live node that answers.
+func (c *cluster) record(id string) (market.JobRecord, error) {
+	var err error
+	for _, p := range c.live() {
+		var rec market.JobRecord
+		start := time.Now()
+		rec, err = p.job(id)
+		if took := time.Since(start); took > 2*time.Second {
+			c.note("slow: GET job %s through %s took %v: %v", id, p.name, took.Round(time.Millisecond), err)
+		}
+		if err == nil {
+			if rec.State.Terminal() {
+				c.mu.Lock()
+				for _, j := range c.jobs {
+					if j.id == id {
+						j.ended = true
+					}
+				}
+				c.mu.Unlock()
+			}
+			return rec, nil
+		}
+	}
+	return market.JobRecord{}, err
+}
+
+// waitRecord polls the job's record until cond holds.
+func (c *cluster) waitRecord(id string, within time.Duration, what string, cond func(market.JobRecord) bool) market.JobRecord {
+	c.t.Helper()
+	var rec market.JobRecord
+	var lastErr error
+	defer func() {
+		if c.t.Failed() {
+			c.t.Logf("job %s last seen: %s; last error: %v", id, describe(&rec), lastErr)
+		}
+	}()
+	eventually(c.t, within, fmt.Sprintf("job %s: %s", id, what), func() bool {
+		r, err := c.record(id)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		rec = r
+		return cond(r)
+	})
+	return rec
+}
+
+// running waits until the job's shares all run and returns the record.
+func (c *cluster) running(id string, within time.Duration) market.JobRecord {
+	c.t.Helper()
+	return c.waitRecord(id, within, "running", func(r market.JobRecord) bool {
+		if r.State != market.JobRunning {
+			return false
+		}
+		for _, p := range r.Live() {
+			if p.State != market.PlacementRunning || p.StartedAt.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// describe is a record in one line, for messages.
+func describe(r *market.JobRecord) string {
+	if r.ID == "" {
+		return "nothing"
+	}
+	var ps []string
+	for _, p := range r.Placements {
+		ps = append(ps, fmt.Sprintf("s%d/e%d@%s:%s", p.Share, p.Epoch, short(p.Node), p.State))
+	}
+	return fmt.Sprintf("%s term %d coord %s [%s] %s", r.State, r.Term, short(r.Coordinator), strings.Join(ps, " "), r.Reason)
+}
+
+// runnersOf returns the nodes that run the job's live attempts.
+func (c *cluster) runnersOf(rec market.JobRecord) []*proc {
+	var out []*proc
+	for _, p := range rec.Live() {
+		if n := c.byID(p.Node); n != nil && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// crash kills a node as a machine crash does: the node and its jobs at
+// once, no goodbye.
+func (c *cluster) crash(p *proc, why string) {
+	p.kill()
+	c.down[p] = true
+	c.fault("crash", "%s (%s)", p.name, why)
+}
+
+// restart starts a crashed node again with its data dir, joining the
+// nodes that are up.
+func (c *cluster) restart(p *proc) {
+	c.t.Helper()
+	var args []string
+	for i := 0; i < len(p.args); i++ {
+		if p.args[i] == "--join" {
+			i++
+			continue
+		}
+		args = append(args, p.args[i])
+	}
+	for _, q := range c.live() {
+		if q != p {
+			args = append(args, "--join", q.joinAddr())
+		}
+	}
+	p.args = args
+	p.start()
+	delete(c.down, p)
+	c.note("restarted %s", p.name)
+	c.waitMembership()
+}
+
+// waitMembership waits until every live node sees exactly the live nodes
+// alive.
+func (c *cluster) waitMembership() {
+	c.t.Helper()
+	live := c.live()
+	for _, p := range live {
+		eventually(c.t, 30*time.Second, p.name+" sees every live node alive, and no other", func() bool {
+			peers := p.peers()
+			for _, q := range live {
+				if peers[q.peerID].State != "alive" {
+					return false
+				}
+			}
+			return countAlive(peers) == len(live)
+		})
+	}
+}
+
+func countAlive(peers map[string]api.Peer) int {
+	n := 0
+	for _, m := range peers {
+		if m.State == "alive" {
+			n++
+		}
+	}
+	return n
+}
+
+// restartAll brings every crashed node back.
+func (c *cluster) restartAll() {
+	c.t.Helper()
+	for _, p := range c.nodes {
+		if c.down[p] {
+			c.restart(p)
+		}
+	}
+}
+
+// stall stops a node's process (not its jobs) for d: a node frozen by the
+// host, a VM paused, a process swapped out. While stopped it can neither
+// renew its leases nor stop its jobs.
+func (c *cluster) stall(p *proc, d time.Duration) {
+	p.signal(syscall.SIGSTOP)
+	c.fault("stall", "%s for %v", p.name, d)
+	time.Sleep(d) // the fault's length, not synchronization
+	p.signal(syscall.SIGCONT)
+	c.note("%s resumed", p.name)
+}
+
+// cancel cancels a job through a live node.
+func (c *cluster) cancel(j *chaosJob) {
+	c.t.Helper()
+	j.cancelled = true
+	eventually(c.t, 20*time.Second, "cancel "+j.id, func() bool {
+		resp, err := c.any().do(http.MethodDelete, "/v1/jobs/"+j.id)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	c.note("cancelled %s", j.id)
+}
+
+// marker is what an attempt left in the marks directory.
+type marker struct {
+	started, ended time.Time
+	pgid           int
+	from           int // the step it resumed from (step jobs)
+}
+
+// markers returns the markers of a job's attempts by share and epoch.
+func (c *cluster) markers(job string) map[[2]uint64]marker {
+	out := map[[2]uint64]marker{}
+	ents, _ := os.ReadDir(c.marks)
+	for _, e := range ents {
+		var share int
+		var epoch uint64
+		name := e.Name()
+		if !strings.HasPrefix(name, job+".") {
+			continue
+		}
+		rest := strings.TrimPrefix(name, job+".")
+		var kind string
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+			kind = rest[i+1:]
+			if _, err := fmt.Sscanf(rest[:i], "%d.%d", &share, &epoch); err != nil {
+				continue
+			}
+		}
+		k := [2]uint64{uint64(share), epoch}
+		m := out[k]
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(c.marks, name))
+		switch kind {
+		case "start":
+			m.started = info.ModTime()
+			fmt.Sscanf(string(b), "%d", &m.pgid)
+		case "end":
+			m.ended = info.ModTime()
+		case "from":
+			fmt.Sscanf(string(b), "%d", &m.from)
+		}
+		out[k] = m
+	}
+	return out
+}
+
+// attemptStarted reports when share/epoch of job wrote its start marker.
+func (c *cluster) attemptStarted(job string, share int, epoch uint64) (time.Time, bool) {
+	m, ok := c.markers(job)[[2]uint64{uint64(share), epoch}]
+	return m.started, ok && !m.started.IsZero()
+}
+
+// settle waits until every job has ended (cancelling the services first)
+// and returns the final records; a job still going at the deadline is
+// reported with its last record.
+func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
+	c.t.Helper()
+	for _, j := range c.jobs {
+		if j.spec.Kind == market.KindService && !j.cancelled {
+			c.cancel(j)
+		}
+	}
+	out := map[string]market.JobRecord{}
+	errs := map[string]error{}
+	deadline := time.Now().Add(within)
+	for {
+		left := 0
+		for _, j := range c.jobs {
+			if r, ok := out[j.id]; ok && r.State.Terminal() && len(r.Live()) == 0 {
+				continue
+			}
+			r, err := c.record(j.id)
+			if err == nil {
+				out[j.id] = r
+			}
+			errs[j.id] = err
+			if err != nil || !r.State.Terminal() || len(r.Live()) > 0 {
+				left++
+			}
+		}
+		if left == 0 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	for _, j := range c.jobs {
+		if r := out[j.id]; !r.State.Terminal() || len(r.Live()) > 0 {
+			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&r), errs[j.id])
+		}
+	}
+	return out
+}
+
+// billSlack is how much more usage than its award-to-end interval a
+// placement may carry: the runner's and coordinator's clocks are the same
+// here, but a report is measured a little after the process ended.
+const billSlack = 300 * time.Millisecond
+
+// verify checks DESIGN.md's invariants on the final records and the
+// markers, and that no process of any attempt outlives the test's jobs.
+// It returns the violations, one line each.
+func (c *cluster) verify(recs map[string]market.JobRecord) []string {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	for _, j := range c.jobs {
+		rec := recs[j.id]
+		// No acknowledged job is lost: it ended by its own exit, or the
+		// test cancelled it.
+		switch {
+		case rec.State == market.JobSucceeded && j.exit == 0:
+		case rec.State == market.JobFailed && j.exit != 0 && rec.ExitCode != nil && *rec.ExitCode == j.exit:
+		case rec.State == market.JobCancelled && j.cancelled:
+		default:
+			add("job %s lost or wrongly ended: %s (exit %v, wanted exit %d, cancelled %v)", j.id, describe(&rec), rec.ExitCode, j.exit, j.cancelled)
+		}
+		marks := c.markers(j.id)
+		// At most one accepted result per share, and only a result that an
+		// attempt really produced.
+		exited := map[int][]uint64{}
+		var cost float64
+		for _, p := range rec.Placements {
+			cost += p.CostCNY
+			k := [2]uint64{uint64(p.Share), p.Epoch}
+			if p.State == market.PlacementExited {
+				exited[p.Share] = append(exited[p.Share], p.Epoch)
+				if marks[k].ended.IsZero() && (p.ExitCode == nil || *p.ExitCode == j.exit) && j.spec.Kind != market.KindService {
+					add("job %s share %d epoch %d: exit accepted, but the attempt never finished its work", j.id, p.Share, p.Epoch)
+				}
+			}
+			// Usage is billed only while the attempt was the share's live
+			// one: never beyond its award-to-end interval.
+			end := p.EndedAt
+			if end.IsZero() {
+				end = time.Now()
+			}
+			if limit := float64(len(p.Cards)) * (end.Sub(p.AwardedAt) + billSlack).Seconds(); p.CardSeconds > limit {
+				add("job %s share %d epoch %d (%s): billed %.2f card-seconds, but it was live only %.2f s", j.id, p.Share, p.Epoch, p.State, p.CardSeconds, end.Sub(p.AwardedAt).Seconds())
+			}
+			if m, ok := marks[k]; (!ok || m.started.IsZero()) && p.CardSeconds > 0.5*float64(len(p.Cards)) {
+				add("job %s share %d epoch %d: billed %.2f card-seconds, but its process never started", j.id, p.Share, p.Epoch, p.CardSeconds)
+			}
+			if p.PriceCNY > j.spec.MaxPriceCNY+1e-9 || p.PriceCNY+1e-9 < p.BidCNY {
+				add("job %s share %d epoch %d: price %.4f outside [bid %.4f, max %.4f]", j.id, p.Share, p.Epoch, p.PriceCNY, p.BidCNY, j.spec.MaxPriceCNY)
+			}
+		}
+		for share, epochs := range exited {
+			if len(epochs) > 1 && j.spec.Kind != market.KindService {
+				add("job %s share %d: %d results accepted (epochs %v)", j.id, share, len(epochs), epochs)
+			}
+		}
+		if diff := cost - rec.CostCNY; diff > 1e-6 || diff < -1e-6 {
+			add("job %s: bill %.6f CNY, but its placements sum to %.6f", j.id, rec.CostCNY, cost)
+		}
+	}
+	// No card runs two attempts at once, as the processes showed.
+	c.mu.Lock()
+	bad = append(bad, c.doubleUse...)
+	c.mu.Unlock()
+	return bad
+}
+
+// noStrayProcesses waits until no process of the test's jobs is left (a
+// stopped attempt has its grace to end), and reports those that stay.
+func (c *cluster) noStrayProcesses(within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	for {
+		left := jobProcs(envMarks, c.marks)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var out []string
+			for _, p := range left {
+				out = append(out, fmt.Sprintf("process %d (group %d, parent %d, state %c) of a job still runs after every job ended", p.pid, p.pgrp, p.ppid, p.state))
+			}
+			return out
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// finish settles the jobs, checks every invariant and fails the test on a
+// violation. It returns the final records and the number of violations.
+func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int) {
+	c.t.Helper()
+	recs := c.settle(within)
+	if c.t.Failed() && os.Getenv("GPUMESH_CHAOS_LOGS") != "" {
+		c.dumpStacks()
+	}
+	bad := c.verify(recs)
+	bad = append(bad, c.noStrayProcesses(15*time.Second)...)
+	for _, b := range bad {
+		c.t.Errorf("invariant violated: %s", b)
+	}
+	if len(bad) > 0 {
+		for _, j := range c.jobs {
+			r := recs[j.id]
+			c.t.Logf("final %s: %s", j.id, describe(&r))
+		}
+	}
+	return recs, len(bad)
+}

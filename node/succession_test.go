@@ -1,0 +1,72 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// A member ranked above the successor in the job's HRW list that never got
+// the record (here its link to the coordinator is cut, as a replica fails
+// to reach a node that has just restarted) must not hold the job up: the
+// next member that holds the record takes the job over.
+func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:1")
+	runner := sm.nodes[3]
+	sm.neverCoordinate(runner)
+	sm.waitBook(sm.nodes[0], 1)
+	var coords []string
+	for _, n := range sm.nodes[:3] {
+		coords = append(coords, n.ID().String())
+	}
+	// A job whose HRW list is [coordinator, skipped, successor].
+	var id string
+	var order []string
+	for i := 0; ; i++ {
+		id = fmt.Sprintf("passed-over-%d", i)
+		order = market.Coordinators(id, coords, 3)
+		if sm.byID(order[0]) != runner {
+			break
+		}
+	}
+	coord, skipped, successor := sm.byID(order[0]), sm.byID(order[1]), sm.byID(order[2])
+	sm.net.Cut(coord.ID(), skipped.ID())
+
+	if _, err := successor.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
+	if rec.Coordinator != coord.ID().String() {
+		t.Fatalf("coordinated by %s, want %s", rec.Coordinator, coord.ID())
+	}
+	eventually(t, 10*time.Second, "the successor holds a replica", func() bool {
+		r, ok := successor.view.job(id)
+		return ok && r.State == market.JobRunning
+	})
+	if _, ok := skipped.view.job(id); ok {
+		t.Fatal("the member cut off from the coordinator holds a replica; the test needs it not to")
+	}
+
+	start := time.Now()
+	if err := sm.net.Crash(coord.ID()); err != nil {
+		t.Fatal(err)
+	}
+	var after market.JobRecord
+	eventually(t, 5*time.Second, "the successor that holds the record takes the job over", func() bool {
+		r, err := runner.Job(context.Background(), id)
+		after = r
+		return err == nil && r.Coordinator == successor.ID().String()
+	})
+	t.Logf("taken over in %v at term %d (the member passed over counts once more)", time.Since(start).Round(time.Millisecond), after.Term)
+	if after.Term != rec.Term+2 {
+		t.Errorf("term %d after passing over one member, want %d", after.Term, rec.Term+2)
+	}
+	waitState(t, runner, id, 10*time.Second, market.JobRunning)
+	if _, err := runner.Cancel(context.Background(), id); err != nil {
+		t.Fatalf("cancel through the successor: %v", err)
+	}
+	waitState(t, runner, id, 10*time.Second, market.JobCancelled)
+}
