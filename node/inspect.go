@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/executor"
 )
 
 // This file holds read-only views of a running node for simulations,
@@ -25,11 +27,26 @@ type Process struct {
 	StartedAt time.Time
 }
 
-// Processes lists the attempts whose processes have not exited, as the
-// executor sees them: the ground truth of which card is in use by which
-// job. A process that exits while the list is built is left out, so two
-// entries never overlap in time only because of the snapshot.
-func (n *Node) Processes() []Process {
+// Processes lists the attempts whose processes run on this node now: the
+// ground truth of which card is in use by which job. It reads the node's
+// own handles on its attempts, on the driver goroutine, so it waits for
+// the driver (or ctx). An attempt still starting is left out, and so is
+// one whose process has exited, so two entries never overlap in time only
+// because of the snapshot.
+func (n *Node) Processes(ctx context.Context) ([]Process, error) {
+	var runs []*executor.Run
+	err := n.do(ctx, func() {
+		for _, slot := range n.runs {
+			slot.mu.Lock()
+			if r := slot.run; r != nil {
+				runs = append(runs, r)
+			}
+			slot.mu.Unlock()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
 	byRef := map[string]string{} // "VAR=ref" → card ID
 	for _, c := range n.devices.Cards() {
 		for _, kv := range device.VisibleEnv([]device.Card{c}, []device.Card{c}) {
@@ -39,7 +56,7 @@ func (n *Node) Processes() []Process {
 		}
 	}
 	var out []Process
-	for _, r := range n.exec.Running() {
+	for _, r := range runs {
 		select {
 		case <-r.Done():
 			continue
@@ -60,7 +77,7 @@ func (n *Node) Processes() []Process {
 		slices.Sort(p.Cards)
 		out = append(out, p)
 	}
-	return out
+	return out, nil
 }
 
 // CoordinatedJobs returns the latest record of every job this node

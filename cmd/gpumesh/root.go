@@ -93,6 +93,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newPeersCommand(e),
 		newStatusCommand(e),
 		newKeyCommand(e),
+		newDemoCommand(e),
 	)
 	return root
 }
