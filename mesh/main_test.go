@@ -6,38 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"go.uber.org/goleak"
+
+	"github.com/gpumesh/gpumesh/mesh/leaktest"
 )
 
-// TestMain fails the run if goroutines outlive it. memberlist's Shutdown
-// does not wait for its own goroutines: a probe in flight finishes within a
-// probe interval or two (its ack timer), so leaks are checked until a
-// deadline rather than once.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			err := goleak.Find()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-				code = 1
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // polling interval
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run if goroutines outlive the tests (leaktest).
+func TestMain(m *testing.M) { leaktest.VerifyMain(m) }
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -14,34 +14,13 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/mesh/leaktest"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
-	"go.uber.org/goleak"
 )
 
-// TestMain fails the run if goroutines outlive the tests. memberlist's
-// Shutdown and gossipsub's Close do not wait for their own goroutines (a
-// probe in flight ends within its ack timeout), so leaks are checked until a
-// deadline rather than once.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			err := goleak.Find()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-				code = 1
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // polling interval
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run if goroutines outlive the tests (leaktest).
+func TestMain(m *testing.M) { leaktest.VerifyMain(m) }
 
 // simMesh is a mesh of nodes with simulated cards on an in-memory network.
 type simMesh struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/dashboard"
 	"github.com/gpumesh/gpumesh/node/sim"
 	"github.com/gpumesh/gpumesh/node/sim/workload"
 )
@@ -49,9 +50,10 @@ PCs with one at 65%. Suppliers come and go 60 times faster than in life (a
 home PC stays up for a minute on average, a café PC for four). Coordinators
 (the IDC nodes) stay up.
 
-While it runs it serves one node's API on --api, so another terminal can use
-the other commands against it:
-  gpumesh jobs --api 127.0.0.1:7070
+While it runs it serves one node's API and dashboard on --api: open the link
+it prints (it carries the token of the demo's job owner), or use the other
+commands from another terminal with that token:
+  GPUMESH_API_TOKEN=TOKEN gpumesh jobs --api 127.0.0.1:7070
 
 At the end (or on Ctrl-C) it prints placement and reroute latency,
 utilization by model, cost per normalized compute hour, and the invariant
@@ -111,7 +113,7 @@ for the embedded samples of Microsoft's Philly trace, 60 times faster.`,
 // config checks the flags; every bad value is a usage error naming its flag.
 func (f demoFlags) config(e env) (sim.DemoConfig, func(), error) {
 	noop := func() {}
-	cfg := sim.DemoConfig{Nodes: f.nodes, Duration: f.duration, Seed: f.seed, API: f.api, Chaos: !f.noChaos}
+	cfg := sim.DemoConfig{Nodes: f.nodes, Duration: f.duration, Seed: f.seed, API: f.api, Chaos: !f.noChaos, Dashboard: dashboard.Handler()}
 	switch {
 	case f.nodes < 1 || f.nodes > sim.MaxDemoNodes:
 		return cfg, noop, usagef("--nodes %d: want 1 to %d", f.nodes, sim.MaxDemoNodes)

@@ -3,7 +3,14 @@ package dashboard
 import (
 	"testing"
 
+	"github.com/gpumesh/gpumesh/mesh/leaktest"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the run if goroutines outlive the tests. The demo mesh's
+// nodes stop with goroutines of memberlist and gossipsub that end shortly
+// after (leaktest).
+func TestMain(m *testing.M) {
+	leaktest.VerifyMain(m,
+		goleak.IgnoreTopFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handleSendingMessage"))
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -31,6 +32,9 @@ type ClusterConfig struct {
 	API *api.Config
 	// Dashboard, when set, is served at / of the gateway's API.
 	Dashboard http.Handler
+	// Owner, when set, is the owner every node submits and steers jobs as
+	// (node.Config.Owner). Default: each node its own key.
+	Owner *owner.Key
 	// TimeScale is how many times faster than life the simulation runs:
 	// each node advertises its tier's MTBF divided by it. Default 1.
 	TimeScale float64
@@ -202,6 +206,7 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 		Market:           c.cfg.Market,
 		TickInterval:     c.cfg.TickInterval,
 		Logger:           c.cfg.Logger.With("supplier", s.Name),
+		Owner:            c.cfg.Owner,
 	}
 	if c.cfg.Profile != nil {
 		cfg.Mesh.Profile = *c.cfg.Profile

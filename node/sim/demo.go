@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/sim/workload"
@@ -42,6 +45,11 @@ type DemoConfig struct {
 	API string
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
+	// OwnerToken lets API callers act as the demo's owner, who submits
+	// every job of the demo: jobs, logs and bills are served only to their
+	// owner (the dashboard and `gpumesh jobs` send it as their API token).
+	// Default: a random token, shown in the progress (Progress.Token).
+	OwnerToken string
 	// Chaos makes suppliers leave and come back (home PCs switched off,
 	// café PCs taken back) as their tier's churn says, TimeScale times
 	// faster than life. Coordinators stay.
@@ -91,6 +99,7 @@ type Progress struct {
 	Left      int // departures so far
 	Joined    int // suppliers back
 	API       string
+	Token     string // the owner token of the API (DemoConfig.OwnerToken)
 	Plan      []Supplier
 	Seed      uint64
 }
@@ -118,6 +127,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Summary, error) {
 	}
 	obs := newObserver()
 	profile := SimProfile()
+	who, err := demoOwner(cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
 	ccfg := ClusterConfig{
 		Suppliers:    plan,
 		Dir:          dir,
@@ -128,9 +141,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Summary, error) {
 		Market:       SimMarket,
 		OnEvent:      obs.event,
 		Logger:       cfg.Logger,
+		Owner:        &who,
 	}
 	if cfg.API != "" {
-		ccfg.API = &api.Config{Addr: cfg.API, Logger: cfg.Logger}
+		ccfg.API = &api.Config{Addr: cfg.API, Logger: cfg.Logger, OwnerTokens: map[string]owner.Key{cfg.OwnerToken: who}}
 	}
 	d := &demo{cfg: cfg, obs: obs, plan: plan}
 	d.report(Progress{Phase: PhaseStarting})
@@ -170,7 +184,18 @@ func (c DemoConfig) withDefaults() DemoConfig {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.OwnerToken == "" {
+		c.OwnerToken = crand.Text()
+	}
 	return c
+}
+
+// demoOwner is the owner of every job of a demo: a key from the seed.
+func demoOwner(seed uint64) (owner.Key, error) {
+	b := make([]byte, 32)
+	binary.BigEndian.PutUint64(b, seed)
+	copy(b[8:], "gpumesh demo owner")
+	return owner.KeyFromSeed(b)
 }
 
 // MaxDemoNodes is the most suppliers a demo runs: each full node takes
@@ -206,6 +231,9 @@ type demo struct {
 func (d *demo) report(p Progress) {
 	if d.cfg.Progress != nil {
 		p.Duration, p.API, p.Plan, p.Seed = d.cfg.Duration, d.api, d.plan, d.cfg.Seed
+		if d.api != "" {
+			p.Token = d.cfg.OwnerToken
+		}
 		d.cfg.Progress(p)
 	}
 }

@@ -37,10 +37,11 @@ func (p Progress) Lines() []string {
 	}
 	out = append(out, fmt.Sprintf("cards  %d/%d busy · %s", busy, up, strings.Join(parts, " · ")))
 	mesh := fmt.Sprintf("mesh   %d/%d nodes up · %d left · %d came back · spend ¥%.4f", p.Formation.Up, len(p.Plan), p.Left, p.Joined, p.SpendCNY)
+	out = append(out, mesh)
 	if p.API != "" {
-		mesh += " · API http://" + p.API
+		out = append(out, fmt.Sprintf("open   http://%s/?token=%s · or GPUMESH_API_TOKEN=%s gpumesh jobs --api %s", p.API, p.Token, p.Token, p.API))
 	}
-	return append(out, mesh)
+	return out
 }
 
 // ShortModel is a catalog key shortened for a status line: "h100-sxm-80g"

@@ -14,6 +14,14 @@
   const POLL_MS = 5000;       // refresh between events, for the windowed figures
   const LOG_MAX = 1 << 20;    // characters of log kept on screen
 
+  // A link may carry the token (?token=…, as `gpumesh demo` prints it): it
+  // is kept for this tab and taken out of the address bar.
+  const linked = new URLSearchParams(location.search).get('token');
+  if (linked) {
+    sessionStorage.setItem(TOKEN_KEY, linked);
+    history.replaceState(null, '', location.pathname + location.hash);
+  }
+
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY) || '',
     status: null,
@@ -377,8 +385,8 @@
     fill($('tiles'),
       tile('members alive', String(m.alive || 0), `${m.suspect || 0} suspect · ${m.dead || 0} dead · ${m.left || 0} left`, 'members'),
       tile('cards free', `${c.free || 0} / ${c.total || 0}`, `${c.busy || 0} busy · ${c.reserved || 0} reserved`, 'cards'),
-      tile('jobs running', String(jobs.running || 0), `${waiting} waiting · ${jobs.rerouting || 0} rerouting`, 'jobs'),
-      tile('placement p50', fmtLatency(pl.p50_seconds), `p99 ${fmtLatency(pl.p99_seconds)} · ${pl.count || 0} jobs in ${fmtDuration(pl.window_seconds)}`, 'placement'),
+      tile('jobs running here', String(jobs.running || 0), `coordinated by this node · ${waiting} waiting · ${jobs.rerouting || 0} rerouting`, 'jobs'),
+      tile('placement p50', fmtLatency(pl.p50_seconds), `p99 ${fmtLatency(pl.p99_seconds)} · ${pl.count || 0} placed here in ${fmtDuration(pl.window_seconds)}`, 'placement'),
       tile('reroutes', String(rr.count || 0), `last ${fmtDuration(rr.window_seconds)} · median ${fmtLatency(rr.median_seconds)}`, 'reroutes'),
       tile('gossip', `${(g.messages_per_second || 0).toFixed(1)} msg/s`, `${g.mesh_peers || 0} mesh peers · in ${fmtRate(g.bytes_in_per_second)} · out ${fmtRate(g.bytes_out_per_second)}`, 'gossip'));
   }
