@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // scaleEnabled reports whether long runs are asked for: GPUMESH_SCALE=1.
@@ -59,10 +61,22 @@ func buildSimMesh(tb testing.TB, n int, profile Profile, timeout time.Duration) 
 		go func(m *Mesh) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			seed := nodes[rand.IntN(seeds)]
-			if _, err := m.Join(context.Background(), seed.Addrs()...); err != nil {
-				errs <- err
+			// Like a node given its bootstrap peers: one picked at random
+			// first, the others next, the whole tried again with backoff
+			// while the seeds are too busy to answer.
+			var addrs []ma.Multiaddr
+			first := rand.IntN(seeds)
+			for k := range seeds {
+				addrs = append(addrs, nodes[(first+k)%seeds].Addrs()...)
 			}
+			var err error
+			for attempt, backoff := 0, time.Second; attempt < 4; attempt, backoff = attempt+1, 2*backoff {
+				if _, err = m.Join(context.Background(), addrs...); err == nil {
+					return
+				}
+				time.Sleep(backoff) // backoff between join attempts, as the node does
+			}
+			errs <- err
 		}(nodes[i])
 	}
 	wg.Wait()
