@@ -97,11 +97,15 @@ func TestDrainMovesReplicasWithoutAGap(t *testing.T) {
 			if err != nil {
 				t.Fatalf("drain: %v", err)
 			}
-			rec, _ = coord.Job(context.Background(), "web")
-			n, nodes := liveReplicas(rec)
-			if n != 2 || nodes[victim.ID().String()] {
-				t.Fatalf("after the drain: %d replicas on %v", n, nodes)
-			}
+			// The drained node's last report reaches the coordinator
+			// just after: the record follows within moments, and the
+			// service still never drops below two meanwhile.
+			eventually(t, 5*time.Second, "the record shows both replicas off the drained node", func() bool {
+				rec, _ = coord.Job(context.Background(), "web")
+				n, nodes := liveReplicas(rec)
+				lowest = min(lowest, n)
+				return n == 2 && !nodes[victim.ID().String()]
+			})
 			if lowest < 2 {
 				t.Fatalf("the service ran %d replicas during the drain", lowest)
 			}
