@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -152,8 +153,8 @@ func (d *demo) summarize(form Formation, elapsed time.Duration) *Summary {
 				if p.Cause != "" {
 					key += " (" + string(p.Cause) + ")"
 				}
-				if p.Reason != "" {
-					key += ": " + p.Reason
+				if r := reasonClass(p.Reason); r != "" && r != string(p.Cause) {
+					key += ": " + r
 				}
 				s.Ends[key]++
 			}
@@ -172,7 +173,11 @@ func (d *demo) summarize(form Formation, elapsed time.Duration) *Summary {
 				if !j.hasRec {
 					reason = "no record from its coordinator " + j.from
 				}
-				s.Unfinished = append(s.Unfinished, fmt.Sprintf("%s (%s, %d cards): %s: %s", id, j.kind, j.spec.Cards, j.state, reason))
+				line := fmt.Sprintf("%s (%s, %d cards): %s", id, j.kind, j.spec.Cards, j.state)
+				if reason != "" {
+					line += ": " + reason
+				}
+				s.Unfinished = append(s.Unfinished, line)
 			}
 		}
 	}
@@ -368,11 +373,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		b.WriteString("attempts that ended:")
+		b.WriteString("attempts that ended\n")
 		for _, k := range keys {
-			fmt.Fprintf(&b, " %d %s;", s.Ends[k], k)
+			fmt.Fprintf(&b, "  %5d  %s\n", s.Ends[k], k)
 		}
-		b.WriteString("\n\n")
+		b.WriteString("\n")
 	}
 	b.WriteString("placement latency (submit → every share running)\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -453,4 +458,18 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%dms", d.Milliseconds())
 	}
 	return fmt.Sprintf("%.1fs", d.Seconds())
+}
+
+// Durations and lease names in a placement's reason ("no lease renewal
+// for 5.057s", "lease L4 expired"), which reasonClass blurs.
+var (
+	reasonDuration = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s)\b`)
+	reasonLease    = regexp.MustCompile(`\bL\d+\b`)
+)
+
+// reasonClass is a reason with its durations and lease names blurred, so
+// that attempts that ended the same way count together.
+func reasonClass(reason string) string {
+	reason = reasonDuration.ReplaceAllString(reason, "…")
+	return reasonLease.ReplaceAllString(reason, "L…")
 }
