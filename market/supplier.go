@@ -348,6 +348,13 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 	}
 	switch {
 	case term > a.rec.Term:
+		if old := a.rec.Coordinator; old != from {
+			// The coordinator of the lower term may not know it was
+			// replaced (it was cut off with this runner): once the attempt
+			// stops renewing with it, it would place the share again
+			// under its own term. Tell it to let the job go.
+			s.n.send(old, &Superseded{Job: job, Term: term, Coordinator: from})
+		}
 		a.rec.Term, a.rec.Coordinator = term, from
 		s.touch(a)
 		if a.end != nil {
