@@ -31,15 +31,17 @@ const (
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
 
-// replicator batches records waiting to go to their replicas.
+// replicator batches records waiting to go to their replicas, and
+// remembers the jobs whose last replication missed a replica.
 type replicator struct {
 	mu      sync.Mutex
 	pending map[string]market.JobRecord
+	failed  map[string]bool
 	wake    chan struct{}
 }
 
 func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, wake: make(chan struct{}, 1)}
+	return &replicator{pending: map[string]market.JobRecord{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func (r *replicator) enqueue(rec market.JobRecord) {
@@ -63,14 +65,46 @@ func (r *replicator) take() []market.JobRecord {
 	return out
 }
 
+func (r *replicator) missed(job string) {
+	r.mu.Lock()
+	r.failed[job] = true
+	r.mu.Unlock()
+}
+
+func (r *replicator) takeFailed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.failed))
+	for id := range r.failed {
+		out = append(out, id)
+	}
+	clear(r.failed)
+	return out
+}
+
+// replicaRetry is how often records that missed a replica are sent again:
+// a replica cut off by a partition (the old coordinator among them, which
+// yields when it gets a record of a higher term) gets the record once the
+// partition heals, even if the job does not change again.
+const replicaRetry = time.Second
+
 // replicateLoop sends queued records to their replicas until the node
-// closes.
+// closes, and sends again, every replicaRetry, the records of the jobs it
+// still coordinates whose last replication missed a replica.
 func (n *Node) replicateLoop() {
 	defer n.wg.Done()
+	retry := time.NewTicker(replicaRetry)
+	defer retry.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-retry.C:
+			for _, id := range n.repl.takeFailed() {
+				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
+					n.repl.enqueue(rec)
+				}
+			}
 		case <-n.repl.wake:
 			recs := n.repl.take()
 			var wg sync.WaitGroup
@@ -81,7 +115,9 @@ func (n *Node) replicateLoop() {
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
-					n.replicate(n.ctx, rec)
+					if n.replicate(n.ctx, rec) < len(n.replicaTargets(rec.ID)) {
+						n.repl.missed(rec.ID)
+					}
 				}()
 			}
 			wg.Wait()
@@ -148,6 +184,7 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 	if rec.Coordinator != from.String() {
 		return api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
 	}
+	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
 		return nil // we hold as new a record already
 	}
@@ -155,6 +192,23 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 		return fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
 	}
 	return nil
+}
+
+// yieldTo lets a job go that this node still coordinates at a lower term
+// than rec, a replica sent by the job's coordinator: this node was cut
+// off while a successor took the job over, and the runners that would
+// tell it so (market.Superseded) may have ended or never hear of it. It
+// runs on the driver.
+func (n *Node) yieldTo(rec market.JobRecord) {
+	own, mine := n.mk.Job(rec.ID)
+	if !mine || own.Term >= rec.Term || own.State.Terminal() {
+		return
+	}
+	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
+	n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
+		From: rec.Coordinator, To: n.id.String(),
+		Payload: &market.Superseded{Job: rec.ID, Term: rec.Term, Coordinator: rec.Coordinator},
+	}})
 }
 
 // succeed adopts the jobs whose coordinator was lost and for which this
