@@ -22,7 +22,7 @@ import (
 // books it keeps to judge the outcome: every job the mesh acknowledged, the
 // markers the jobs' attempts wrote, the faults injected.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*proc
 	down  map[*proc]bool // crashed and not restarted
 	lab   *netLab        // nil: every node on loopback
@@ -101,7 +101,19 @@ exec sleep 100000`
 // the lab's namespaces when lab is not nil), each joining those before it,
 // and waits until every node sees all of them. prices, when not nil, gives
 // each node a --price (MODEL=CNY).
-func newCluster(t *testing.T, lab *netLab, seed uint64, specs, prices []string) *cluster {
+func newCluster(t testing.TB, lab *netLab, seed uint64, specs, prices []string) *cluster {
+	t.Helper()
+	extra := make([][]string, len(specs))
+	for i := range specs {
+		if prices != nil && prices[i] != "" {
+			extra[i] = []string{"--price", prices[i]}
+		}
+	}
+	return newClusterWith(t, lab, seed, specs, extra)
+}
+
+// newClusterWith is newCluster with more flags for each node.
+func newClusterWith(t testing.TB, lab *netLab, seed uint64, specs []string, extra [][]string) *cluster {
 	t.Helper()
 	c := &cluster{
 		t: t, lab: lab, marks: t.TempDir(), down: map[*proc]bool{}, faults: map[string]int{},
@@ -111,10 +123,7 @@ func newCluster(t *testing.T, lab *netLab, seed uint64, specs, prices []string) 
 	cards := 0
 	for i, spec := range specs {
 		name := fmt.Sprintf("n%d", i)
-		args := []string{"--sim", spec, "--sim-seed", name}
-		if prices != nil && prices[i] != "" {
-			args = append(args, "--price", prices[i])
-		}
+		args := append([]string{"--sim", spec, "--sim-seed", name}, extra[i]...)
 		for j := max(0, i-3); j < i; j++ {
 			args = append(args, "--join", c.nodes[j].joinAddr())
 		}

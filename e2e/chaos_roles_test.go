@@ -22,7 +22,7 @@ import (
 
 // chaosSeed is GPUMESH_CHAOS_SEED when set, else the clock: the test logs
 // it so a failing run can be replayed.
-func chaosSeed(t *testing.T) uint64 {
+func chaosSeed(t testing.TB) uint64 {
 	if s := os.Getenv("GPUMESH_CHAOS_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -148,7 +148,7 @@ func (c *cluster) rerun(job string, old market.Placement, within time.Duration) 
 }
 
 // onlyLive returns the job's one live placement.
-func onlyLive(t *testing.T, rec market.JobRecord) market.Placement {
+func onlyLive(t testing.TB, rec market.JobRecord) market.Placement {
 	t.Helper()
 	live := rec.Live()
 	if len(live) != 1 {

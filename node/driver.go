@@ -254,6 +254,7 @@ func (n *Node) foldPending() {
 			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
 			if ev.Kind == mesh.EventJoin {
+				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
 				// A member back after it was declared dead (a partition
 				// healed): its ad was forgotten then, and it forgot

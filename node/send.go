@@ -7,6 +7,7 @@ import (
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 )
 
 // kindMarket is the payload kind of market messages, on direct streams and
@@ -140,5 +141,15 @@ func (n *Node) dialable(id peer.ID) {
 	}
 	if m, ok := n.mesh.Member(id); ok && len(m.Addrs) > 0 {
 		ps.AddAddrs(id, m.Addrs, addrTTL)
+	}
+}
+
+// clearBackoff forgets the failed dials to a member that has just joined
+// or come back: libp2p backs off dialing a peer whose dial failed (for
+// seconds, growing), so the first calls to a node that restarted, a
+// submission forwarded to it among them, would fail although it is up.
+func (n *Node) clearBackoff(id peer.ID) {
+	if sw, ok := n.mesh.Host().Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(id)
 	}
 }
