@@ -246,7 +246,15 @@ func (n *Node) foldPending() {
 		case mesh.EventDead, mesh.EventLeft:
 			n.book.Remove(ev.Peer.String())
 			n.gossip.Book().Forget(ev.Peer)
-			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			if ev.Kind == mesh.EventLeft {
+				n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			}
+			// memberlist declares a member dead within about a second
+			// of silence: a node frozen for 2 s (SIGSTOP, a paused VM)
+			// is dead to it, yet its jobs run and it renews when it
+			// resumes. That is no hint to move its shares; the lease
+			// (LostAfter) decides, and a dropped connection (a process
+			// that died) is the early hint.
 			n.succeed(ev.Peer)
 			n.replicateAll() // its replicas move to the next members
 		case mesh.EventDisconnect:
