@@ -229,8 +229,6 @@ func (n *Node) succeed(lost peer.ID) {
 		ahead, listed := n.liveAhead(rec.ID, lost)
 		switch {
 		case !listed:
-		case len(ahead) == 0:
-			n.adopt(rec, lost, rec.Term+1)
 		default:
 			n.wg.Add(1)
 			go n.adoptUnlessHeld(rec, lost, ahead)
@@ -256,7 +254,12 @@ const successorAsk = 500 * time.Millisecond
 // job's record, and adopts the job if none of them holds it. Each member
 // passed over raises the term by one more, so that if it takes the job
 // over after all, the two coordinators do not share a term: the lower one
-// yields when they meet.
+// yields when they meet. Before adopting it asks the job's other HRW
+// members for their record: this node's replica may be stale (it got it
+// from a coordinator cut off with it while the other side took the job
+// over at a higher term), and adopting a stale record would give out its
+// epochs a second time. A higher term coordinated by a live member wins;
+// a higher term whose coordinator is gone is adopted instead.
 func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.ID) {
 	defer n.wg.Done()
 	for _, id := range ahead {
@@ -271,14 +274,61 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		}
 		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
 	}
+	if newest := n.newestOf(rec.ID, lost); newest.Term > rec.Term {
+		if c, err := peer.Decode(newest.Coordinator); err == nil && c != lost && c != n.id {
+			if m, ok := n.mesh.Member(c); ok && m.State == mesh.StateAlive {
+				n.view.putNewer(newest)
+				n.log.Info("job coordinated at a higher term elsewhere; not taking it over", "job", rec.ID, "coordinator", c.ShortString(), "term", newest.Term)
+				return
+			}
+		}
+		rec = newest
+	}
+	if n.ctx.Err() != nil {
+		return
+	}
 	term := rec.Term + 1 + uint64(len(ahead))
 	n.postWait(func() {
-		held, ok := n.view.job(rec.ID)
-		if _, mine := n.mk.Job(rec.ID); mine || !ok || held.Coordinator != lost.String() {
+		if _, mine := n.mk.Job(rec.ID); mine {
+			return
+		}
+		if held, ok := n.view.job(rec.ID); ok && held.Term > rec.Term && held.Coordinator != lost.String() {
 			return // taken over meanwhile
 		}
-		n.adopt(held, lost, term)
+		n.adopt(rec, lost, term)
 	})
+}
+
+// newestOf asks the job's other HRW members, all at once, for their
+// record and returns the one of the highest term (zero if none answered).
+func (n *Node) newestOf(job string, lost peer.ID) market.JobRecord {
+	var (
+		mu   sync.Mutex
+		best market.JobRecord
+		wg   sync.WaitGroup
+	)
+	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
+		if id == n.id || id == lost {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+			defer cancel()
+			got, err := n.call(ctx, id, kindGet, job)
+			if err != nil || got.ID != job {
+				return
+			}
+			mu.Lock()
+			if got.Term > best.Term {
+				best = got
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return best
 }
 
 // liveAhead returns the members ranked above this node in the job's HRW
