@@ -22,7 +22,7 @@ import (
 // books it keeps to judge the outcome: every job the mesh acknowledged, the
 // markers the jobs' attempts wrote, the faults injected.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*proc
 	down  map[*proc]bool // crashed and not restarted
 	lab   *netLab        // nil: every node on loopback
@@ -52,6 +52,11 @@ type chaosJob struct {
 	ended bool
 }
 
+// checkTwice names the attempt's markers ($m) and writes $m.twice when the
+// attempt's share and epoch started before.
+const checkTwice = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+[ -e $m.start ] && echo $$ > $m.twice`
+
 // The variables the suite's jobs read. CHAOS_MARKS also tags every process
 // of a test's jobs, so that none can outlive the test unnoticed.
 const (
@@ -64,8 +69,10 @@ const (
 
 // batchScript does CHAOS_RUN seconds of work. Each attempt writes
 // MARKS/JOB.SHARE.EPOCH.start holding its process group when it starts, and
-// .end when its work is done, then exits with CHAOS_EXIT.
-const batchScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+// .end when its work is done, then exits with CHAOS_EXIT. An attempt that
+// finds the .start of its share and epoch already there writes .twice: two
+// coordinators gave out one epoch (checkTwice is the same for every script).
+const batchScript = checkTwice + `
 echo $$ > $m.start
 sleep $CHAOS_RUN
 echo $$ > $m.end
@@ -75,7 +82,7 @@ exit $CHAOS_EXIT`
 // from the restored one (.from says where each attempt resumed), then
 // writes CHAOS_CKPT_KB of ballast to the checkpoint and ends; the runner
 // ships the checkpoint as the attempt ends.
-const stepScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+const stepScript = checkTwice + `
 d=$GPUMESH_CHECKPOINT_DIR
 s=$(cat $d/step 2>/dev/null || echo 0)
 echo $$ > $m.start
@@ -86,7 +93,7 @@ echo $$ > $m.end
 exit 0`
 
 // serviceScript runs until stopped.
-const serviceScript = `m=$CHAOS_MARKS/$GPUMESH_JOB_ID.$GPUMESH_SHARE.$GPUMESH_EPOCH
+const serviceScript = checkTwice + `
 echo $$ > $m.start
 exec sleep 100000`
 
@@ -94,7 +101,19 @@ exec sleep 100000`
 // the lab's namespaces when lab is not nil), each joining those before it,
 // and waits until every node sees all of them. prices, when not nil, gives
 // each node a --price (MODEL=CNY).
-func newCluster(t *testing.T, lab *netLab, seed uint64, specs, prices []string) *cluster {
+func newCluster(t testing.TB, lab *netLab, seed uint64, specs, prices []string) *cluster {
+	t.Helper()
+	extra := make([][]string, len(specs))
+	for i := range specs {
+		if prices != nil && prices[i] != "" {
+			extra[i] = []string{"--price", prices[i]}
+		}
+	}
+	return newClusterWith(t, lab, seed, specs, extra)
+}
+
+// newClusterWith is newCluster with more flags for each node.
+func newClusterWith(t testing.TB, lab *netLab, seed uint64, specs []string, extra [][]string) *cluster {
 	t.Helper()
 	c := &cluster{
 		t: t, lab: lab, marks: t.TempDir(), down: map[*proc]bool{}, faults: map[string]int{},
@@ -104,10 +123,7 @@ func newCluster(t *testing.T, lab *netLab, seed uint64, specs, prices []string) 
 	cards := 0
 	for i, spec := range specs {
 		name := fmt.Sprintf("n%d", i)
-		args := []string{"--sim", spec, "--sim-seed", name}
-		if prices != nil && prices[i] != "" {
-			args = append(args, "--price", prices[i])
-		}
+		args := append([]string{"--sim", spec, "--sim-seed", name}, extra[i]...)
 		for j := max(0, i-3); j < i; j++ {
 			args = append(args, "--join", c.nodes[j].joinAddr())
 		}
@@ -499,7 +515,8 @@ func (c *cluster) cancel(j *chaosJob) {
 type marker struct {
 	started, ended time.Time
 	pgid           int
-	from           int // the step it resumed from (step jobs)
+	from           int  // the step it resumed from (step jobs)
+	twice          bool // a second attempt started under the same share and epoch
 }
 
 // markers returns the markers of a job's attempts by share and epoch.
@@ -536,6 +553,8 @@ func (c *cluster) markers(job string) map[[2]uint64]marker {
 			m.ended = info.ModTime()
 		case "from":
 			fmt.Sscanf(string(b), "%d", &m.from)
+		case "twice":
+			m.twice = true
 		}
 		out[k] = m
 	}
@@ -615,6 +634,11 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 			add("job %s lost or wrongly ended: %s (exit %v, wanted exit %d, cancelled %v)", j.id, describe(&rec), rec.ExitCode, j.exit, j.cancelled)
 		}
 		marks := c.markers(j.id)
+		for k, m := range marks {
+			if m.twice {
+				add("job %s share %d epoch %d: two attempts started under one epoch (two coordinators placed the share)", j.id, k[0], k[1])
+			}
+		}
 		// At most one accepted result per share, and only a result that an
 		// attempt really produced.
 		exited := map[int][]uint64{}

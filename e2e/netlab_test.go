@@ -121,7 +121,7 @@ func (l *netLab) addr(i int) string { return fmt.Sprintf("%s%d", l.prefix, 10+i)
 
 // startNode makes namespace i with its veth and filter tables, and starts
 // a node inside it listening on the namespace's address.
-func (l *netLab) startNode(t *testing.T, i int, name string, extra ...string) *proc {
+func (l *netLab) startNode(t testing.TB, i int, name string, extra ...string) *proc {
 	t.Helper()
 	ns := fmt.Sprintf("%sn%d", l.tag, i)
 	host, peer := fmt.Sprintf("%sh%d", l.tag, i), fmt.Sprintf("%sc%d", l.tag, i)

@@ -94,7 +94,7 @@ func TestChaosSoak(t *testing.T) {
 		t.Errorf("the 3-replica service fell to no replica alive for %v", zero)
 	}
 	if s.falseReroutes > 0 {
-		t.Errorf("%d shares moved after a stall shorter than the fence deadline", s.falseReroutes)
+		t.Errorf("%d shares moved after a stall of at most 2 s", s.falseReroutes)
 	}
 }
 
@@ -282,26 +282,26 @@ func (s *soak) crashAtEnd(j *chaosJob, when string) bool {
 	return false
 }
 
-// stallLong freezes a node past the lease (3 to 4 s): its shares move, and
-// it must fence them when it resumes.
+// stallLong freezes a node past the lease (3.5 to 4.5 s; LostAfter is
+// 2.7 s): its shares move, and it must fence them when it resumes.
 func (s *soak) stallLong() bool {
 	c := s.c
 	if !s.canCrash(1) {
 		return false
 	}
-	c.stall(c.any(), 3*time.Second+time.Duration(c.rng.IntN(1000))*time.Millisecond)
+	c.stall(c.any(), 3500*time.Millisecond+time.Duration(c.rng.IntN(1000))*time.Millisecond)
 	return true
 }
 
-// stallShort freezes a node for 0.3 to 0.9 s, well within the fence
-// deadline (1.5 s): nothing it runs may move.
+// stallShort freezes a node for 0.5 to 2 s, which the lease timings
+// tolerate (market.Config.LostAfter): nothing it runs may move.
 func (s *soak) stallShort() bool {
 	c := s.c
 	p := c.any()
 	before := s.liveOn(p)
-	c.stall(p, 300*time.Millisecond+time.Duration(c.rng.IntN(600))*time.Millisecond)
+	c.stall(p, 500*time.Millisecond+time.Duration(c.rng.IntN(1500))*time.Millisecond)
 	s.shortStalls++
-	time.Sleep(2500 * time.Millisecond) // longer than LostAfter: a share that was going to move has moved
+	time.Sleep(3 * time.Second) // longer than LostAfter: a share that was going to move has moved
 	for key := range before {
 		r, err := c.record(key.job)
 		if err != nil {

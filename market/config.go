@@ -58,11 +58,16 @@ type Config struct {
 	// ReserveTTL is how long a supplier holds cards it bid. Default 2s.
 	ReserveTTL time.Duration
 	// RenewInterval is how often a runner renews its lease with the job's
-	// coordinator. Default 300ms.
+	// coordinator. Default 200ms.
 	RenewInterval time.Duration
 	// FenceAfter is how long a runner goes on without a renewal ack before
 	// it stops its own attempt (self-fencing). Must be below LostAfter so a
-	// cut-off runner has stopped before its share runs elsewhere. Default 1.5s.
+	// cut-off runner has stopped before its share runs elsewhere. A runner
+	// that was frozen (no tick for FenceAfter/2: SIGSTOP, a paused VM)
+	// renews at once when it resumes and fences only if no ack comes
+	// within two RenewIntervals: its job ran on while it was frozen, so the
+	// fence would come late anyway, and a short freeze must not stop a
+	// share its coordinator still holds. Default 2.3s.
 	FenceAfter time.Duration
 	// ReportTTL is how long a runner keeps re-sending an AttemptEnded that
 	// is not acknowledged. Default 1m.
@@ -79,7 +84,12 @@ type Config struct {
 	// earlier). Default 250ms.
 	LeaseMargin time.Duration
 	// LostAfter is how long a coordinator waits without a renewal before it
-	// declares a share lost and places it again under a new epoch. Default 2s.
+	// declares a share lost and places it again under a new epoch. The
+	// trade-off: a runner frozen or delayed for less than LostAfter minus a
+	// renewal interval and a TCP retransmission or two (2 s of SIGSTOP with
+	// 5% loss) keeps its share, and a runner lost silently (no dropped
+	// connection) runs again elsewhere about LostAfter after its last
+	// renewal. Default 2.7s.
 	LostAfter time.Duration
 	// HintGrace is how long after a PeerLost hint a share must stay silent
 	// before it is declared lost (a hint alone never moves a job). Default 600ms.
@@ -116,13 +126,13 @@ func DefaultConfig(id string) Config {
 		ID:                  id,
 		Prices:              PricePolicy{PreemptibleFactor: 0.6},
 		ReserveTTL:          2 * time.Second,
-		RenewInterval:       300 * time.Millisecond,
-		FenceAfter:          1500 * time.Millisecond,
+		RenewInterval:       200 * time.Millisecond,
+		FenceAfter:          2300 * time.Millisecond,
 		ReportTTL:           time.Minute,
 		BidWindow:           150 * time.Millisecond,
 		AwardTimeout:        500 * time.Millisecond,
 		LeaseMargin:         250 * time.Millisecond,
-		LostAfter:           2 * time.Second,
+		LostAfter:           2700 * time.Millisecond,
 		HintGrace:           600 * time.Millisecond,
 		RetryMin:            500 * time.Millisecond,
 		RetryMax:            10 * time.Second,

@@ -28,7 +28,8 @@ type supplier struct {
 	leaseByRound map[roundKey]*reservation
 	attempts     map[attemptKey]*attempt
 	leaseSeq     uint64
-	leaving      bool // draining: nothing is offered any more
+	leaving      bool      // draining: nothing is offered any more
+	lastTick     time.Time // the previous Tick: a long gap means the node was frozen
 }
 
 type roundKey struct {
@@ -79,6 +80,9 @@ type attempt struct {
 	end         *AttemptEnded
 	nextResend  time.Time
 	giveUpAt    time.Time
+	// resumeGrace: the node was frozen; the attempt fences only if no ack
+	// comes by then (Config.FenceAfter).
+	resumeGrace time.Time
 	dirty       bool
 }
 
@@ -348,6 +352,13 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 	}
 	switch {
 	case term > a.rec.Term:
+		if old := a.rec.Coordinator; old != from {
+			// The coordinator of the lower term may not know it was
+			// replaced (it was cut off with this runner): once the attempt
+			// stops renewing with it, it would place the share again
+			// under its own term. Tell it to let the job go.
+			s.n.send(old, &Superseded{Job: job, Term: term, Coordinator: from})
+		}
 		a.rec.Term, a.rec.Coordinator = term, from
 		s.touch(a)
 		if a.end != nil {
@@ -501,6 +512,17 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 // went silent, and re-sends unacknowledged reports.
 func (s *supplier) tick() {
 	now := s.n.now
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.n.cfg.FenceAfter/2 {
+		// The node was frozen: renew at once, and fence only if the
+		// coordinator does not answer (see Config.FenceAfter).
+		for _, a := range s.attempts {
+			if a.end == nil && a.stopCause == "" {
+				a.resumeGrace = now.Add(2 * s.n.cfg.RenewInterval)
+				a.nextRenew = now
+			}
+		}
+	}
+	s.lastTick = now
 	for key, a := range s.attempts {
 		switch {
 		case a.end != nil:
@@ -514,7 +536,7 @@ func (s *supplier) tick() {
 			// waiting for the executor
 		case s.n.cfg.Policy.MaxDuration > 0 && !a.runningAt.IsZero() && now.Sub(a.runningAt) >= s.n.cfg.Policy.MaxDuration:
 			s.stop(a, CauseTimeLimit)
-		case now.Sub(a.lastAck) > s.n.cfg.FenceAfter:
+		case now.Sub(a.lastAck) > s.n.cfg.FenceAfter && !now.Before(a.resumeGrace):
 			s.stop(a, CauseFenced)
 		case !now.Before(a.nextRenew):
 			a.nextRenew = now.Add(s.n.cfg.RenewInterval)

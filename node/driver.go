@@ -227,6 +227,16 @@ func (n *Node) foldPending() {
 		}
 		n.book.Put(p.String(), offersOf(ad, now))
 	}
+	readvertise := false
+	defer func() {
+		if readvertise && n.adv != nil {
+			ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+			defer cancel()
+			if err := n.adv.Update(ctx, n.supply()); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("cannot publish the capacity ad again", "err", err)
+			}
+		}
+	}()
 	for _, ev := range members {
 		n.events.publish(memberEvent(ev))
 		if ev.Kind != mesh.EventUpdate && ev.Kind != mesh.EventDisconnect {
@@ -236,7 +246,15 @@ func (n *Node) foldPending() {
 		case mesh.EventDead, mesh.EventLeft:
 			n.book.Remove(ev.Peer.String())
 			n.gossip.Book().Forget(ev.Peer)
-			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			if ev.Kind == mesh.EventLeft {
+				n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			}
+			// memberlist declares a member dead within about a second
+			// of silence: a node frozen for 2 s (SIGSTOP, a paused VM)
+			// is dead to it, yet its jobs run and it renews when it
+			// resumes. That is no hint to move its shares; the lease
+			// (LostAfter) decides, and a dropped connection (a process
+			// that died) is the early hint.
 			n.succeed(ev.Peer)
 			n.replicateAll() // its replicas move to the next members
 		case mesh.EventDisconnect:
@@ -244,7 +262,16 @@ func (n *Node) foldPending() {
 			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
 			if ev.Kind == mesh.EventJoin {
+				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
+				// A member back after it was declared dead (a partition
+				// healed): its ad was forgotten then, and it forgot
+				// this node's. Take its ad again if gossip has one, and
+				// publish this node's own again.
+				if ad, ok := n.gossip.Book().Get(ev.Peer, now); ok {
+					n.book.Put(ev.Peer.String(), offersOf(ad, now))
+				}
+				readvertise = true
 			}
 			// Learn its addresses now, so that the first message to it
 			// need not wait for a lookup.

@@ -18,7 +18,14 @@ import (
 )
 
 // callTimeout bounds a call to another node on behalf of an API request.
-const callTimeout = 10 * time.Second
+// getTimeout bounds a read of a job's record from its coordinator: one cut
+// off by a partition holds its connections open without answering, and a
+// read should go on to the successor rather than wait the full
+// callTimeout.
+const (
+	callTimeout = 10 * time.Second
+	getTimeout  = 2 * time.Second
+)
 
 // coordinators returns the members that should hold a job, best first:
 // rendezvous hashing (market.Coordinators) over the coordinator-eligible
@@ -209,7 +216,18 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 			}
 			return rec, err == nil
 		}
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		if m, ok := n.mesh.Member(c); ok && (m.State == mesh.StateDead || m.State == mesh.StateLeft) {
+			// Membership is a hint, not the authority (DESIGN.md), but
+			// a call to a member it declared dead would only wait out
+			// its timeout: the next member of the list answers instead.
+			lastErr = fmt.Errorf("%s is %s", c.ShortString(), m.State)
+			return market.JobRecord{}, false
+		}
+		timeout := callTimeout
+		if kind == kindGet {
+			timeout = getTimeout
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		rec, err := n.call(cctx, c, kind, req)
 		if err != nil {

@@ -31,15 +31,17 @@ const (
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
 
-// replicator batches records waiting to go to their replicas.
+// replicator batches records waiting to go to their replicas, and
+// remembers the jobs whose last replication missed a replica.
 type replicator struct {
 	mu      sync.Mutex
 	pending map[string]market.JobRecord
+	failed  map[string]bool
 	wake    chan struct{}
 }
 
 func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, wake: make(chan struct{}, 1)}
+	return &replicator{pending: map[string]market.JobRecord{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func (r *replicator) enqueue(rec market.JobRecord) {
@@ -63,14 +65,46 @@ func (r *replicator) take() []market.JobRecord {
 	return out
 }
 
+func (r *replicator) missed(job string) {
+	r.mu.Lock()
+	r.failed[job] = true
+	r.mu.Unlock()
+}
+
+func (r *replicator) takeFailed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.failed))
+	for id := range r.failed {
+		out = append(out, id)
+	}
+	clear(r.failed)
+	return out
+}
+
+// replicaRetry is how often records that missed a replica are sent again:
+// a replica cut off by a partition (the old coordinator among them, which
+// yields when it gets a record of a higher term) gets the record once the
+// partition heals, even if the job does not change again.
+const replicaRetry = time.Second
+
 // replicateLoop sends queued records to their replicas until the node
-// closes.
+// closes, and sends again, every replicaRetry, the records of the jobs it
+// still coordinates whose last replication missed a replica.
 func (n *Node) replicateLoop() {
 	defer n.wg.Done()
+	retry := time.NewTicker(replicaRetry)
+	defer retry.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-retry.C:
+			for _, id := range n.repl.takeFailed() {
+				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
+					n.repl.enqueue(rec)
+				}
+			}
 		case <-n.repl.wake:
 			recs := n.repl.take()
 			var wg sync.WaitGroup
@@ -81,7 +115,9 @@ func (n *Node) replicateLoop() {
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
-					n.replicate(n.ctx, rec)
+					if n.replicate(n.ctx, rec) < len(n.replicaTargets(rec.ID)) {
+						n.repl.missed(rec.ID)
+					}
 				}()
 			}
 			wg.Wait()
@@ -148,6 +184,7 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 	if rec.Coordinator != from.String() {
 		return api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
 	}
+	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
 		return nil // we hold as new a record already
 	}
@@ -155,6 +192,23 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 		return fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
 	}
 	return nil
+}
+
+// yieldTo lets a job go that this node still coordinates at a lower term
+// than rec, a replica sent by the job's coordinator: this node was cut
+// off while a successor took the job over, and the runners that would
+// tell it so (market.Superseded) may have ended or never hear of it. It
+// runs on the driver.
+func (n *Node) yieldTo(rec market.JobRecord) {
+	own, mine := n.mk.Job(rec.ID)
+	if !mine || own.Term >= rec.Term || own.State.Terminal() {
+		return
+	}
+	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
+	n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
+		From: rec.Coordinator, To: n.id.String(),
+		Payload: &market.Superseded{Job: rec.ID, Term: rec.Term, Coordinator: rec.Coordinator},
+	}})
 }
 
 // succeed adopts the jobs whose coordinator was lost and for which this
@@ -175,8 +229,6 @@ func (n *Node) succeed(lost peer.ID) {
 		ahead, listed := n.liveAhead(rec.ID, lost)
 		switch {
 		case !listed:
-		case len(ahead) == 0:
-			n.adopt(rec, lost, rec.Term+1)
 		default:
 			n.wg.Add(1)
 			go n.adoptUnlessHeld(rec, lost, ahead)
@@ -202,7 +254,12 @@ const successorAsk = 500 * time.Millisecond
 // job's record, and adopts the job if none of them holds it. Each member
 // passed over raises the term by one more, so that if it takes the job
 // over after all, the two coordinators do not share a term: the lower one
-// yields when they meet.
+// yields when they meet. Before adopting it asks the job's other HRW
+// members for their record: this node's replica may be stale (it got it
+// from a coordinator cut off with it while the other side took the job
+// over at a higher term), and adopting a stale record would give out its
+// epochs a second time. A higher term coordinated by a live member wins;
+// a higher term whose coordinator is gone is adopted instead.
 func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.ID) {
 	defer n.wg.Done()
 	for _, id := range ahead {
@@ -217,14 +274,61 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		}
 		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
 	}
+	if newest := n.newestOf(rec.ID, lost); newest.Term > rec.Term {
+		if c, err := peer.Decode(newest.Coordinator); err == nil && c != lost && c != n.id {
+			if m, ok := n.mesh.Member(c); ok && m.State == mesh.StateAlive {
+				n.view.putNewer(newest)
+				n.log.Info("job coordinated at a higher term elsewhere; not taking it over", "job", rec.ID, "coordinator", c.ShortString(), "term", newest.Term)
+				return
+			}
+		}
+		rec = newest
+	}
+	if n.ctx.Err() != nil {
+		return
+	}
 	term := rec.Term + 1 + uint64(len(ahead))
 	n.postWait(func() {
-		held, ok := n.view.job(rec.ID)
-		if _, mine := n.mk.Job(rec.ID); mine || !ok || held.Coordinator != lost.String() {
+		if _, mine := n.mk.Job(rec.ID); mine {
+			return
+		}
+		if held, ok := n.view.job(rec.ID); ok && held.Term > rec.Term && held.Coordinator != lost.String() {
 			return // taken over meanwhile
 		}
-		n.adopt(held, lost, term)
+		n.adopt(rec, lost, term)
 	})
+}
+
+// newestOf asks the job's other HRW members, all at once, for their
+// record and returns the one of the highest term (zero if none answered).
+func (n *Node) newestOf(job string, lost peer.ID) market.JobRecord {
+	var (
+		mu   sync.Mutex
+		best market.JobRecord
+		wg   sync.WaitGroup
+	)
+	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
+		if id == n.id || id == lost {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+			defer cancel()
+			got, err := n.call(ctx, id, kindGet, job)
+			if err != nil || got.ID != job {
+				return
+			}
+			mu.Lock()
+			if got.Term > best.Term {
+				best = got
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return best
 }
 
 // liveAhead returns the members ranked above this node in the job's HRW

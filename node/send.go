@@ -6,7 +6,9 @@ import (
 
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 )
 
 // kindMarket is the payload kind of market messages, on direct streams and
@@ -133,12 +135,30 @@ const addrTTL = time.Hour
 // dialable makes sure the host knows addresses of a member it may never
 // have been connected to (a peer it heard of through gossip): it copies
 // them from the member's metadata.
+//
+// A member that membership hears from is up: a dial backoff libp2p keeps
+// from before (it was down, or restarting) is cleared, so that the call
+// is not refused without a try.
 func (n *Node) dialable(id peer.ID) {
+	m, member := n.mesh.Member(id)
+	if member && m.State == mesh.StateAlive {
+		n.clearBackoff(id)
+	}
 	ps := n.mesh.Host().Peerstore()
 	if len(ps.Addrs(id)) > 0 {
 		return
 	}
-	if m, ok := n.mesh.Member(id); ok && len(m.Addrs) > 0 {
+	if member && len(m.Addrs) > 0 {
 		ps.AddAddrs(id, m.Addrs, addrTTL)
+	}
+}
+
+// clearBackoff forgets the failed dials to a member that has just joined
+// or come back: libp2p backs off dialing a peer whose dial failed (for
+// seconds, growing), so the first calls to a node that restarted, a
+// submission forwarded to it among them, would fail although it is up.
+func (n *Node) clearBackoff(id peer.ID) {
+	if sw, ok := n.mesh.Host().Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(id)
 	}
 }

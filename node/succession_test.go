@@ -70,3 +70,76 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	}
 	waitState(t, runner, id, 10*time.Second, market.JobCancelled)
 }
+
+// A coordinator cut off together with its runner keeps the job going on
+// its side while the other side's successor adopts it under a higher term
+// and runs the share elsewhere. When the partition heals, the successor's
+// replica reaches the old coordinator, which lets the job go: its runner
+// is stopped, and the share does not run a third time.
+func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:1", "a100-80g:1")
+	sm.neverCoordinate(sm.nodes[3], sm.nodes[4])
+	for _, n := range sm.nodes[:3] {
+		sm.waitBook(n, 2)
+	}
+	var coords []string
+	for _, n := range sm.nodes[:3] {
+		coords = append(coords, n.ID().String())
+	}
+	id := "cut-with-its-runner"
+	order := market.Coordinators(id, coords, 3)
+	coord, successor := sm.byID(order[0]), sm.byID(order[1])
+	if _, err := sm.nodes[3].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, id, 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(rec)
+	runner, other := sm.nodes[3], sm.nodes[4]
+	if runner.ID().String() != first.Node {
+		runner, other = other, runner
+	}
+	eventually(t, 10*time.Second, "the successor holds a replica", func() bool {
+		r, ok := successor.view.job(id)
+		return ok && r.State == market.JobRunning
+	})
+
+	minority := []*Node{coord, runner}
+	var majority []*Node
+	for _, n := range sm.nodes {
+		if n != coord && n != runner {
+			majority = append(majority, n)
+		}
+	}
+	for _, a := range minority {
+		for _, b := range majority {
+			sm.net.Cut(a.ID(), b.ID())
+		}
+	}
+	eventually(t, 20*time.Second, "the majority runs the share again", func() bool { return len(other.exec.Running()) == 1 })
+	if len(runner.exec.Running()) != 1 {
+		t.Fatalf("the minority's runner stopped while it could still renew with its coordinator")
+	}
+	for _, a := range minority {
+		for _, b := range majority {
+			sm.net.Heal(a.ID(), b.ID())
+		}
+	}
+	healed := time.Now()
+	eventually(t, 20*time.Second, "the old coordinator lets the job go and its runner stops", func() bool {
+		return len(runner.exec.Running()) == 0
+	})
+	t.Logf("after the heal, the minority's copy stopped in %v", time.Since(healed).Round(time.Millisecond))
+	// The old coordinator must not place the share again once its runner
+	// has stopped renewing with it (LostAfter, 2 s): watch a while longer.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := len(runner.exec.Running()) + len(other.exec.Running()); n > 1 {
+			t.Fatalf("%d attempts of the share run after the heal, want 1", n)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	final := waitState(t, successor, id, 10*time.Second, market.JobRunning)
+	if final.Term <= rec.Term {
+		t.Errorf("the job is coordinated at term %d after the heal, want above %d", final.Term, rec.Term)
+	}
+}

@@ -78,7 +78,7 @@ func TestHarnessFaults(t *testing.T) {
 	r, _ := h.Job("j1")
 	runner := r.Placements[0].Node
 	h.SetCut(runner, true)
-	h.RunFor(2 * time.Second)
+	h.RunFor(market.DefaultConfig("x").FenceAfter + 200*time.Millisecond)
 	p := h.Peer(runner)
 	if len(p.Running) != 0 || len(p.Stops) != 1 || p.Stops[0].Cause != market.CauseFenced {
 		t.Fatalf("cut runner: %d still running, stops %+v", len(p.Running), p.Stops)
