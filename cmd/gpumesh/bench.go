@@ -43,7 +43,7 @@ Scenarios (--scenario, repeatable or comma-separated; default all):
   quality     cost and throughput against an ideal central matcher
 
 Real-time figures come from an in-process mesh of --nodes full nodes
-(default 100, each about 8 MiB); a mesh that would not fit in the memory
+(default 100, each about 10 MiB); a mesh that would not fit in the memory
 available is refused with the estimate. The 1000-node and 1000-card
 figures in protocol time come from the virtual mesh whatever --nodes is.
 The default run takes a few minutes on 2 cores.
@@ -87,8 +87,8 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	if err != nil {
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
 	}
-	if f.nodes < 4 {
-		return bench.Config{}, noop, usagef("--nodes %d: want at least 4 (3 coordinators and a supplier)", f.nodes)
+	if f.nodes < 4 || f.nodes > bench.MaxNodes {
+		return bench.Config{}, noop, usagef("--nodes %d: want at least 4 (3 coordinators and a supplier) and at most %d", f.nodes, bench.MaxNodes)
 	}
 	cfg := bench.Config{Scenarios: scenarios, Nodes: f.nodes, Seed: f.seed}
 	if err := cfg.Validate(); err != nil {

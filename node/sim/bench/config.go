@@ -40,6 +40,9 @@ const (
 	// its cards, so later jobs compete for what is left.
 	DefaultQualityNodes = 200
 	DefaultQualityJobs  = 150
+	// MaxNodes bounds Nodes, GossipNodes, VirtualNodes and QualityNodes
+	// whatever the memory (CheckMemory refuses less where it can tell).
+	MaxNodes = 10000
 )
 
 // Config configures Run. Zero values take the defaults stated.
@@ -155,12 +158,14 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.Nodes < 4:
-		return fmt.Errorf("bench: %d nodes: want at least 4 (3 coordinators and a supplier)", c.Nodes)
+	case c.Nodes < 4 || c.Nodes > MaxNodes:
+		return fmt.Errorf("bench: %d nodes: want 4 (3 coordinators and a supplier) to %d", c.Nodes, MaxNodes)
 	case c.CardsPerNode < 1 || c.CardsPerNode > 16:
 		return fmt.Errorf("bench: %d cards per node: want 1 to 16", c.CardsPerNode)
 	case c.VirtualNodes < 2 || c.GossipNodes < 2 || c.QualityNodes < 2:
 		return fmt.Errorf("bench: virtual, gossip and quality meshes need at least 2 nodes")
+	case c.VirtualNodes > MaxNodes || c.GossipNodes > MaxNodes || c.QualityNodes > MaxNodes:
+		return fmt.Errorf("bench: virtual, gossip and quality meshes take at most %d nodes", MaxNodes)
 	case c.QualityJobs < 1:
 		return fmt.Errorf("bench: %d quality jobs: want at least 1", c.QualityJobs)
 	case !(c.Samples > 0) || !(c.GossipWindow > 0):

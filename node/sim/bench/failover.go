@@ -84,7 +84,7 @@ func cdf(name string, lat []time.Duration) Line {
 // mesh, loses every node that runs one (at the same instant), and returns
 // how long each job took to run whole again.
 func virtualFailover(cfg Config, latency time.Duration, kind string) ([]time.Duration, error) {
-	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, latency, cfg.Seed, false)
+	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, latency, max(latency/4, time.Millisecond), cfg.Seed, false)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ const (
 	// FullNodeMiB is one full node of the in-process mesh (node.Start on
 	// mesh.SimNetwork: libp2p host, memberlist, gossipsub, market, bbolt)
 	// plus its share of the links.
-	FullNodeMiB = 8
+	FullNodeMiB = 10
 	// GossipNodeMiB is one node of the gossip-only mesh with about 20 links.
 	GossipNodeMiB = 1
 	// VirtualNodeKiB is one node of the virtual-time market mesh.

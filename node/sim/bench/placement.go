@@ -26,7 +26,7 @@ func runPlacement(ctx context.Context, r *runner) error {
 	// Virtual time first: it does not need the full mesh.
 	for _, vl := range virtualLatencies {
 		r.cfg.Progress(fmt.Sprintf("placement: virtual mesh of %d nodes, %v one-way", r.cfg.VirtualNodes, vl.d))
-		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, r.cfg.Seed, false)
+		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, 0, r.cfg.Seed, false)
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ func runScaleup(ctx context.Context, r *runner) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, r.cfg.Seed, false)
+		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, 0, r.cfg.Seed, false)
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,10 @@ const (
 	// throughputRealJobs single-card jobs are submitted to the full-node
 	// mesh by throughputSubmitters goroutines at once, each through a
 	// different node.
-	throughputRealJobs   = 300
+	throughputRealJobs = 300
+	// throughputTick is how often every virtual node ticks while the
+	// market core's throughput is measured: a node's default tick.
+	throughputTick       = 20 * time.Millisecond
 	throughputSubmitters = 32
 )
 
@@ -35,10 +38,12 @@ const (
 func runThroughput(ctx context.Context, r *runner) error {
 	capacity := r.cfg.VirtualNodes * r.cfg.CardsPerNode
 	jobs := min(r.cfg.samples(throughputVirtualJobs, 10), capacity/2)
+	r.cfg.Progress(fmt.Sprintf("throughput: market core, %d jobs on %d nodes", jobs, r.cfg.VirtualNodes))
 	book, err := marketThroughput(ctx, r.cfg, jobs, false)
 	if err != nil {
 		return err
 	}
+	r.cfg.Progress("throughput: broadcast baseline")
 	base, err := marketThroughput(ctx, r.cfg, min(r.cfg.samples(throughputBaselineJobs, 5), jobs), true)
 	if err != nil {
 		return err
@@ -59,7 +64,8 @@ func runThroughput(ctx context.Context, r *runner) error {
 	if err != nil {
 		return err
 	}
-	n := min(r.cfg.samples(throughputRealJobs, 8), m.cards*9/10)
+	n := min(r.cfg.samples(throughputRealJobs, 8), m.cards/2) // half the cards: contention, not a full mesh
+	r.cfg.Progress(fmt.Sprintf("throughput: %d jobs on the full mesh", n))
 	perSec, ackPerSec, lat, err := meshThroughput(ctx, m, n)
 	if err != nil {
 		return err
@@ -85,7 +91,7 @@ type marketFigures struct {
 // 0.5 ms latency, arriving evenly over throughputArrival, and times the
 // wall clock from the first submission until every job runs.
 func marketThroughput(ctx context.Context, cfg Config, jobs int, noBook bool) (marketFigures, error) {
-	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, 500*time.Microsecond, cfg.Seed, noBook)
+	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, 500*time.Microsecond, throughputTick, cfg.Seed, noBook)
 	if err != nil {
 		return marketFigures{}, err
 	}

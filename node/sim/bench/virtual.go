@@ -31,8 +31,13 @@ type virtualMesh struct {
 //
 // With noBook no node has a Book: every bid request is broadcast to every
 // node (the naive baseline of the throughput scenario).
-func newVirtualMesh(n, cardsPer int, latency time.Duration, seed uint64, noBook bool) (*virtualMesh, error) {
-	tick := min(max(latency/2, 250*time.Microsecond), 10*time.Millisecond)
+//
+// tick, when not 0, sets the tick instead: scenarios whose figures are
+// seconds, or that time the market's own work, tick as a node does.
+func newVirtualMesh(n, cardsPer int, latency, tick time.Duration, seed uint64, noBook bool) (*virtualMesh, error) {
+	if tick == 0 {
+		tick = min(max(latency/2, 250*time.Microsecond), 10*time.Millisecond)
+	}
 	v := &virtualMesh{
 		h:       markettest.New(markettest.Options{Seed: seed, Latency: latency, TickEvery: tick, NoBook: noBook}),
 		latency: latency, running: map[string]time.Time{}, rerouting: map[string]time.Time{}, back: map[string]time.Time{},
@@ -92,13 +97,14 @@ func (v *virtualMesh) place(spec market.JobSpec, limit time.Duration) (time.Dura
 	return v.running[spec.ID].Sub(t0), v.h.Sent - sent0, nil
 }
 
-// cancel cancels jobs at their coordinators and lets a second of virtual
-// time pass: executions stop, reservations lapse, ads free the cards.
+// cancel cancels jobs at their coordinators and lets 100 one-way
+// latencies (at least 50 ms) of virtual time pass: stops and releases
+// arrive, executions stop, ads free the cards.
 func (v *virtualMesh) cancel(jobs ...string) {
 	for _, j := range jobs {
 		v.h.Step(v.h.Coordinator(j), market.CancelJob{Now: v.h.Now, Job: j})
 	}
-	v.h.RunFor(time.Second)
+	v.h.RunFor(max(100*v.latency, 50*time.Millisecond))
 }
 
 // rtts converts a virtual duration into round trips of the mesh's latency.
