@@ -21,7 +21,7 @@ const (
 // failoverJobs is how many single-card jobs lose their node, per kind.
 const failoverJobs = 8
 
-// runFailover times reroutes: single-card jobs whose node is lost, from
+// failoverVirtual and failoverReal time reroutes: single-card jobs whose node is lost, from
 // the loss until the job runs whole again elsewhere. On the full-node mesh
 // (sim.SimMarket's timings: a runner lost after 5 s of silence, 1 s
 // after a disconnect hint) the nodes crash (sim.Cluster.Crash) or go
@@ -29,23 +29,32 @@ const failoverJobs = 8
 // closed). On the virtual mesh (the market's default timings: lost after
 // 2 s, 0.6 s after a hint) a crash is a node down with the hint given to
 // the coordinator at once, a silent loss a node cut off without a hint.
-func runFailover(ctx context.Context, r *runner) error {
-	plot := Plot{File: "failover.svg", Title: "Reroute latency CDF", XLabel: "loss → job running whole again (ms)", YLabel: "fraction of reroutes"}
+func failoverVirtual(ctx context.Context, r *runner) error {
 	for _, vl := range virtualLatencies {
 		for _, kind := range []string{lossCrash, lossSilent} {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			lat, err := virtualFailover(r.cfg, vl.d, kind)
+			lat, err := virtualFailover(ctx, r.cfg, vl.d, kind)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", vl.clock, kind, err)
 			}
 			failoverRows(r, kind, vl.clock, lat)
 			if vl.clock == ClockVirtualLAN {
-				plot.Lines = append(plot.Lines, cdf(fmt.Sprintf("%s, %s", kind, vl.clock), lat))
+				r.plotLine(failoverPlot(), cdf(fmt.Sprintf("%s, %s", kind, vl.clock), lat))
 			}
 		}
 	}
+	return nil
+}
+
+// failoverPlot is the CDF of reroute latencies.
+func failoverPlot() Plot {
+	return Plot{File: "failover.svg", Title: "Reroute latency CDF", XLabel: "loss → job running whole again (ms)", YLabel: "fraction of reroutes"}
+}
+
+// failoverReal is the full-node mesh's half of the failover scenario.
+func failoverReal(ctx context.Context, r *runner) error {
 	m, err := r.fullMesh(ctx)
 	if err != nil {
 		return err
@@ -57,9 +66,8 @@ func runFailover(ctx context.Context, r *runner) error {
 			return fmt.Errorf("%s: %w", kind, err)
 		}
 		failoverRows(r, kind, ClockReal, lat)
-		plot.Lines = append(plot.Lines, cdf(fmt.Sprintf("%s, real", kind), lat))
+		r.plotLine(failoverPlot(), cdf(fmt.Sprintf("%s, real", kind), lat))
 	}
-	r.plot(plot)
 	return nil
 }
 
@@ -83,7 +91,7 @@ func cdf(name string, lat []time.Duration) Line {
 // virtualFailover places single-card jobs on distinct nodes of a virtual
 // mesh, loses every node that runs one (at the same instant), and returns
 // how long each job took to run whole again.
-func virtualFailover(cfg Config, latency time.Duration, kind string) ([]time.Duration, error) {
+func virtualFailover(ctx context.Context, cfg Config, latency time.Duration, kind string) ([]time.Duration, error) {
 	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, latency, max(latency/4, time.Millisecond), cfg.Seed, false)
 	if err != nil {
 		return nil, err
@@ -92,7 +100,7 @@ func virtualFailover(cfg Config, latency time.Duration, kind string) ([]time.Dur
 	var jobs []string
 	for i := range n {
 		id := fmt.Sprintf("f%d", i)
-		if _, _, err := v.place(sleepSpec(id, 1), 10*time.Second); err != nil {
+		if _, _, err := v.place(ctx, sleepSpec(id, 1), 10*time.Second); err != nil {
 			return nil, err
 		}
 		jobs = append(jobs, id)
@@ -137,7 +145,11 @@ func virtualFailover(cfg Config, latency time.Duration, kind string) ([]time.Dur
 		}
 		return true
 	}
-	if !v.h.RunUntil(back, time.Minute) {
+	ok, err := runUntil(ctx, v.h, back, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		return nil, errors.New("jobs not rerouted after a minute of virtual time")
 	}
 	var out []time.Duration
@@ -258,6 +270,9 @@ func meshFailover(ctx context.Context, r *runner, m *fullMesh, kind string) ([]t
 			}()
 		}
 		wg.Wait()
+		m.mu.Lock()
+		m.quietBy = time.Now().Add(silenceDelay)
+		m.mu.Unlock()
 	}
 	return out, nil
 }

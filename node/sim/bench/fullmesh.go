@@ -26,9 +26,11 @@ type fullMesh struct {
 	plan  []sim.Supplier
 	cards int // of the suppliers
 
-	// heapPerNode is the heap and stacks in use per node once formed.
-	heapPerNode float64
-	formTook    time.Duration
+	// heapPerNode is the heap and stacks in use per node once formed;
+	// rssPerNode the growth of the process's resident set per node (0
+	// where unknown).
+	heapPerNode, rssPerNode float64
+	formTook                time.Duration
 
 	mu      sync.Mutex
 	running map[string]time.Time // job → when it first ran whole
@@ -36,6 +38,10 @@ type fullMesh struct {
 	back    map[string]time.Time // job → when it ran whole after that reroute
 	waiters map[string]chan struct{}
 	via     map[string]*node.Node // job → the node it was submitted through (its owner)
+	// quietBy is when the last message sent on a silenced link (see
+	// silence) has been delivered: mocknet's stream goroutines carry it
+	// until then, whatever closes.
+	quietBy time.Time
 }
 
 // benchModels are the suppliers' cards: a spread of catalogued models, as
@@ -77,7 +83,7 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 		f.cards += s.Cards
 	}
 	profile := sim.SimProfile()
-	m0 := heapInUse()
+	m0, rss0 := heapInUse(), rssBytes()
 	start := time.Now()
 	c, err := sim.StartCluster(ctx, sim.ClusterConfig{
 		Suppliers:    f.plan,
@@ -114,6 +120,9 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 			cfg.Nodes, form.Members, form.Up, form.Book, form.Cards))
 	}
 	f.heapPerNode = float64(heapInUse()-m0) / float64(cfg.Nodes)
+	if rss0 > 0 {
+		f.rssPerNode = float64(rssBytes()-rss0) / float64(cfg.Nodes)
+	}
 	return f, nil
 }
 
@@ -131,9 +140,19 @@ func (f *fullMesh) removeDir() {
 	}
 }
 
+// close stops every node, then waits until the messages in flight on
+// silenced links have been delivered (their goroutines are gone).
 func (f *fullMesh) close() {
 	f.c.Close()
 	f.removeDir()
+	f.mu.Lock()
+	wait := time.Until(f.quietBy)
+	f.mu.Unlock()
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		<-t.C // the deadline of the last delayed delivery
+	}
 }
 
 // event folds the coordinators' job events.

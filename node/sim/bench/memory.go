@@ -105,3 +105,23 @@ func memInfo() (total, avail uint64) {
 	}
 	return total, avail
 }
+
+// rssBytes is this process's resident set size (VmRSS of
+// /proc/self/status), 0 where unknown.
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}

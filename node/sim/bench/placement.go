@@ -14,16 +14,13 @@ var placementSizes = []struct{ cards, real, virtual int }{
 	{1, 20, 20}, {8, 10, 10}, {64, 6, 6}, {1000, 3, 3},
 }
 
-// runPlacement times submit → every share running for jobs of 1, 8, 64
+// placementVirtual and placementReal time submit → every share running for jobs of 1, 8, 64
 // and 1000 cards: on the full-node mesh in real time (sizes beyond its
 // capacity are shrunk to 90% of its cards, with a note), and on the
 // virtual mesh of VirtualNodes × CardsPerNode in protocol time and round
 // trips at both latencies. Jobs of one size are placed one after the
 // other, each cancelled before the next.
-func runPlacement(ctx context.Context, r *runner) error {
-	plot := Plot{File: "placement.svg", Title: "Placement latency (median) vs job size", XLabel: "cards per job", YLabel: "submit → all shares running (ms)", LogX: true, LogY: true}
-
-	// Virtual time first: it does not need the full mesh.
+func placementVirtual(ctx context.Context, r *runner) error {
 	for _, vl := range virtualLatencies {
 		r.cfg.Progress(fmt.Sprintf("placement: virtual mesh of %d nodes, %v one-way", r.cfg.VirtualNodes, vl.d))
 		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, 0, r.cfg.Seed, false)
@@ -40,7 +37,7 @@ func runPlacement(ctx context.Context, r *runner) error {
 					return ctx.Err()
 				}
 				id := fmt.Sprintf("p%d-%d", cards, i)
-				d, m, err := v.place(sleepSpec(id, cards), 30*time.Second)
+				d, m, err := v.place(ctx, sleepSpec(id, cards), 30*time.Second)
 				if err != nil {
 					return err
 				}
@@ -58,9 +55,18 @@ func runPlacement(ctx context.Context, r *runner) error {
 				Note: fmt.Sprintf("%.0f messages per job", float64(msgs)/float64(len(lat)))}, "≤ 3 RTT", rt <= 3.05))
 			line.Points = append(line.Points, Point{X: float64(cards), Y: ms(l.P50)})
 		}
-		plot.Lines = append(plot.Lines, line)
+		r.plotLine(placementPlot(), line)
 	}
+	return nil
+}
 
+// placementPlot is the plot of placement latency against job size.
+func placementPlot() Plot {
+	return Plot{File: "placement.svg", Title: "Placement latency (median) vs job size", XLabel: "cards per job", YLabel: "submit → all shares running (ms)", LogX: true, LogY: true}
+}
+
+// placementReal is runPlacement's real-time half.
+func placementReal(ctx context.Context, r *runner) error {
 	m, err := r.fullMesh(ctx)
 	if err != nil {
 		return err
@@ -102,8 +108,7 @@ func runPlacement(ctx context.Context, r *runner) error {
 		r.row(row)
 		line.Points = append(line.Points, Point{X: float64(cards), Y: ms(l.P50)})
 	}
-	plot.Lines = append(plot.Lines, line)
-	r.plot(plot)
+	r.plotLine(placementPlot(), line)
 	return nil
 }
 

@@ -89,7 +89,10 @@ func runQuality(ctx context.Context, r *runner) error {
 			return fmt.Errorf("submit %s: %w", spec.ID, err)
 		}
 		running := func() bool { rec, _ := h.Job(spec.ID); return rec.State == market.JobRunning }
-		meshOK := h.RunUntil(running, 1500*time.Millisecond) // two retries of the market (RetryMin 0.5 s)
+		meshOK, err := runUntil(ctx, h, running, 1500*time.Millisecond) // two retries of the market (RetryMin 0.5 s)
+		if err != nil {
+			return err
+		}
 		var mesh, ideal qualityTotals
 		for _, p := range picks {
 			card := p.node.cards[p.card]

@@ -89,7 +89,7 @@ type Results struct {
 	Took      float64   `json:"took_s"`
 	Machine   Machine   `json:"machine"`
 	Config    Config    `json:"config"`
-	Scenarios []string  `json:"scenarios"` // in the order run
+	Scenarios []string  `json:"scenarios"` // those that ran to the end without failing
 	Rows      []Row     `json:"rows"`
 	Plots     []Plot    `json:"plots,omitempty"`
 	// Notes say what a reader must know to read the rows (a mesh smaller

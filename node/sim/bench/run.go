@@ -20,27 +20,39 @@ type runner struct {
 	mesh *fullMesh
 }
 
-// scenario measures one scenario and appends its rows to r.res.
-type scenario func(ctx context.Context, r *runner) error
+// phase is one half of a scenario: it appends rows (and plot lines) to
+// r.res.
+type phase func(ctx context.Context, r *runner) error
 
-var scenarioFuncs = map[string]scenario{
-	ScenarioPlacement:  runPlacement,
-	ScenarioThroughput: runThroughput,
-	ScenarioScaleup:    runScaleup,
-	ScenarioFailover:   runFailover,
-	ScenarioGossip:     runGossip,
-	ScenarioQuality:    runQuality,
+// phases returns a scenario's two halves: the figures that need no
+// full-node mesh (virtual time, the gossip mesh, the quality workload),
+// and the real-time figures of the full-node mesh (nil where there are
+// none).
+func phases(s string) (first, onMesh phase) {
+	switch s {
+	case ScenarioPlacement:
+		return placementVirtual, placementReal
+	case ScenarioThroughput:
+		return throughputVirtual, throughputReal
+	case ScenarioScaleup:
+		return scaleupVirtual, scaleupReal
+	case ScenarioFailover:
+		return failoverVirtual, failoverReal // crashes nodes: the last on the mesh
+	case ScenarioGossip:
+		return runGossip, nil
+	case ScenarioQuality:
+		return runQuality, nil
+	}
+	return nil, nil
 }
 
-// usesFullMesh are the scenarios measured on the full-node mesh. failover
-// crashes nodes, so it comes last of them.
-var usesFullMesh = map[string]bool{ScenarioPlacement: true, ScenarioThroughput: true, ScenarioScaleup: true, ScenarioFailover: true}
-
-// Run runs the configured scenarios one after the other and returns what
-// they measured. When ctx ends, the scenario under way stops, every node
-// is closed, and Run returns the results so far (Interrupted set) with
-// ctx's error. A scenario that fails leaves a note and the run goes on;
-// its error is returned with the results at the end.
+// Run runs the configured scenarios and returns what they measured: first
+// every figure that needs no full-node mesh, so that nothing else runs in
+// this process while they are measured, then the full-node mesh's. When
+// ctx ends, the phase under way stops, every node is closed, and Run
+// returns the results so far (Interrupted set) with ctx's error. A phase
+// that fails leaves a note and the run goes on; the errors are returned
+// with the results at the end.
 func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -52,36 +64,47 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	r := &runner{cfg: cfg, res: &Results{Started: time.Now().UTC().Truncate(time.Second), Machine: ThisMachine(), Config: cfg}}
 	defer r.closeMesh()
+	failed := map[string]bool{}
 	var errs []error
-	lastFull := ""
-	for _, s := range cfg.Scenarios {
-		if usesFullMesh[s] {
-			lastFull = s
+	do := func(s string, p phase, what string) {
+		if p == nil || ctx.Err() != nil {
+			return
 		}
-	}
-	for _, s := range cfg.Scenarios {
-		if ctx.Err() != nil {
-			break
-		}
-		cfg.Progress(fmt.Sprintf("%s: running", s))
+		cfg.Progress(fmt.Sprintf("%s: %s", s, what))
 		t0 := time.Now()
-		err := scenarioFuncs[s](ctx, r)
-		if s == lastFull {
-			r.closeMesh()
-		}
+		err := p(ctx, r)
 		if err != nil && ctx.Err() == nil {
-			r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s failed: %v", s, err))
+			failed[s] = true
+			r.note("%s failed: %v", s, err)
 			errs = append(errs, fmt.Errorf("%s: %w", s, err))
 		}
 		if ctx.Err() == nil {
-			r.res.Scenarios = append(r.res.Scenarios, s)
-			cfg.Progress(fmt.Sprintf("%s: done in %s", s, time.Since(t0).Round(100*time.Millisecond)))
+			cfg.Progress(fmt.Sprintf("%s: %s done in %s", s, what, time.Since(t0).Round(100*time.Millisecond)))
 		}
 	}
+	for _, s := range cfg.Scenarios {
+		first, _ := phases(s)
+		do(s, first, "virtual time and simulations")
+	}
+	for _, s := range cfg.Scenarios {
+		_, onMesh := phases(s)
+		do(s, onMesh, "on the full-node mesh")
+	}
+	r.closeMesh()
+	order := map[string]int{"mesh": -1}
+	for i, s := range Scenarios() {
+		order[s] = i
+	}
+	slices.SortStableFunc(r.res.Rows, func(a, b Row) int { return order[a.Scenario] - order[b.Scenario] })
 	r.res.Took = time.Since(r.res.Started).Round(time.Second).Seconds()
 	if ctx.Err() != nil {
 		r.res.Interrupted = true
 		return r.res, ctx.Err()
+	}
+	for _, s := range cfg.Scenarios {
+		if !failed[s] {
+			r.res.Scenarios = append(r.res.Scenarios, s)
+		}
 	}
 	return r.res, errors.Join(errs...)
 }
@@ -97,11 +120,24 @@ func (r *runner) fullMesh(ctx context.Context) (*fullMesh, error) {
 		return nil, err
 	}
 	r.mesh = m
+	if _, avail := memInfo(); avail > 0 && r.cfg.Nodes < 1000 {
+		need := uint64(1000*FullNodeMiB + baseMiB)
+		fits := "would fit in memory"
+		if float64(need) > 0.8*float64(avail) {
+			fits = "would not fit in memory"
+		}
+		r.note("1000 full nodes need about %d MiB and %d MiB is available: they %s; this run used %d (--nodes), which started and formed in %s on %d CPUs",
+			need, avail, fits, r.cfg.Nodes, m.formTook.Round(time.Second), runtime.NumCPU())
+	}
 	r.cfg.Progress(fmt.Sprintf("%d full nodes formed in %s", r.cfg.Nodes, m.formTook.Round(100*time.Millisecond)))
 	r.row(Row{Scenario: "mesh", Case: fmt.Sprintf("%d full nodes (%d × %d cards)", r.cfg.Nodes, len(m.plan)-controllers(m.plan), r.cfg.CardsPerNode),
 		Clock: ClockReal, Metric: "start+form", Value: ms(m.formTook), Unit: "ms"})
 	r.row(Row{Scenario: "mesh", Case: "heap+stacks per full node", Metric: "memory", Value: m.heapPerNode / (1 << 20), Unit: "MiB",
 		Note: "Go heap and goroutine stacks after formation, divided by the nodes"})
+	if m.rssPerNode > 0 {
+		r.row(Row{Scenario: "mesh", Case: "RSS per full node", Metric: "memory", Value: m.rssPerNode / (1 << 20), Unit: "MiB",
+			Note: "growth of the process's resident set while the mesh started, divided by the nodes"})
+	}
 	return m, nil
 }
 
@@ -118,7 +154,18 @@ func (r *runner) note(format string, args ...any) {
 	r.res.Notes = append(r.res.Notes, fmt.Sprintf(format, args...))
 }
 
-func (r *runner) plot(p Plot) { r.res.Plots = append(r.res.Plots, p) }
+// plotLine adds a line to the plot named p.File, adding p (without its
+// lines) first if the results have no such plot yet.
+func (r *runner) plotLine(p Plot, l Line) {
+	for i := range r.res.Plots {
+		if r.res.Plots[i].File == p.File {
+			r.res.Plots[i].Lines = append(r.res.Plots[i].Lines, l)
+			return
+		}
+	}
+	p.Lines = []Line{l}
+	r.res.Plots = append(r.res.Plots, p)
+}
 
 // target returns row with a target and whether it was met.
 func target(row Row, text string, met bool) Row {

@@ -19,11 +19,11 @@ func elasticSpec(id string, max int) market.JobSpec {
 	return s
 }
 
-// runScaleup grows a running elastic job from 1 card to 1000 (or 90% of
+// scaleupVirtual and scaleupReal grow a running elastic job from 1 card to 1000 (or 90% of
 // the mesh's cards, if fewer): on the virtual mesh in protocol time and
 // round trips, and on the full-node mesh in real time, from the scale
 // request until every card runs.
-func runScaleup(ctx context.Context, r *runner) error {
+func scaleupVirtual(ctx context.Context, r *runner) error {
 	for _, vl := range virtualLatencies {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -33,7 +33,7 @@ func runScaleup(ctx context.Context, r *runner) error {
 			return err
 		}
 		to := min(scaleupCards, r.cfg.VirtualNodes*r.cfg.CardsPerNode*9/10)
-		if _, _, err := v.place(elasticSpec("grow", to), 10*time.Second); err != nil {
+		if _, _, err := v.place(ctx, elasticSpec("grow", to), 10*time.Second); err != nil {
 			return err
 		}
 		coord := v.h.Coordinator("grow")
@@ -42,7 +42,11 @@ func runScaleup(ctx context.Context, r *runner) error {
 			return fmt.Errorf("scale: %w", err)
 		}
 		grown := func() bool { rec, _ := v.h.Job("grow"); return markettest.LiveCards(rec) >= to }
-		if !v.h.RunUntil(grown, 30*time.Second) {
+		ok, err := runUntil(ctx, v.h, grown, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			rec, _ := v.h.Job("grow")
 			return fmt.Errorf("elastic job at %d of %d cards after 30 s of virtual time", markettest.LiveCards(rec), to)
 		}
@@ -52,7 +56,11 @@ func runScaleup(ctx context.Context, r *runner) error {
 		r.row(Row{Scenario: ScenarioScaleup, Case: c, Clock: vl.clock, Metric: "round trips", Value: v.rtts(d), Unit: "RTT", N: 1,
 			Note: fmt.Sprintf("%d messages", v.h.Sent-sent0)})
 	}
+	return nil
+}
 
+// scaleupReal is the full-node mesh's half of the scale-up scenario.
+func scaleupReal(ctx context.Context, r *runner) error {
 	m, err := r.fullMesh(ctx)
 	if err != nil {
 		return err

@@ -30,12 +30,12 @@ const (
 	throughputSubmitters = 32
 )
 
-// runThroughput measures jobs placed per second: by the market core (every
+// throughputVirtual and throughputReal measure jobs placed per second: by the market core (every
 // node's market in one goroutine, jobs per second of wall time, with the
 // broadcast design as the baseline in the same run) and by the full-node
 // mesh (many submitters at once, from the first submission until the last
 // job runs).
-func runThroughput(ctx context.Context, r *runner) error {
+func throughputVirtual(ctx context.Context, r *runner) error {
 	capacity := r.cfg.VirtualNodes * r.cfg.CardsPerNode
 	jobs := min(r.cfg.samples(throughputVirtualJobs, 10), capacity/2)
 	r.cfg.Progress(fmt.Sprintf("throughput: market core, %d jobs on %d nodes", jobs, r.cfg.VirtualNodes))
@@ -59,7 +59,11 @@ func runThroughput(ctx context.Context, r *runner) error {
 		Note: "no book: every bid request goes to every node"})
 	r.row(Row{Scenario: ScenarioThroughput, Case: bc, Metric: "messages/job", Value: base.msgsPerJob, Unit: "msgs"})
 	r.row(Row{Scenario: ScenarioThroughput, Case: "market core / broadcast", Metric: "ratio", Value: book.perSec / base.perSec, Unit: "×"})
+	return nil
+}
 
+// throughputReal is the full-node mesh's half of the throughput scenario.
+func throughputReal(ctx context.Context, r *runner) error {
 	m, err := r.fullMesh(ctx)
 	if err != nil {
 		return err
@@ -70,7 +74,7 @@ func runThroughput(ctx context.Context, r *runner) error {
 	if err != nil {
 		return err
 	}
-	c = fmt.Sprintf("%d full nodes, %d jobs, %d submitters", r.cfg.Nodes, n, throughputSubmitters)
+	c := fmt.Sprintf("%d full nodes, %d jobs, %d submitters", r.cfg.Nodes, n, throughputSubmitters)
 	r.row(target(Row{Scenario: ScenarioThroughput, Case: c, Clock: ClockReal, Metric: "jobs/s placed", Value: perSec, Unit: "jobs/s", N: n,
 		Note: fmt.Sprintf("submissions acknowledged at %.0f/s", ackPerSec)}, "> 1000 jobs/s", perSec > 1000))
 	l := sim.LatencyOf("", lat)
@@ -112,7 +116,11 @@ func marketThroughput(ctx context.Context, cfg Config, jobs int, noBook bool) (m
 		}
 	}
 	done := func() bool { return len(v.running) >= jobs }
-	if !v.h.RunUntil(done, time.Minute) {
+	ok, err := runUntil(ctx, v.h, done, time.Minute)
+	if err != nil {
+		return marketFigures{}, err
+	}
+	if !ok {
 		return marketFigures{}, fmt.Errorf("%d of %d jobs running after a minute of virtual time", len(v.running), jobs)
 	}
 	wall := time.Since(start)

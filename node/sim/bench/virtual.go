@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -85,12 +86,16 @@ func newVirtualMesh(n, cardsPer int, latency, tick time.Duration, seed uint64, n
 // place submits spec to its coordinator and runs virtual time until the
 // job runs whole (or limit passes). It returns the virtual time taken and
 // the messages sent meanwhile.
-func (v *virtualMesh) place(spec market.JobSpec, limit time.Duration) (time.Duration, int, error) {
+func (v *virtualMesh) place(ctx context.Context, spec market.JobSpec, limit time.Duration) (time.Duration, int, error) {
 	t0, sent0 := v.h.Now, v.h.Sent
 	if _, err := v.h.Submit(spec); err != nil {
 		return 0, 0, err
 	}
-	if !v.h.RunUntil(func() bool { _, ok := v.running[spec.ID]; return ok }, limit) {
+	ok, err := runUntil(ctx, v.h, func() bool { _, ok := v.running[spec.ID]; return ok }, limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
 		rec, _ := v.h.Job(spec.ID)
 		return 0, 0, fmt.Errorf("job %s (%d cards) not running after %v of virtual time: %s %s", spec.ID, spec.Cards, limit, rec.State, rec.Reason)
 	}
@@ -105,6 +110,16 @@ func (v *virtualMesh) cancel(jobs ...string) {
 		v.h.Step(v.h.Coordinator(j), market.CancelJob{Now: v.h.Now, Job: j})
 	}
 	v.h.RunFor(max(100*v.latency, 50*time.Millisecond))
+}
+
+// runUntil is h.RunUntil that also stops, with ctx's error, when ctx
+// ends (checked after every delivery and tick).
+func runUntil(ctx context.Context, h *markettest.Harness, cond func() bool, limit time.Duration) (bool, error) {
+	ok := h.RunUntil(func() bool { return ctx.Err() != nil || cond() }, limit)
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 // rtts converts a virtual duration into round trips of the mesh's latency.
