@@ -92,7 +92,7 @@ func cdf(name string, lat []time.Duration) Line {
 // mesh, loses every node that runs one (at the same instant), and returns
 // how long each job took to run whole again.
 func virtualFailover(ctx context.Context, cfg Config, latency time.Duration, kind string) ([]time.Duration, error) {
-	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, latency, max(latency/4, time.Millisecond), cfg.Seed, false)
+	v, err := newVirtualMesh(cfg.VirtualNodes, cfg.CardsPerNode, cfg.Seed, virtualOptions{Latency: latency, Tick: max(latency/4, time.Millisecond)})
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +207,8 @@ func meshFailover(ctx context.Context, r *runner, m *fullMesh, kind string) ([]t
 		}
 		jobs = append(jobs, id)
 	}
-	defer m.cancel(context.WithoutCancel(ctx), jobs) // the last scenario of the mesh: no need to wait for the cards
-	byPeer := map[string]string{}                    // peer ID → supplier
+	defer m.cancel(ctx, jobs)     // the last scenario of the mesh: no need to wait for the cards
+	byPeer := map[string]string{} // peer ID → supplier
 	for _, mem := range m.c.Members() {
 		if mem.Node != nil {
 			byPeer[mem.Node.ID().String()] = mem.Supplier.Name

@@ -246,28 +246,47 @@ func (f *fullMesh) waitRunning(ctx context.Context, job string, timeout time.Dur
 }
 
 // cancel cancels jobs, each through the node that submitted it (its
-// owner), and returns the cancellations that failed.
+// owner), 16 at a time, and returns the cancellations that failed. When
+// ctx ends it stops and returns ctx's error: the nodes' close stops what
+// still runs.
 func (f *fullMesh) cancel(ctx context.Context, jobs []string) ([]string, error) {
 	gw := f.c.Gateway()
-	var failed []string
+	var (
+		mu     sync.Mutex
+		failed []string
+		wg     sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
 	for _, j := range jobs {
-		f.mu.Lock()
-		via := f.via[j]
-		f.mu.Unlock()
-		if via == nil {
-			via = gw
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
 		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rec, err := via.Cancel(cctx, j)
-		cancel()
 		if ctx.Err() != nil {
-			return failed, ctx.Err()
+			break
 		}
-		if err != nil || !rec.State.Terminal() {
-			failed = append(failed, fmt.Sprintf("%s: %s %v", j, rec.State, err))
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f.mu.Lock()
+			via := f.via[j]
+			f.mu.Unlock()
+			if via == nil {
+				via = gw
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			rec, err := via.Cancel(cctx, j)
+			cancel()
+			if err != nil || !rec.State.Terminal() {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s: %s %v", j, rec.State, err))
+				mu.Unlock()
+			}
+		}()
 	}
-	return failed, nil
+	wg.Wait()
+	return failed, ctx.Err()
 }
 
 // cancelAll cancels jobs and waits until no node runs a process any more

@@ -23,7 +23,7 @@ var placementSizes = []struct{ cards, real, virtual int }{
 func placementVirtual(ctx context.Context, r *runner) error {
 	for _, vl := range virtualLatencies {
 		r.cfg.Progress(fmt.Sprintf("placement: virtual mesh of %d nodes, %v one-way", r.cfg.VirtualNodes, vl.d))
-		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, 0, r.cfg.Seed, false)
+		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, r.cfg.Seed, virtualOptions{Latency: vl.d})
 		if err != nil {
 			return err
 		}

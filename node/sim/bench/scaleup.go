@@ -28,7 +28,7 @@ func scaleupVirtual(ctx context.Context, r *runner) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, vl.d, 0, r.cfg.Seed, false)
+		v, err := newVirtualMesh(r.cfg.VirtualNodes, r.cfg.CardsPerNode, r.cfg.Seed, virtualOptions{Latency: vl.d})
 		if err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func scaleupReal(ctx context.Context, r *runner) error {
 		}
 		reached, err := waitCards(ctx, m, id, to, time.Minute)
 		if err != nil {
-			m.cancelAll(context.WithoutCancel(ctx), []string{id})
+			m.cancelAll(ctx, []string{id})
 			return fmt.Errorf("%w (at %d of %d cards)", err, reached, to)
 		}
 		took = append(took, time.Since(t0))

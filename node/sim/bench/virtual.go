@@ -24,23 +24,33 @@ type virtualMesh struct {
 	rerouting, back map[string]time.Time
 }
 
+// virtualOptions shape a virtual mesh beyond its size.
+type virtualOptions struct {
+	// Latency is every link's one-way delay.
+	Latency time.Duration
+	// Tick, when not 0, is how often every node ticks; default Latency/2
+	// (at least 250 µs, at most 10 ms), so that timers add little to the
+	// message round trips measured. Scenarios whose figures are seconds,
+	// or that time the market's own work, tick as a node does.
+	Tick time.Duration
+	// BookDelay is how long an ad takes to reach the shared book (the
+	// advertiser's coalescing and the gossip flood). Default 0: at once.
+	BookDelay time.Duration
+	// NoBook: no node has a Book, every bid request is broadcast to every
+	// node (the naive baseline of the throughput scenario).
+	NoBook bool
+}
+
 // newVirtualMesh builds n suppliers of cardsPer cards each (one model per
 // node, a price within ±20% of its list price, MTBF 1 h to 30 days) with
-// the market's default configuration. Every node ticks every latency/2
-// (at least 250 µs, at most 10 ms), so that timers add little to the
-// message round trips measured.
-//
-// With noBook no node has a Book: every bid request is broadcast to every
-// node (the naive baseline of the throughput scenario).
-//
-// tick, when not 0, sets the tick instead: scenarios whose figures are
-// seconds, or that time the market's own work, tick as a node does.
-func newVirtualMesh(n, cardsPer int, latency, tick time.Duration, seed uint64, noBook bool) (*virtualMesh, error) {
+// the market's default configuration.
+func newVirtualMesh(n, cardsPer int, seed uint64, o virtualOptions) (*virtualMesh, error) {
+	tick, latency := o.Tick, o.Latency
 	if tick == 0 {
 		tick = min(max(latency/2, 250*time.Microsecond), 10*time.Millisecond)
 	}
 	v := &virtualMesh{
-		h:       markettest.New(markettest.Options{Seed: seed, Latency: latency, TickEvery: tick, NoBook: noBook}),
+		h:       markettest.New(markettest.Options{Seed: seed, Latency: latency, TickEvery: tick, NoBook: o.NoBook, BookDelay: o.BookDelay}),
 		latency: latency, running: map[string]time.Time{}, rerouting: map[string]time.Time{}, back: map[string]time.Time{},
 	}
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -61,6 +71,9 @@ func newVirtualMesh(n, cardsPer int, latency, tick time.Duration, seed uint64, n
 		if _, err := v.h.Add(cfg); err != nil {
 			return nil, err
 		}
+	}
+	if o.BookDelay > 0 {
+		v.h.RunFor(2 * o.BookDelay) // the first ads reach the book
 	}
 	v.h.OnReady = func(_ *markettest.Peer, rd market.Ready) {
 		for _, nt := range rd.Notifications {
