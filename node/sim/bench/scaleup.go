@@ -19,7 +19,7 @@ func elasticSpec(id string, max int) market.JobSpec {
 	return s
 }
 
-// scaleupVirtual and scaleupReal grow a running elastic job from 1 card to 1000 (or 90% of
+// scaleupVirtual and scaleupReal grow a running elastic job from 1 card to 1000 (or half
 // the mesh's cards, if fewer): on the virtual mesh in protocol time and
 // round trips, and on the full-node mesh in real time, from the scale
 // request until every card runs.
@@ -32,7 +32,7 @@ func scaleupVirtual(ctx context.Context, r *runner) error {
 		if err != nil {
 			return err
 		}
-		to := min(scaleupCards, r.cfg.VirtualNodes*r.cfg.CardsPerNode*9/10)
+		to := min(scaleupCards, r.cfg.VirtualNodes*r.cfg.CardsPerNode/2)
 		if _, _, err := v.place(ctx, elasticSpec("grow", to), 10*time.Second); err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func scaleupReal(ctx context.Context, r *runner) error {
 	if err != nil {
 		return err
 	}
-	to := min(scaleupCards, m.cards*9/10)
+	to := min(scaleupCards, m.cards/2)
 	if to < scaleupCards {
 		r.note("scaleup: the %d-node mesh holds %d cards, so the job grows to %d, not %d", r.cfg.Nodes, m.cards, to, scaleupCards)
 	}

@@ -23,7 +23,7 @@ const (
 	// throughputRealJobs single-card jobs are submitted to the full-node
 	// mesh by throughputSubmitters goroutines at once, each through a
 	// different node.
-	throughputRealJobs = 300
+	throughputRealJobs = 100
 	// throughputTick is how often every virtual node ticks while the
 	// market core's throughput is measured: a node's default tick.
 	throughputTick       = 20 * time.Millisecond
@@ -205,8 +205,12 @@ feed:
 	close(next)
 	wg.Wait()
 	acked := time.Since(start)
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
+	if err == nil {
+		select {
+		case err = <-errs: // a submitter failed after the last job was handed out
+		default:
+			err = ctx.Err()
+		}
 	}
 	if err != nil {
 		return 0, 0, nil, err
