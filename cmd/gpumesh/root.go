@@ -94,6 +94,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newStatusCommand(e),
 		newKeyCommand(e),
 		newDemoCommand(e),
+		newBenchCommand(e),
 	)
 	return root
 }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/sim/bench"
+)
+
+// runBench runs `gpumesh bench` with args and returns its exit status,
+// stdout and stderr.
+func runBench(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := runEnv(context.Background(), append([]string{"bench"}, args...), env{
+		stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+	})
+	return code, stdout.String(), stderr.String()
+}
+
+// Bad input exits 2 with one line naming what was wrong, and runs nothing.
+func TestBenchBadInput(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenario", "latency"}, `--scenario: unknown scenario "latency": known are placement, throughput, scaleup, failover, gossip, quality`},
+		{[]string{"--scenario", "placement,nope"}, `unknown scenario "nope"`},
+		{[]string{"--nodes", "0"}, "--nodes 0: want at least 4 (3 coordinators and a supplier) and at most 10000"},
+		{[]string{"--nodes", "-5"}, "--nodes -5: want at least 4"},
+		{[]string{"--nodes", "many"}, `invalid argument "many" for "--nodes"`},
+		{[]string{"--nodes", "50000000"}, "--nodes 50000000: want at least 4 (3 coordinators and a supplier) and at most 10000"},
+		{[]string{"--out", file}, "not a directory"},
+		{[]string{"extra"}, "unknown command"},
+	} {
+		start := time.Now()
+		code, stdout, stderr := runBench(t, c.args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%q took %v: it ran something", c.args, d)
+		}
+	}
+	if bench.ThisMachine().AvailMiB > 0 {
+		_, _, stderr := runBench(t, "--nodes", "10000")
+		if !strings.Contains(stderr, "MiB is available") || !strings.Contains(stderr, "full nodes here") {
+			t.Errorf("the memory refusal gives no estimate: %q", stderr)
+		}
+	}
+}
+
+// The report prints the table (or the JSON), writes --out, and says when
+// the run was interrupted (exit 1).
+func TestBenchReport(t *testing.T) {
+	yes := true
+	res := &bench.Results{
+		Started: time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC), Took: 3, Machine: bench.Machine{CPUs: 2, GOMAXPROCS: 2, OS: "linux", Arch: "amd64", Go: "go1.25"},
+		Config:    bench.Config{Nodes: 100, Seed: 1},
+		Scenarios: []string{"placement"},
+		Rows:      []bench.Row{{Scenario: "placement", Case: "1 cards", Clock: bench.ClockReal, Metric: "median", Value: 12.5, Unit: "ms", N: 20, Target: "< 1000 ms", Met: &yes}},
+		Plots:     []bench.Plot{{File: "placement.svg", Title: "p", Lines: []bench.Line{{Name: "real", Points: []bench.Point{{X: 1, Y: 12.5}}}}}},
+	}
+	var stdout, stderr bytes.Buffer
+	e := env{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	dir := filepath.Join(t.TempDir(), "out")
+	if err := (benchFlags{out: dir}).report(e, res, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2 CPUs (GOMAXPROCS 2)", "| placement | 1 cards | real | median | 12.5 ms | 20 | < 1000 ms ✓ |"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	for _, f := range []string{"results.json", "results.csv", "placement.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	stdout.Reset()
+	res.Interrupted = true
+	err := (benchFlags{json: true}).report(e, res, context.Canceled)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("interrupted run: %v", err)
+	}
+	var back bench.Results
+	if err := json.Unmarshal(stdout.Bytes(), &back); err != nil || !back.Interrupted || len(back.Rows) != 1 {
+		t.Errorf("--json printed %q (%v)", stdout.String(), err)
+	}
+	failed := errors.New("failover: boom")
+	if err := (benchFlags{}).report(e, res, failed); !errors.Is(err, failed) {
+		t.Errorf("a failed scenario: %v", err)
+	}
+}
