@@ -65,6 +65,9 @@ func failoverMesh(b *testing.B) (c *cluster, coords, runners []*proc) {
 // its running placement.
 func runningOnRunner(c *cluster, coords, runners []*proc) (*chaosJob, *proc, market.Placement) {
 	c.t.Helper()
+	// A coordinator that restarted coordinates again only after 30 s as a
+	// member; the others must be seen coordinating.
+	eventually(c.t, 60*time.Second, "at least 3 coordinators", func() bool { return len(c.eligible()) >= 3 })
 	j, coord, rec := c.placeOn(runners, []*proc{coords[c.rng.IntN(len(coords))]}, c.batch(600, 0))
 	old := onlyLive(c.t, rec)
 	c.waitMarker(j.id, old.Share, old.Epoch, "start", 10*time.Second)
