@@ -74,9 +74,13 @@ func runningOnRunner(c *cluster, coords, runners []*proc) (*chaosJob, *proc, mar
 	return j, coord, old
 }
 
+// reportQuantiles reports the quantiles of ms, and logs them too: a run
+// whose final invariant check fails prints no metrics.
 func reportQuantiles(b *testing.B, ms []float64, unit string, qs ...float64) {
 	for _, q := range qs {
-		b.ReportMetric(quantile(ms, q), fmt.Sprintf("ms-p%d-%s", int(q*100), unit))
+		name := fmt.Sprintf("ms-p%d-%s", int(q*100), unit)
+		b.ReportMetric(quantile(ms, q), name)
+		b.Logf("%s: %.0f (%d samples)", name, quantile(ms, q), len(ms))
 	}
 }
 
