@@ -65,15 +65,22 @@ func failoverMesh(b *testing.B) (c *cluster, coords, runners []*proc) {
 // its running placement.
 func runningOnRunner(c *cluster, coords, runners []*proc) (*chaosJob, *proc, market.Placement) {
 	c.t.Helper()
+	// A coordinator that restarted coordinates again only after 30 s as a
+	// member; the others must be seen coordinating.
+	eventually(c.t, 60*time.Second, "at least 3 coordinators", func() bool { return len(c.eligible()) >= 3 })
 	j, coord, rec := c.placeOn(runners, []*proc{coords[c.rng.IntN(len(coords))]}, c.batch(600, 0))
 	old := onlyLive(c.t, rec)
 	c.waitMarker(j.id, old.Share, old.Epoch, "start", 10*time.Second)
 	return j, coord, old
 }
 
+// reportQuantiles reports the quantiles of ms, and logs them too: a run
+// whose final invariant check fails prints no metrics.
 func reportQuantiles(b *testing.B, ms []float64, unit string, qs ...float64) {
 	for _, q := range qs {
-		b.ReportMetric(quantile(ms, q), fmt.Sprintf("ms-p%d-%s", int(q*100), unit))
+		name := fmt.Sprintf("ms-p%d-%s", int(q*100), unit)
+		b.ReportMetric(quantile(ms, q), name)
+		b.Logf("%s: %.0f (%d samples)", name, quantile(ms, q), len(ms))
 	}
 }
 

@@ -284,9 +284,21 @@ func (p *proc) submit(spec market.JobSpec) market.JobRecord {
 		p.t.Fatal(err)
 	}
 	body, _ := json.Marshal(s)
-	resp, err := p.signed(http.MethodPost, "/v1/jobs", body)
-	if err != nil {
-		p.t.Fatal(err)
+	// A 503 (no coordinator reachable: the mesh is between coordinators,
+	// one has just crashed) asks the client to try again, as a user's
+	// client does, for a while.
+	deadline := time.Now().Add(15 * time.Second)
+	var resp *http.Response
+	for {
+		resp, err = p.signed(http.MethodPost, "/v1/jobs", body)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+		resp.Body.Close()
+		time.Sleep(200 * time.Millisecond) // retry interval
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
