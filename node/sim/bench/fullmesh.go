@@ -314,7 +314,11 @@ func (f *fullMesh) cancelAll(ctx context.Context, jobs []string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: 30 s after cancelling, %d processes still run and the gateway's book shows %d of %d cards free (cancels refused: %v)", busy, free, cards, failed)
+			refused := ""
+			if len(failed) > 0 {
+				refused = fmt.Sprintf("; %d cancellations failed, the first: %s", len(failed), failed[0])
+			}
+			return fmt.Errorf("bench: 30 s after cancelling, %d processes still run and the gateway's book shows %d of %d cards free%s", busy, free, cards, refused)
 		}
 		select {
 		case <-ctx.Done():

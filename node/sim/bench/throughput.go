@@ -90,9 +90,12 @@ func throughputReal(ctx context.Context, r *runner) error {
 	}
 	n := min(r.cfg.samples(throughputRealJobs, 8), m.cards/2) // half the cards: contention, not a full mesh
 	r.cfg.Progress(fmt.Sprintf("throughput: %d jobs on the full mesh", n))
-	perSec, ackPerSec, lat, err := meshThroughput(ctx, m, n)
+	perSec, ackPerSec, lat, cleanup, err := meshThroughput(ctx, m, n)
 	if err != nil {
 		return err
+	}
+	if cleanup != nil {
+		r.note("throughput: after the run: %v", cleanup)
 	}
 	c := fmt.Sprintf("%d full nodes, %d jobs, %d submitters", r.cfg.Nodes, n, throughputSubmitters)
 	r.row(target(Row{Scenario: ScenarioThroughput, Case: c, Clock: ClockReal, Metric: "jobs/s placed", Value: perSec, Unit: "jobs/s", N: len(lat),
@@ -160,8 +163,9 @@ func marketThroughput(ctx context.Context, cfg Config, jobs int, o virtualOption
 // jobs running per second (first submission to the last job running
 // within throughputWait of the submissions; len(lat) ran),
 // submissions acknowledged per second, and each job's submit → running
-// latency. The jobs are cancelled before it returns.
-func meshThroughput(ctx context.Context, m *fullMesh, n int) (perSec, ackPerSec float64, lat []time.Duration, err error) {
+// latency. The jobs are cancelled before it returns; cleanup says what
+// did not go.
+func meshThroughput(ctx context.Context, m *fullMesh, n int) (perSec, ackPerSec float64, lat []time.Duration, cleanup, err error) {
 	nodes := m.c.Up()
 	ids := make([]string, n)
 	t0s := make([]time.Time, n)
@@ -169,8 +173,8 @@ func meshThroughput(ctx context.Context, m *fullMesh, n int) (perSec, ackPerSec 
 		ids[i] = fmt.Sprintf("tp-%04d", i)
 	}
 	defer func() {
-		if cerr := m.cancelAll(ctx, ids); err == nil && ctx.Err() == nil {
-			err = cerr
+		if cerr := m.cancelAll(ctx, ids); cerr != nil && ctx.Err() == nil {
+			cleanup = cerr // the figures stand; the next scenario may suffer
 		}
 	}()
 	next := make(chan int)
@@ -213,7 +217,7 @@ feed:
 		}
 	}
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, nil, err
 	}
 	// One deadline for them all: a job not running by then is counted
 	// as not placed.
@@ -222,7 +226,7 @@ feed:
 	for i, id := range ids {
 		at, err := m.waitRunning(ctx, id, max(time.Until(deadline), time.Millisecond))
 		if ctx.Err() != nil {
-			return 0, 0, nil, ctx.Err()
+			return 0, 0, nil, nil, ctx.Err()
 		}
 		if err != nil {
 			continue
@@ -233,8 +237,8 @@ feed:
 		}
 	}
 	if len(lat) == 0 {
-		return 0, 0, nil, fmt.Errorf("none of %d jobs running %v after the submissions", n, throughputWait)
+		return 0, 0, nil, nil, fmt.Errorf("none of %d jobs running %v after the submissions", n, throughputWait)
 	}
 	slices.Sort(lat)
-	return float64(len(lat)) / last.Sub(start).Seconds(), float64(n) / acked.Seconds(), lat, nil
+	return float64(len(lat)) / last.Sub(start).Seconds(), float64(n) / acked.Seconds(), lat, nil, nil
 }
