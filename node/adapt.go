@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -77,15 +79,41 @@ func (n *Node) supply() gossip.Supply {
 // to the mesh through the advertiser (coalesced), and in its metadata.
 func (n *Node) advertise(ad market.Ad) {
 	n.book.Put(n.id.String(), ad.Offers)
+	n.publishSupply()
+}
+
+// publishSupply hands the advertiser this node's cards as the market has
+// them now, and updates the metadata. It remembers what it published, so
+// that a change the market's ad does not show (reserved → running: neither
+// is free) is still published (supplyChanged).
+func (n *Node) publishSupply() {
+	s := n.supply()
+	n.published = supplyKey(s)
 	if n.adv == nil {
 		return // still starting: the advertiser starts from n.supply()
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
-	if err := n.adv.Update(ctx, n.supply()); err != nil && n.ctx.Err() == nil {
+	if err := n.adv.Update(ctx, s); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("cannot update the capacity ad", "err", err)
 	}
 	n.updateMeta()
+}
+
+// supplyChanged reports whether the cards' states differ from what was
+// last published.
+func (n *Node) supplyChanged() bool { return supplyKey(n.supply()) != n.published }
+
+// supplyKey is the state of every card of a supply, in one string.
+func supplyKey(s gossip.Supply) string {
+	var b strings.Builder
+	for _, c := range s.Cards {
+		b.WriteString(c.Card.ID)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(int(c.State)))
+		b.WriteByte(';')
+	}
+	return b.String()
 }
 
 // metaOf is the short capacity summary memberlist carries.

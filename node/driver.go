@@ -139,6 +139,8 @@ func (n *Node) drain() {
 		}
 		if rd.Ad != nil {
 			n.advertise(*rd.Ad)
+		} else if n.supplyChanged() {
+			n.publishSupply()
 		}
 		n.mk.Advance(rd)
 	}

@@ -32,7 +32,8 @@ type Node struct {
 	log *slog.Logger
 	id  peer.ID
 
-	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
+	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
+	published string    // the card states last handed to the advertiser (supplyKey); driver only
 
 	store   *store.Store
 	devices *device.Manager
