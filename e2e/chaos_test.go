@@ -39,6 +39,7 @@ func newPricedCluster(t *testing.T, lab *netLab, prices ...float64) *cluster {
 }
 
 func TestChaosCrashes(t *testing.T) {
+	requireChurnRuns(t)
 	c := newPricedCluster(t, nil, 9, 9, 9, 3, 3, 3)
 	n := c.nodes
 
