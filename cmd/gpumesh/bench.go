@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
@@ -106,15 +105,12 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	cfg.Progress = func(line string) {
 		fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line)
 	}
-	if f.logFile != "" {
-		lf, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return cfg, noop, usagef("--log-file: %v", err)
-		}
-		cfg.Logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		return cfg, func() { lf.Close() }, nil
+	logger, closeLog, err := openLogFile(f.logFile)
+	if err != nil {
+		return cfg, noop, err
 	}
-	return cfg, noop, nil
+	cfg.Logger = logger
+	return cfg, closeLog, nil
 }
 
 // report prints the results and writes --out; it returns runErr (or

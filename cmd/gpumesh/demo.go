@@ -127,15 +127,12 @@ func (f demoFlags) config(e env) (sim.DemoConfig, func(), error) {
 		}
 		cfg.Trace = &tr
 	}
-	if f.logFile != "" {
-		lf, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return cfg, noop, usagef("--log-file: %v", err)
-		}
-		cfg.Logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		return cfg, func() { lf.Close() }, nil
+	logger, closeLog, err := openLogFile(f.logFile)
+	if err != nil {
+		return cfg, noop, err
 	}
-	return cfg, noop, nil
+	cfg.Logger = logger
+	return cfg, closeLog, nil
 }
 
 // loadTrace reads a job trace file, or names an embedded Philly sample.
@@ -204,3 +201,17 @@ func (p *progressWriter) show(pr sim.Progress) {
 }
 
 func (p *progressWriter) done() {}
+
+// openLogFile opens the --log-file of a simulation (appending, 0600) and
+// returns a logger writing to it and the function that closes it; with no
+// file, a nil logger (the simulation discards its nodes' logs).
+func openLogFile(path string) (*slog.Logger, func(), error) {
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	lf, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, func() {}, usagef("--log-file: %v", err)
+	}
+	return slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo})), func() { lf.Close() }, nil
+}
