@@ -80,10 +80,13 @@ func (n *Node) supply() gossip.Supply {
 func (n *Node) advertise(ad market.Ad) {
 	n.book.Put(n.id.String(), ad.Offers)
 	n.publishSupply()
+	n.updateMeta()
 }
 
 // publishSupply hands the advertiser this node's cards as the market has
-// them now, and updates the metadata. It remembers what it published, so
+// them now. (The membership metadata's short summary follows only the
+// market's ad: updating it waits for memberlist's broadcast, too slow for
+// the driver on every change of a card.) It remembers what it published, so
 // that a change the market's ad does not show (reserved → running: neither
 // is free) is still published (supplyChanged).
 func (n *Node) publishSupply() {
@@ -97,7 +100,6 @@ func (n *Node) publishSupply() {
 	if err := n.adv.Update(ctx, s); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("cannot update the capacity ad", "err", err)
 	}
-	n.updateMeta()
 }
 
 // supplyChanged reports whether the cards' states differ from what was
