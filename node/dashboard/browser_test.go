@@ -212,7 +212,7 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 		if time.Now().After(deadline) {
 			t.Fatal("the page never subscribed to /v1/events")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 
 	// The mesh moves: a peer dies, the eval job finishes, an auction and a

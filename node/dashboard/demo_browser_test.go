@@ -65,7 +65,7 @@ func TestDashboardOnDemoMesh(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the demo did not run a job within 90 s; last progress:\n%v", p.Lines())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling interval
 	}
 	t.Logf("demo running: %v", p.Lines())
 
