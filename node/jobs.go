@@ -338,17 +338,26 @@ func (n *Node) Cancel(ctx context.Context, id string) (market.JobRecord, error) 
 	return n.routed(ctx, id, kindCancel, id, n.cancelLocal)
 }
 
-func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, error) {
-	var rec market.JobRecord
-	var ok bool
-	var stepErr error
-	err := n.do(ctx, func() {
-		if _, ok = n.mk.Job(id); !ok {
+// stepJob steps the market, on the driver goroutine, with the event ev
+// makes (made there, so its Now is the moment it is applied) for a job this
+// node holds, and returns the job's record after it. found is false, and
+// nothing is stepped, when the node holds no such job; stepErr is the
+// market's answer; err is the driver's (ctx ended, node closing).
+func (n *Node) stepJob(ctx context.Context, id string, ev func() market.Event) (rec market.JobRecord, found bool, stepErr, err error) {
+	err = n.do(ctx, func() {
+		if _, found = n.mk.Job(id); !found {
 			return
 		}
-		stepErr = n.mk.Step(market.CancelJob{Now: time.Now(), Job: id, Reason: "cancelled by its owner"})
+		stepErr = n.mk.Step(ev())
 		n.drain()
 		rec, _ = n.mk.Job(id)
+	})
+	return rec, found, stepErr, err
+}
+
+func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, error) {
+	rec, ok, stepErr, err := n.stepJob(ctx, id, func() market.Event {
+		return market.CancelJob{Now: time.Now(), Job: id, Reason: "cancelled by its owner"}
 	})
 	switch {
 	case err != nil:
@@ -372,16 +381,8 @@ func (n *Node) Scale(ctx context.Context, id string, cards int) (market.JobRecor
 }
 
 func (n *Node) scaleLocal(ctx context.Context, id string, cards int) (market.JobRecord, error) {
-	var rec market.JobRecord
-	var ok bool
-	var stepErr error
-	err := n.do(ctx, func() {
-		if _, ok = n.mk.Job(id); !ok {
-			return
-		}
-		stepErr = n.mk.Step(market.ScaleJob{Now: time.Now(), Job: id, Cards: cards})
-		n.drain()
-		rec, _ = n.mk.Job(id)
+	rec, ok, stepErr, err := n.stepJob(ctx, id, func() market.Event {
+		return market.ScaleJob{Now: time.Now(), Job: id, Cards: cards}
 	})
 	switch {
 	case err != nil:
