@@ -157,9 +157,14 @@ func TestChaosStallPastTheLease(t *testing.T) {
 	// to n3.
 	c := newPricedCluster(t, nil, 9, 9, 2, 3)
 	n := c.nodes
-	short, _, recS := c.placeOn(n[2:3], n[:2], c.batch(2.5, 0), n[2], n[3])
-	long, _, recL := c.placeOn(n[2:3], n[:2], c.batch(8, 0), n[2], n[3])
+	short, _ := c.submitAt(n[:2], c.batch(2.5, 0), n[2], n[3])
+	long, _ := c.submitAt(n[:2], c.batch(8, 0), n[2], n[3])
+	recS := c.running(short.id, 20*time.Second)
+	recL := c.running(long.id, 20*time.Second)
 	oldS, oldL := onlyLive(t, recS), onlyLive(t, recL)
+	if oldS.Node != oldL.Node {
+		t.Skipf("the two jobs landed on different nodes (%s, %s); the scenario needs one runner", c.name(oldS.Node), c.name(oldL.Node))
+	}
 	runner := c.byID(oldS.Node)
 	mL := c.waitMarker(long.id, oldL.Share, oldL.Epoch, "start", 5*time.Second)
 

@@ -1,0 +1,229 @@
+package e2e
+
+// The chaos suite's judge: what the attempts left behind (markers), the
+// jobs settled at the end, and DESIGN.md's invariants checked against both.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// marker is what an attempt left in the marks directory.
+type marker struct {
+	started, ended time.Time
+	pgid           int
+	from           int  // the step it resumed from (step jobs)
+	twice          bool // a second attempt started under the same share and epoch
+}
+
+// markers returns the markers of a job's attempts by share and epoch.
+func (c *cluster) markers(job string) map[[2]uint64]marker {
+	out := map[[2]uint64]marker{}
+	ents, _ := os.ReadDir(c.marks)
+	for _, e := range ents {
+		var share int
+		var epoch uint64
+		name := e.Name()
+		if !strings.HasPrefix(name, job+".") {
+			continue
+		}
+		rest := strings.TrimPrefix(name, job+".")
+		var kind string
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+			kind = rest[i+1:]
+			if _, err := fmt.Sscanf(rest[:i], "%d.%d", &share, &epoch); err != nil {
+				continue
+			}
+		}
+		k := [2]uint64{uint64(share), epoch}
+		m := out[k]
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(c.marks, name))
+		switch kind {
+		case "start":
+			m.started = info.ModTime()
+			fmt.Sscanf(string(b), "%d", &m.pgid)
+		case "end":
+			m.ended = info.ModTime()
+		case "from":
+			fmt.Sscanf(string(b), "%d", &m.from)
+		case "twice":
+			m.twice = true
+		}
+		out[k] = m
+	}
+	return out
+}
+
+// attemptStarted reports when share/epoch of job wrote its start marker.
+func (c *cluster) attemptStarted(job string, share int, epoch uint64) (time.Time, bool) {
+	m, ok := c.markers(job)[[2]uint64{uint64(share), epoch}]
+	return m.started, ok && !m.started.IsZero()
+}
+
+// settle waits until every job has ended (cancelling the services first)
+// and returns the final records; a job still going at the deadline is
+// reported with its last record.
+func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
+	c.t.Helper()
+	for _, j := range c.jobs {
+		if j.spec.Kind == market.KindService && !j.cancelled {
+			c.cancel(j)
+		}
+	}
+	out := map[string]market.JobRecord{}
+	errs := map[string]error{}
+	deadline := time.Now().Add(within)
+	for {
+		left := 0
+		for _, j := range c.jobs {
+			if r, ok := out[j.id]; ok && r.State.Terminal() && len(r.Live()) == 0 {
+				continue
+			}
+			r, err := c.record(j.id)
+			if err == nil {
+				out[j.id] = r
+			}
+			errs[j.id] = err
+			if err != nil || !r.State.Terminal() || len(r.Live()) > 0 {
+				left++
+			}
+		}
+		if left == 0 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	for _, j := range c.jobs {
+		if r := out[j.id]; !r.State.Terminal() || len(r.Live()) > 0 {
+			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&r), errs[j.id])
+		}
+	}
+	return out
+}
+
+// billSlack is how much more usage than its award-to-end interval a
+// placement may carry: the runner's and coordinator's clocks are the same
+// here, but a report is measured a little after the process ended.
+const billSlack = 300 * time.Millisecond
+
+// verify checks DESIGN.md's invariants on the final records and the
+// markers, and that no process of any attempt outlives the test's jobs.
+// It returns the violations, one line each.
+func (c *cluster) verify(recs map[string]market.JobRecord) []string {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	for _, j := range c.jobs {
+		rec := recs[j.id]
+		// No acknowledged job is lost: it ended by its own exit, or the
+		// test cancelled it.
+		switch {
+		case rec.State == market.JobSucceeded && j.exit == 0:
+		case rec.State == market.JobFailed && j.exit != 0 && rec.ExitCode != nil && *rec.ExitCode == j.exit:
+		case rec.State == market.JobCancelled && j.cancelled:
+		default:
+			add("job %s lost or wrongly ended: %s (exit %v, wanted exit %d, cancelled %v)", j.id, describe(&rec), rec.ExitCode, j.exit, j.cancelled)
+		}
+		marks := c.markers(j.id)
+		for k, m := range marks {
+			if m.twice {
+				add("job %s share %d epoch %d: two attempts started under one epoch (two coordinators placed the share)", j.id, k[0], k[1])
+			}
+		}
+		// At most one accepted result per share, and only a result that an
+		// attempt really produced.
+		exited := map[int][]uint64{}
+		var cost float64
+		for _, p := range rec.Placements {
+			cost += p.CostCNY
+			k := [2]uint64{uint64(p.Share), p.Epoch}
+			if p.State == market.PlacementExited {
+				exited[p.Share] = append(exited[p.Share], p.Epoch)
+				if marks[k].ended.IsZero() && (p.ExitCode == nil || *p.ExitCode == j.exit) && j.spec.Kind != market.KindService {
+					add("job %s share %d epoch %d: exit accepted, but the attempt never finished its work", j.id, p.Share, p.Epoch)
+				}
+			}
+			// Usage is billed only while the attempt was the share's live
+			// one: never beyond its award-to-end interval.
+			end := p.EndedAt
+			if end.IsZero() {
+				end = time.Now()
+			}
+			if limit := float64(len(p.Cards)) * (end.Sub(p.AwardedAt) + billSlack).Seconds(); p.CardSeconds > limit {
+				add("job %s share %d epoch %d (%s): billed %.2f card-seconds, but it was live only %.2f s", j.id, p.Share, p.Epoch, p.State, p.CardSeconds, end.Sub(p.AwardedAt).Seconds())
+			}
+			if m, ok := marks[k]; (!ok || m.started.IsZero()) && p.CardSeconds > 0.5*float64(len(p.Cards)) {
+				add("job %s share %d epoch %d: billed %.2f card-seconds, but its process never started", j.id, p.Share, p.Epoch, p.CardSeconds)
+			}
+			if p.PriceCNY > j.spec.MaxPriceCNY+1e-9 || p.PriceCNY+1e-9 < p.BidCNY {
+				add("job %s share %d epoch %d: price %.4f outside [bid %.4f, max %.4f]", j.id, p.Share, p.Epoch, p.PriceCNY, p.BidCNY, j.spec.MaxPriceCNY)
+			}
+		}
+		for share, epochs := range exited {
+			if len(epochs) > 1 && j.spec.Kind != market.KindService {
+				add("job %s share %d: %d results accepted (epochs %v)", j.id, share, len(epochs), epochs)
+			}
+		}
+		if diff := cost - rec.CostCNY; diff > 1e-6 || diff < -1e-6 {
+			add("job %s: bill %.6f CNY, but its placements sum to %.6f", j.id, rec.CostCNY, cost)
+		}
+	}
+	// No card runs two attempts at once, as the processes showed.
+	c.mu.Lock()
+	bad = append(bad, c.doubleUse...)
+	c.mu.Unlock()
+	return bad
+}
+
+// noStrayProcesses waits until no process of the test's jobs is left (a
+// stopped attempt has its grace to end), and reports those that stay.
+func (c *cluster) noStrayProcesses(within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	for {
+		left := jobProcs(envMarks, c.marks)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var out []string
+			for _, p := range left {
+				out = append(out, fmt.Sprintf("process %d (group %d, parent %d, state %c) of a job still runs after every job ended", p.pid, p.pgrp, p.ppid, p.state))
+			}
+			return out
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// finish settles the jobs, checks every invariant and fails the test on a
+// violation. It returns the final records and the number of violations.
+func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int) {
+	c.t.Helper()
+	recs := c.settle(within)
+	if c.t.Failed() && os.Getenv("GPUMESH_CHAOS_LOGS") != "" {
+		c.dumpStacks()
+	}
+	bad := c.verify(recs)
+	bad = append(bad, c.noStrayProcesses(15*time.Second)...)
+	for _, b := range bad {
+		c.t.Errorf("invariant violated: %s", b)
+	}
+	if len(bad) > 0 {
+		for _, j := range c.jobs {
+			r := recs[j.id]
+			c.t.Logf("final %s: %s", j.id, describe(&r))
+		}
+	}
+	return recs, len(bad)
+}
