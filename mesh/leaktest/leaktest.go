@@ -23,7 +23,18 @@ const Grace = 5 * time.Second
 // VerifyMain runs the tests and then, when they passed, waits up to Grace
 // for every goroutine but the ignored ones to end; it exits 1 naming the
 // ones left. It does not return.
+//
+// One goroutine is always ignored: mocknet's per-stream transport loop. It
+// ends when its stream is closed or reset, or when the connection the stream
+// is listed on closes. A stream opened while its connection was closing is
+// never listed (mocknet resets only the streams it had listed when the close
+// began), so when the code holding it also drops it without a reset — as
+// gossipsub's inbound handler does when it is closed while replacing a
+// duplicate stream — the loop idles on. That is mocknet's leak, not ours;
+// our own handlers and openers still show up if they leak, because they are
+// goroutines of their own.
 func VerifyMain(m *testing.M, opts ...goleak.Option) {
+	opts = append(opts, goleak.IgnoreTopFunction("github.com/libp2p/go-libp2p/p2p/net/mock.(*stream).transport"))
 	code := m.Run()
 	if code == 0 {
 		deadline := time.Now().Add(Grace)
