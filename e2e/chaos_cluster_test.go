@@ -50,6 +50,8 @@ type chaosJob struct {
 	// ended: a record of it was seen in an end state (the suite stops
 	// asking about it until the end).
 	ended bool
+	// coordinator is the peer ID of the coordinator that acknowledged it.
+	coordinator string
 }
 
 // checkTwice names the attempt's markers ($m) and writes $m.twice when the
@@ -313,7 +315,7 @@ func (c *cluster) submit(p *proc, spec market.JobSpec) *chaosJob {
 	if spec.Env[envExit] != "" {
 		fmt.Sscanf(spec.Env[envExit], "%d", &exit)
 	}
-	j := &chaosJob{id: rec.ID, spec: spec, exit: exit}
+	j := &chaosJob{id: rec.ID, spec: spec, exit: exit, coordinator: rec.Coordinator}
 	c.mu.Lock()
 	c.jobs = append(c.jobs, j)
 	c.mu.Unlock()

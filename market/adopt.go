@@ -8,7 +8,7 @@ import "fmt"
 // new term (a RenewalAck), which re-targets its renewals here; they must
 // renew within LostAfter or be placed again. An award the old coordinator
 // left unanswered is withdrawn. Whatever the record shows missing is
-// placed by a new round; epochs continue from the record's.
+// placed by a new round, under epochs of this term's range.
 func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 	if err := rec.Spec.Validate(c.n.cat); err != nil {
 		return err
@@ -20,6 +20,13 @@ func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 		return err
 	}
 	term = max(term, rec.Term+1)
+	top := rec.Epoch
+	for _, pl := range rec.Placements {
+		top = max(top, pl.Epoch)
+	}
+	if top >= firstEpoch(term+1) {
+		return fmt.Errorf("%w: job %s has issued epoch %d, beyond term %d's range", ErrBadEvent, rec.ID, top, term)
+	}
 	if old := c.jobs[rec.ID]; old != nil {
 		if old.term >= term {
 			return fmt.Errorf("%w: job %s is coordinated here at term %d already", ErrStale, rec.ID, old.term)
@@ -105,7 +112,7 @@ func (c *coordinator) findMissing(j *job, done map[int]bool) {
 // this node's books with a last record in state JobMoved.
 func (c *coordinator) onSuperseded(from string, m *Superseded) error {
 	j := c.jobs[m.Job]
-	if j == nil || m.Term <= j.term {
+	if j == nil || !Outranks(m.Term, m.Coordinator, j.term, c.n.cfg.ID) {
 		return fmt.Errorf("%w: superseded at term %d", ErrStale, m.Term)
 	}
 	c.abandon(j, fmt.Sprintf("coordinated by %s at term %d now", m.Coordinator, m.Term))

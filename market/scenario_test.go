@@ -284,9 +284,13 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 	case "peerlost":
 		return "", h.PeerLost(pos[0], pos[1])
 	case "adopt":
-		// adopt NODE JOB [term=N]: NODE takes the job over from the record
-		// its coordinator last persisted.
-		old := h.Peer(h.Coordinator(pos[1]))
+		// adopt NODE JOB [term=N] [from=NODE]: NODE takes the job over from
+		// the record its coordinator (or the from node) last persisted.
+		from := h.Coordinator(pos[1])
+		if kv["from"] != "" {
+			from = kv["from"]
+		}
+		old := h.Peer(from)
 		rec, ok := old.Jobs[pos[1]]
 		if !ok {
 			return "", fmt.Errorf("%s persisted no record of %s", old.ID, pos[1])

@@ -339,8 +339,9 @@ func (s *supplier) onRelease(from string, m *Release) error {
 }
 
 // attemptFrom finds the live attempt a coordinator message is about, and
-// lets a coordinator of a higher term take the attempt over; one of a lower
-// term is told it has been superseded.
+// lets a coordinator that outranks the attempt's (a higher term, or the
+// same term and a greater peer ID: Outranks) take the attempt over; one it
+// outranks is told it has been superseded.
 //
 // An attempt that has ended follows a new coordinator too, and reports its
 // end to it at once: a successor learns what happened while nobody
@@ -351,7 +352,7 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 		return nil, ErrStale
 	}
 	switch {
-	case term > a.rec.Term:
+	case Outranks(term, from, a.rec.Term, a.rec.Coordinator):
 		if old := a.rec.Coordinator; old != from {
 			// The coordinator of the lower term may not know it was
 			// replaced (it was cut off with this runner): once the attempt
@@ -367,9 +368,9 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 		}
 	case a.end != nil:
 		return nil, ErrStale
-	case term < a.rec.Term:
+	case Outranks(a.rec.Term, a.rec.Coordinator, term, from):
 		s.n.send(from, &Superseded{Job: job, Term: a.rec.Term, Coordinator: a.rec.Coordinator})
-		return nil, fmt.Errorf("%w: term %d is older than %d", ErrStale, term, a.rec.Term)
+		return nil, fmt.Errorf("%w: term %d of %s is outranked by term %d of %s", ErrStale, term, from, a.rec.Term, a.rec.Coordinator)
 	case from != a.rec.Coordinator:
 		return nil, fmt.Errorf("%w: %s is not the coordinator of %s", ErrRefused, from, job)
 	}

@@ -247,8 +247,13 @@ func (n *Node) foldPending() {
 		switch ev.Kind {
 		case mesh.EventDead, mesh.EventLeft:
 			n.book.Remove(ev.Peer.String())
-			n.gossip.Book().Forget(ev.Peer)
 			if ev.Kind == mesh.EventLeft {
+				// A member that left said so; one declared dead may only
+				// be frozen or cut off, and when it comes back its ad
+				// (kept by gossip until it expires) is put back in the
+				// book at once (EventJoin below): it has no reason to
+				// advertise again, never having seen this node go.
+				n.gossip.Book().Forget(ev.Peer)
 				n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
 			}
 			// memberlist declares a member dead within about a second

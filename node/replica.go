@@ -25,8 +25,9 @@ import (
 // that comes back yields to a higher or equal term held elsewhere.
 
 const (
-	kindReplicate  = "job.replicate" // record → ack
+	kindReplicate  = "job.replicate" // record → ack, or superseded
 	kindAck        = "ack"
+	kindSuperseded = "superseded" // the record the replica holder knows outranks the one sent
 	replicateAfter = 2 * time.Second // per call
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
@@ -155,13 +156,16 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 			defer cancel()
 			n.dialable(t)
 			err := n.direct.Call(cctx, t, kindReplicate, data, func(m gossip.Message) error {
-				if m.Kind != kindAck {
-					return fmt.Errorf("unexpected %q frame", m.Kind)
+				switch m.Kind {
+				case kindAck:
+					mu.Lock()
+					acks++
+					mu.Unlock()
+					return nil
+				case kindSuperseded:
+					return n.onSuperseding(t, rec, m.Data)
 				}
-				mu.Lock()
-				acks++
-				mu.Unlock()
-				return nil
+				return fmt.Errorf("unexpected %q frame", m.Kind)
 			})
 			if err != nil && n.ctx.Err() == nil {
 				n.log.Debug("replica not updated", "job", rec.ID, "replica", t.ShortString(), "err", err)
@@ -172,25 +176,74 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 	return acks
 }
 
-// serveReplicate stores a replica sent by the job's coordinator.
-func (n *Node) serveReplicate(from peer.ID, data []byte) error {
+// serveReplicate stores a replica sent by the job's coordinator. When this
+// node knows a coordinator that outranks the sender — itself, or a live
+// member whose record it holds — it stores nothing and returns that
+// record: the sender lets the job go (onSuperseding). Two coordinators of
+// one job meet this way at the replicas they share, within one change of
+// the outranked one's record, even when no runner serves them both.
+func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, error) {
 	var rec market.JobRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return api.Errorf(http.StatusBadRequest, "replica: %v", err)
+		return nil, api.Errorf(http.StatusBadRequest, "replica: %v", err)
 	}
 	if err := market.ValidateJobID(rec.ID); err != nil {
-		return api.Errorf(http.StatusBadRequest, "replica: %v", err)
+		return nil, api.Errorf(http.StatusBadRequest, "replica: %v", err)
 	}
 	if rec.Coordinator != from.String() {
-		return api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
+		return nil, api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
+	}
+	if top, ok := n.outranking(rec); ok {
+		n.log.Info("refused a replica from an outranked coordinator", "job", rec.ID, "from", from.ShortString(), "term", rec.Term, "coordinator", top.Coordinator, "its_term", top.Term)
+		return &top, nil
 	}
 	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
-		return nil // we hold as new a record already
+		return nil, nil // we hold as new a record already
 	}
 	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
-		return fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
+		return nil, fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
 	}
+	return nil, nil
+}
+
+// outranking returns the record of a coordinator that outranks rec's and
+// still coordinates the job, as far as this node knows: this node itself,
+// or a live member whose record it holds.
+func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
+	var own market.JobRecord
+	var mine bool
+	n.postWait(func() { own, mine = n.mk.Job(rec.ID) })
+	if mine && !own.State.Terminal() && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
+		return own, true
+	}
+	held, ok := n.view.job(rec.ID)
+	if !ok || held.State.Terminal() || held.Coordinator == n.id.String() || !market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator) {
+		return market.JobRecord{}, false
+	}
+	c, err := peer.Decode(held.Coordinator)
+	if err != nil {
+		return market.JobRecord{}, false
+	}
+	if m, ok := n.mesh.Member(c); !ok || m.State != mesh.StateAlive {
+		return market.JobRecord{}, false // its successor is this node's or another's to find
+	}
+	return held, true
+}
+
+// onSuperseding handles a replica holder's answer that a coordinator
+// outranking this one holds the job: this node lets it go.
+func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) error {
+	var top market.JobRecord
+	if err := json.Unmarshal(data, &top); err != nil {
+		return fmt.Errorf("superseding record: %v", err)
+	}
+	if top.ID != sent.ID || !market.Outranks(top.Term, top.Coordinator, sent.Term, sent.Coordinator) {
+		return fmt.Errorf("superseding record of %s at term %d does not outrank term %d", top.ID, top.Term, sent.Term)
+	}
+	n.log.Info("a replica holder knows a coordinator that outranks this one", "job", sent.ID, "replica", from.ShortString(), "coordinator", top.Coordinator, "term", top.Term)
+	n.view.putNewer(top)
+	n.postWait(func() { n.yieldTo(top) })
 	return nil
 }
 
@@ -201,7 +254,7 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) error {
 // runs on the driver.
 func (n *Node) yieldTo(rec market.JobRecord) {
 	own, mine := n.mk.Job(rec.ID)
-	if !mine || own.Term >= rec.Term || own.State.Terminal() {
+	if !mine || own.State.Terminal() || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.id.String()) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
@@ -274,7 +327,15 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		}
 		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
 	}
-	if newest := n.newestOf(rec.ID, lost); newest.Term > rec.Term {
+	newest, back := n.newestOf(rec.ID, lost)
+	if back {
+		// The lost coordinator answered: it is back (a restart, a healed
+		// link) and resumes the job itself, at a term above any this node
+		// would take (resumeOwn).
+		n.log.Info("lost coordinator answers again; not taking the job over", "job", rec.ID, "coordinator", lost.ShortString())
+		return
+	}
+	if newer(newest, rec) {
 		if c, err := peer.Decode(newest.Coordinator); err == nil && c != lost && c != n.id {
 			if m, ok := n.mesh.Member(c); ok && m.State == mesh.StateAlive {
 				n.view.putNewer(newest)
@@ -292,25 +353,29 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		if _, mine := n.mk.Job(rec.ID); mine {
 			return
 		}
-		if held, ok := n.view.job(rec.ID); ok && held.Term > rec.Term && held.Coordinator != lost.String() {
+		if held, ok := n.view.job(rec.ID); ok && newer(held, rec) && held.Coordinator != lost.String() {
 			return // taken over meanwhile
 		}
 		n.adopt(rec, lost, term)
 	})
 }
 
-// newestOf asks the job's other HRW members, all at once, for their
-// record and returns the one of the highest term (zero if none answered).
-func (n *Node) newestOf(job string, lost peer.ID) market.JobRecord {
+// newestOf asks the job's other HRW members and the lost coordinator, all
+// at once, for their record, and returns the newest record of another
+// member (zero if none answered) and whether the lost coordinator answered
+// as the job's coordinator: it is back.
+func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, back bool) {
 	var (
-		mu   sync.Mutex
-		best market.JobRecord
-		wg   sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
+	ask := []peer.ID{lost}
 	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
-		if id == n.id || id == lost {
-			continue
+		if id != n.id && id != lost {
+			ask = append(ask, id)
 		}
+	}
+	for _, id := range ask {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -321,14 +386,17 @@ func (n *Node) newestOf(job string, lost peer.ID) market.JobRecord {
 				return
 			}
 			mu.Lock()
-			if got.Term > best.Term {
+			defer mu.Unlock()
+			if id == lost && got.Coordinator == lost.String() && !got.State.Terminal() {
+				back = true
+			}
+			if id != lost && (best.ID == "" || newer(got, best)) {
 				best = got
 			}
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return best
+	return best, back
 }
 
 // liveAhead returns the members ranked above this node in the job's HRW
@@ -385,21 +453,26 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 		}
 	}
 	for _, rec := range recs {
-		newer := n.newestElsewhere(rec)
-		if newer.Term >= rec.Term && newer.Coordinator != "" && newer.Coordinator != n.id.String() {
-			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", newer.Coordinator, "term", newer.Term)
-			n.view.putNewer(newer)
+		moved := n.newestElsewhere(rec)
+		if moved.Term >= rec.Term && moved.Coordinator != "" && moved.Coordinator != n.id.String() {
+			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", moved.Coordinator, "term", moved.Term)
+			n.view.putNewer(moved)
 			continue
 		}
+		// A successor that took the job over meanwhile chose a term of at
+		// most rec.Term+1+Replicas (adoptUnlessHeld); resuming above it
+		// means the two never share a term, so never an epoch range, and
+		// the successor yields when they meet.
+		term := rec.Term + 2 + uint64(n.cfg.Replicas)
 		n.postWait(func() {
 			if _, mine := n.mk.Job(rec.ID); mine {
 				return
 			}
-			if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: rec, Term: rec.Term + 1}); err != nil {
+			if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: rec, Term: term}); err != nil {
 				n.log.Warn("cannot resume job", "job", rec.ID, "err", err)
 				return
 			}
-			n.log.Info("resumed job after restart", "job", rec.ID, "term", rec.Term+1)
+			n.log.Info("resumed job after restart", "job", rec.ID, "term", term)
 		})
 	}
 }
@@ -414,7 +487,7 @@ func (n *Node) newestElsewhere(rec market.JobRecord) market.JobRecord {
 		ctx, cancel := context.WithTimeout(n.ctx, replicateAfter)
 		got, err := n.call(ctx, id, kindGet, rec.ID)
 		cancel()
-		if err == nil && got.Term > best.Term {
+		if err == nil && got.ID == rec.ID && (best.ID == "" || newer(got, best)) {
 			best = got
 		}
 	}

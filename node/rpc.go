@@ -176,8 +176,16 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 	case kindCheckpointOffer, kindCheckpointSync, kindCheckpointGet:
 		return n.serveCheckpointCall(ctx, req, reply)
 	case kindReplicate:
-		if err := n.serveReplicate(req.Sender, req.Data); err != nil {
+		top, err := n.serveReplicate(req.Sender, req.Data)
+		if err != nil {
 			return asCallError(err)
+		}
+		if top != nil {
+			data, err := json.Marshal(top)
+			if err != nil {
+				return err
+			}
+			return reply(kindSuperseded, data)
 		}
 		return reply(kindAck, nil)
 	}

@@ -28,18 +28,20 @@ func newView() *view {
 func (v *view) put(rec market.JobRecord) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if old, ok := v.jobs[rec.ID]; ok && old.Term > rec.Term {
+	if old, ok := v.jobs[rec.ID]; ok && market.Outranks(old.Term, old.Coordinator, rec.Term, rec.Coordinator) {
 		return
 	}
 	v.jobs[rec.ID] = rec
 }
 
-// putNewer stores rec if it is newer than the copy held: a higher term, or
-// the same term and a higher version. It reports whether it stored it.
+// putNewer stores rec if it is newer than the copy held: from a
+// coordinator that outranks the held copy's (market.Outranks), or from the
+// same coordinator and term with a higher version. It reports whether it
+// stored it.
 func (v *view) putNewer(rec market.JobRecord) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if old, ok := v.jobs[rec.ID]; ok && (old.Term > rec.Term || old.Term == rec.Term && old.Version >= rec.Version) {
+	if old, ok := v.jobs[rec.ID]; ok && !newer(rec, old) {
 		return false
 	}
 	v.jobs[rec.ID] = rec
@@ -174,4 +176,12 @@ func (n *Node) notify(note market.Notification) {
 
 func memberEvent(ev mesh.Event) api.Event {
 	return api.Event{Type: "member", At: ev.Time, Peer: ev.Peer.String(), State: ev.Kind.String()}
+}
+
+// newer reports whether rec supersedes old, a record of the same job.
+func newer(rec, old market.JobRecord) bool {
+	if rec.Term == old.Term && rec.Coordinator == old.Coordinator {
+		return rec.Version > old.Version
+	}
+	return market.Outranks(rec.Term, rec.Coordinator, old.Term, old.Coordinator)
 }
