@@ -27,7 +27,7 @@ import (
 const (
 	kindReplicate  = "job.replicate" // record → ack, or superseded
 	kindAck        = "ack"
-	kindSuperseded = "superseded" // the record the replica holder knows outranks the one sent
+	kindSuperseded = "superseded"    // the record the replica holder knows outranks the one sent
 	replicateAfter = 2 * time.Second // per call
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
