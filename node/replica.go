@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -327,7 +328,16 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		}
 		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
 	}
-	newest, back := n.newestOf(rec.ID, lost)
+	newest, reached, back := n.newestOf(rec.ID, lost)
+	if need := n.quorumOthers(); reached < need {
+		// Too few of the job's group answered: this node may be the one
+		// cut off (a runner holding its job's replica, alone behind a
+		// partition), and adopting would keep its own attempt running
+		// while the rest of the mesh places the share again. Its runner
+		// fences instead; the side that can reach the group takes over.
+		n.log.Info("cannot reach a majority of the job's coordinators; not taking it over", "job", rec.ID, "reached", reached, "need", need)
+		return
+	}
 	if back {
 		// The lost coordinator answered: it is back (a restart, a healed
 		// link) and resumes the job itself, at a term above any this node
@@ -362,9 +372,10 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 
 // newestOf asks the job's other HRW members and the lost coordinator, all
 // at once, for their record, and returns the newest record of another
-// member (zero if none answered) and whether the lost coordinator answered
-// as the job's coordinator: it is back.
-func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, back bool) {
+// member (zero if none answered), how many members answered (a record or
+// an error of their own: they are reachable), and whether the lost
+// coordinator answered as the job's coordinator: it is back.
+func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reached int, back bool) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -382,11 +393,14 @@ func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, back b
 			ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
 			defer cancel()
 			got, err := n.call(ctx, id, kindGet, job)
+			mu.Lock()
+			defer mu.Unlock()
+			if answered(err) {
+				reached++
+			}
 			if err != nil || got.ID != job {
 				return
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			if id == lost && got.Coordinator == lost.String() && !got.State.Terminal() {
 				back = true
 			}
@@ -396,7 +410,26 @@ func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, back b
 		}()
 	}
 	wg.Wait()
-	return best, back
+	return best, reached, back
+}
+
+// quorumOthers is how many other members of a job's coordinator group
+// (the coordinator and its Replicas successors, as many as the mesh has
+// coordinator-eligible members it has not seen leave) a successor must
+// reach before it adopts the job: with itself, a majority. A group of two
+// cannot tell a crash from a partition; its survivor adopts alone.
+func (n *Node) quorumOthers() int {
+	eligible := 0
+	for _, m := range n.mesh.Members() {
+		if m.State != mesh.StateLeft && (m.Self && n.coordNow.Load() || !m.Self && m.Coordinator) {
+			eligible++
+		}
+	}
+	group := min(n.cfg.Replicas+1, eligible)
+	if group <= 2 {
+		return 0
+	}
+	return group / 2
 }
 
 // liveAhead returns the members ranked above this node in the job's HRW
@@ -492,4 +525,11 @@ func (n *Node) newestElsewhere(rec market.JobRecord) market.JobRecord {
 		}
 	}
 	return best
+}
+
+// answered reports whether a call's error came from the peer (it is
+// reachable) rather than from trying to reach it.
+func answered(err error) bool {
+	var he *api.HTTPError
+	return err == nil || errors.Is(err, gossip.ErrRemote) || errors.As(err, &he)
 }

@@ -155,3 +155,62 @@ func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
 		t.Errorf("the job is coordinated at term %d after the heal, want above %d", final.Term, rec.Term)
 	}
 }
+
+// A runner that holds a replica of its own job (it ranks among the job's
+// coordinators) and is cut off alone sees every other member die. It must
+// not adopt the job — that would keep its own attempt running while the
+// rest of the mesh places the share again — but fence itself: it cannot
+// reach a majority of the job's coordinator group.
+func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
+	// Three coordinator-eligible nodes: every job's group of three is all
+	// of them, so the card holder holds a replica of each job it does not
+	// coordinate.
+	sm := newSimMesh(t, "", "", "a100-80g:1")
+	holder := sm.nodes[2]
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 1)
+	}
+	var coords []string
+	for _, n := range sm.nodes {
+		coords = append(coords, n.ID().String())
+	}
+	var id string
+	for i := 0; ; i++ {
+		id = fmt.Sprintf("alone-%d", i)
+		if market.Coordinators(id, coords, 1)[0] != holder.ID().String() {
+			break
+		}
+	}
+	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, sm.nodes[0], id, 20*time.Second, market.JobRunning)
+	eventually(t, 10*time.Second, "the runner holds a replica of its job", func() bool {
+		r, ok := holder.view.job(id)
+		return ok && r.State == market.JobRunning
+	})
+	// A second card, for the share to move to.
+	spare := sm.add(3, "a100-80g:1")
+	sm.waitMembers(4)
+	sm.neverCoordinate(spare)
+	for _, n := range sm.nodes[:2] {
+		sm.waitBook(n, 2)
+	}
+
+	cut := time.Now()
+	for _, n := range sm.nodes {
+		if n != holder {
+			sm.net.Cut(holder.ID(), n.ID())
+		}
+	}
+	eventually(t, 15*time.Second, "the cut-off runner stops its attempt", func() bool { return len(holder.exec.Running()) == 0 })
+	t.Logf("the cut-off runner fenced itself %v after the cut", time.Since(cut).Round(time.Millisecond))
+	var mine bool
+	if err := holder.do(context.Background(), func() { _, mine = holder.mk.Job(id) }); err != nil {
+		t.Fatal(err)
+	}
+	if mine {
+		t.Errorf("the cut-off runner adopted its own job")
+	}
+	eventually(t, 15*time.Second, "the share runs on the other side", func() bool { return len(spare.exec.Running()) == 1 })
+}
