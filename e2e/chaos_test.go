@@ -113,7 +113,9 @@ func TestChaosCrashes(t *testing.T) {
 	// The coordinator crashes while the job is being placed.
 	j5, coord := c.submitAt(coords, c.batch(2, 0))
 	c.crash(coord, "coordinator of "+j5.id+" while placing")
-	c.running(j5.id, 20*time.Second)
+	c.waitRecord(j5.id, 20*time.Second, "placed by a successor (running, or already done)", func(r market.JobRecord) bool {
+		return r.State == market.JobRunning || r.State == market.JobSucceeded
+	})
 	c.restart(coord)
 
 	// A runner crashes as its job finishes (its exit may or may not have

@@ -246,19 +246,26 @@ func (m *Mesh) UpdateMeta(meta Meta) error {
 	return m.announce()
 }
 
-// announce gossips this node's metadata. A timeout only means no member
-// acknowledged the news yet; it spreads anyway.
+// announce queues this node's metadata for gossip and returns without
+// waiting for it to go out: memberlist's UpdateNode waits for its
+// broadcast's full fan-out, which takes up to the timeout given when
+// members are unreachable — and the node calls this from its driver, which
+// must never stall (a stalled driver renews no leases). The news spreads
+// anyway; the short wait only reports whether it had gone out at once.
 func (m *Mesh) announce() error {
 	select {
 	case <-m.done:
 		return ErrClosed
 	default:
 	}
-	if err := m.ml.UpdateNode(m.cfg.Profile.StreamTimeout); err != nil {
-		m.log.Debug("mesh: metadata update not yet acknowledged", "err", err)
+	if err := m.ml.UpdateNode(announceWait); err != nil {
+		m.log.Debug("mesh: metadata update queued, not yet sent", "err", err)
 	}
 	return nil
 }
+
+// announceWait is how long announce waits for the broadcast to go out.
+const announceWait = time.Millisecond
 
 // refreshMeta re-encodes the metadata with the host's current addresses.
 func (m *Mesh) refreshMeta() error {

@@ -16,7 +16,8 @@ import (
 )
 
 // startMarket builds the market for this node and restores what the state
-// file holds: the jobs it coordinated are adopted again under a higher term;
+// file holds: the jobs it coordinated are adopted again under a higher term
+// (those still going, and those that ended with attempts still stopping);
 // attempts it ran whose processes died with the node are recorded as lost
 // (their coordinators place them again when the leases lapse).
 func (n *Node) startMarket(cards []device.Card) error {
@@ -45,7 +46,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 			return nil
 		}
 		n.view.put(rec)
-		if rec.State.Terminal() || rec.Coordinator != n.id.String() {
+		if !settling(rec) || rec.Coordinator != n.id.String() {
 			ended++
 			return nil
 		}

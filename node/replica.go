@@ -103,7 +103,7 @@ func (n *Node) replicateLoop() {
 			return
 		case <-retry.C:
 			for _, id := range n.repl.takeFailed() {
-				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
+				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && settling(rec) {
 					n.repl.enqueue(rec)
 				}
 			}
@@ -214,12 +214,14 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
 	var own market.JobRecord
 	var mine bool
-	n.postWait(func() { own, mine = n.mk.Job(rec.ID) })
-	if mine && !own.State.Terminal() && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
+	if err := n.do(n.ctx, func() { own, mine = n.mk.Job(rec.ID) }); err != nil {
+		return market.JobRecord{}, false
+	}
+	if mine && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
 		return own, true
 	}
 	held, ok := n.view.job(rec.ID)
-	if !ok || held.State.Terminal() || held.Coordinator == n.id.String() || !market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator) {
+	if !ok || !settling(held) || held.Coordinator == n.id.String() || !market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator) {
 		return market.JobRecord{}, false
 	}
 	c, err := peer.Decode(held.Coordinator)
@@ -255,7 +257,7 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 // runs on the driver.
 func (n *Node) yieldTo(rec market.JobRecord) {
 	own, mine := n.mk.Job(rec.ID)
-	if !mine || own.State.Terminal() || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.id.String()) {
+	if !mine || !settling(own) || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.id.String()) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
@@ -274,7 +276,7 @@ func (n *Node) yieldTo(rec market.JobRecord) {
 // over, so it is passed over.
 func (n *Node) succeed(lost peer.ID) {
 	for _, rec := range n.view.coordinatedBy(lost.String()) {
-		if rec.State.Terminal() {
+		if !settling(rec) {
 			continue
 		}
 		if _, mine := n.mk.Job(rec.ID); mine {
@@ -401,7 +403,7 @@ func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reache
 			if err != nil || got.ID != job {
 				return
 			}
-			if id == lost && got.Coordinator == lost.String() && !got.State.Terminal() {
+			if id == lost && got.Coordinator == lost.String() && settling(got) {
 				back = true
 			}
 			if id != lost && (best.ID == "" || newer(got, best)) {
@@ -532,4 +534,11 @@ func (n *Node) newestElsewhere(rec market.JobRecord) market.JobRecord {
 func answered(err error) bool {
 	var he *api.HTTPError
 	return err == nil || errors.Is(err, gossip.ErrRemote) || errors.As(err, &he)
+}
+
+// settling reports whether a job still needs a coordinator: it has not
+// ended, or it ended (cancelled, say) while attempts were still stopping,
+// whose ends must be heard and billed.
+func settling(rec market.JobRecord) bool {
+	return rec.State != market.JobMoved && (!rec.State.Terminal() || len(rec.Live()) > 0)
 }
