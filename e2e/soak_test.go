@@ -91,13 +91,23 @@ func TestChaosSoak(t *testing.T) {
 	least, zero := watch.result()
 	recs, violations := c.finish(3 * time.Minute)
 	t.Log(s.summary(recs, least, zero, violations))
-	if least < 1 {
-		t.Errorf("the 3-replica service fell to no replica alive for %v", zero)
+	// The faults may take every node holding a replica down at once (two
+	// crash while the third replica is still being placed again after an
+	// earlier crash): no mesh can keep a replica alive through that. What
+	// it must do is bring one back within a reroute — a lease lapse
+	// (LostAfter, 2.7 s) and a placement — and not leave the service dead
+	// for long, as it once did for 51 s when two coordinators fought.
+	if least < 1 && zero > serviceGapLimit {
+		t.Errorf("the 3-replica service had no replica alive for %v (limit %v)", zero, serviceGapLimit)
 	}
 	if s.falseReroutes > 0 {
 		t.Errorf("%d shares moved after a stall of at most 2 s", s.falseReroutes)
 	}
 }
+
+// serviceGapLimit is the longest the soak's service may go without a
+// replica: a lease lapse plus a placement, with slack for a loaded machine.
+const serviceGapLimit = 5 * time.Second
 
 func envInt(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
