@@ -172,8 +172,9 @@ type Out struct {
 }
 
 // Send delivers messages to peer to in order on one stream, waiting at most
-// Timeout for each step. Delivery is not acknowledged: the layer above
-// retries what matters.
+// Timeout to open it and Timeout more (or until ctx ends) to write and
+// close it. Delivery is not acknowledged: the layer above retries what
+// matters.
 func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
 	if len(msgs) == 0 {
 		return nil
@@ -190,6 +191,13 @@ func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
 	if err != nil {
 		return err
 	}
+	// Writing and closing can block on a peer that stopped reading (a
+	// frozen process, a simulated link cut); the deadline set by open and
+	// the caller's context both end that with a reset.
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(wctx, func() { s.Reset() })
+	defer stop()
 	w := bufio.NewWriter(s)
 	for _, f := range frames {
 		if err := writeFrame(w, f); err != nil {
@@ -201,7 +209,13 @@ func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
 		s.Reset()
 		return fmt.Errorf("gossip: sending to %s: %w", to, err)
 	}
-	return s.Close()
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("gossip: sending to %s: %w", to, err)
+	}
+	if wctx.Err() != nil {
+		return fmt.Errorf("gossip: sending to %s: %w", to, wctx.Err())
+	}
+	return nil
 }
 
 // Call sends a request of kind to peer to and passes each frame of the reply

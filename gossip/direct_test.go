@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 )
 
 type inbox struct {
@@ -128,6 +129,39 @@ func TestDirectRefusesForgedAndOversizedFrames(t *testing.T) {
 	eventually(t, 5*time.Second, "four refusals counted", func() bool { return db.Refused() == 4 })
 	if n := len(got.all()); n != 0 {
 		t.Fatalf("%d bad frames were delivered", n)
+	}
+}
+
+// A peer that accepts the stream but never reads it (a frozen process, a
+// link that went silent) must not hold the sender: Send gives up within its
+// Timeout and says so.
+func TestDirectSendGivesUpOnAPeerThatStopsReading(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	da := startDirect(t, a, DirectConfig{Timeout: 300 * time.Millisecond})
+	held := make(chan struct{})
+	release := make(chan struct{})
+	b.SetStreamHandler(da.msgProto, func(s network.Stream) {
+		close(held)
+		<-release
+		s.Reset()
+	})
+	defer close(release)
+	big := make([]byte, 60<<10)
+	var msgs []Out
+	for range 32 {
+		msgs = append(msgs, Out{"market", big})
+	}
+	start := time.Now()
+	err := da.Send(context.Background(), b.ID(), msgs...)
+	took := time.Since(start)
+	<-held
+	if err == nil {
+		t.Fatalf("sending 2 MiB to a peer that never reads succeeded")
+	}
+	if took > 3*time.Second {
+		t.Fatalf("Send gave up after %v, want about its 300ms Timeout", took)
 	}
 }
 
