@@ -65,6 +65,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 		}
 		a.State, a.Cause = market.AttemptDone, market.CauseFenced
 		lost = append(lost, store.Put(store.Attempts, key, a))
+		n.lostAttempts = append(n.lostAttempts, a)
 		n.log.Warn("attempt lost with the node's last run", "job", a.Job, "share", a.Share, "epoch", a.Epoch)
 		return nil
 	})

@@ -73,6 +73,9 @@ type Node struct {
 	ship   *shipper
 	obs    *observer          // driver-owned, but for its atomic status
 	resume []market.JobRecord // own jobs to adopt again once peers can be asked
+	// lostAttempts died with the node's last run; their coordinators are
+	// told once peers can be reached (reportLost).
+	lostAttempts []market.Attempt
 
 	closeOnce sync.Once
 }

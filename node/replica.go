@@ -487,6 +487,7 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	n.postWait(n.reportLost)
 	for _, rec := range recs {
 		moved := n.newestElsewhere(rec)
 		if moved.Term >= rec.Term && moved.Coordinator != "" && moved.Coordinator != n.id.String() {
@@ -510,6 +511,22 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 			n.log.Info("resumed job after restart", "job", rec.ID, "term", term)
 		})
 	}
+}
+
+// reportLost tells the coordinators of the attempts that died with this
+// node's last run that they ended, so that they place them again at once
+// rather than after a lease's silence. It is best effort: a coordinator
+// that changed meanwhile, or a message lost, leaves the lease to decide.
+// It runs on the driver.
+func (n *Node) reportLost() {
+	var msgs []market.Message
+	for _, a := range n.lostAttempts {
+		msgs = append(msgs, market.Message{From: n.id.String(), To: a.Coordinator, Payload: &market.AttemptEnded{
+			Job: a.Job, Share: a.Share, Epoch: a.Epoch, Cause: market.CauseFenced, ExitCode: -1, CardSeconds: a.CardSeconds,
+		}})
+	}
+	n.lostAttempts = nil
+	n.send(msgs)
 }
 
 // newestElsewhere asks the job's other HRW members for their record.
