@@ -341,9 +341,12 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		return
 	}
 	if back {
-		// The lost coordinator answered: it is back (a restart, a healed
-		// link) and resumes the job itself, at a term above any this node
-		// would take (resumeOwn).
+		// The lost coordinator answered: it is reachable again (a restart,
+		// a healed link). It either still coordinates the job (it resumes
+		// it at a term above any this node would take: resumeOwn) or let
+		// it go to a coordinator that outranks it; either way the job has
+		// a coordinator, and adopting this node's replica, which may be
+		// stale, would only move its shares.
 		n.log.Info("lost coordinator answers again; not taking the job over", "job", rec.ID, "coordinator", lost.ShortString())
 		return
 	}
@@ -374,9 +377,9 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 
 // newestOf asks the job's other HRW members and the lost coordinator, all
 // at once, for their record, and returns the newest record of another
-// member (zero if none answered), how many members answered (a record or
-// an error of their own: they are reachable), and whether the lost
-// coordinator answered as the job's coordinator: it is back.
+// member (zero if none answered), how many of the other members answered
+// (a record or an error of their own: they are reachable), and whether the
+// lost coordinator answered: it is back.
 func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reached int, back bool) {
 	var (
 		mu sync.Mutex
@@ -397,17 +400,14 @@ func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reache
 			got, err := n.call(ctx, id, kindGet, job)
 			mu.Lock()
 			defer mu.Unlock()
-			if answered(err) {
+			switch {
+			case id == lost:
+				back = answered(err)
+			case answered(err):
 				reached++
-			}
-			if err != nil || got.ID != job {
-				return
-			}
-			if id == lost && got.Coordinator == lost.String() && settling(got) {
-				back = true
-			}
-			if id != lost && (best.ID == "" || newer(got, best)) {
-				best = got
+				if err == nil && got.ID == job && (best.ID == "" || newer(got, best)) {
+					best = got
+				}
 			}
 		}()
 	}
