@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -40,7 +39,6 @@ func newPricedCluster(t *testing.T, lab *netLab, prices ...float64) *cluster {
 }
 
 func TestChaosCrashes(t *testing.T) {
-	requireChurnRuns(t)
 	c := newPricedCluster(t, nil, 9, 9, 9, 3, 3, 3)
 	n := c.nodes
 
@@ -156,11 +154,6 @@ func TestChaosCrashes(t *testing.T) {
 }
 
 func TestChaosStallPastTheLease(t *testing.T) {
-	// Under CI's load its first awards are sometimes rejected and the job
-	// lands elsewhere under a later epoch than the test expects (seen in
-	// one clean-clone run of four): flaky, so opt-in with the churn runs
-	// until placement under load is made predictable.
-	requireChurnRuns(t)
 	// n0 and n1 coordinate; both jobs run on n2, the cheapest, and move
 	// to n3.
 	c := newPricedCluster(t, nil, 9, 9, 2, 3)
@@ -219,63 +212,56 @@ func TestChaosPartition(t *testing.T) {
 		rest []int
 		cut  time.Time
 	)
-	// The minority-coordinator run shows issue 6's known partition gap
-	// about one run in three (the majority does not always take the job
-	// over within 15 s; see market's README), so it runs when asked.
-	if os.Getenv("GPUMESH_CHAOS") == "" {
-		t.Log("the minority-coordinator partition is skipped (known gap); GPUMESH_CHAOS=1 runs it")
-	} else {
-		// The coordinator and the runner end up on the minority side: the
-		// majority takes the job over and runs the share again; when the
-		// partition heals, one coordinator and one copy remain.
-		j2, coord, rec2 := c.placeOn(n[3:], n[:3], c.batch(20, 0), n[3], n[4])
-		old = onlyLive(t, rec2)
-		ci := slices.Index(n, coord)
-		ri = slices.Index(n, c.byID(old.Node))
-		for i := range n {
-			if i != ci && i != ri {
-				rest = append(rest, i)
+	// The coordinator and the runner end up on the minority side: the
+	// majority takes the job over and runs the share again; when the
+	// partition heals, one coordinator and one copy remain.
+	j2, coord, rec2 := c.placeOn(n[3:], n[:3], c.batch(20, 0), n[3], n[4])
+	old = onlyLive(t, rec2)
+	ci := slices.Index(n, coord)
+	ri = slices.Index(n, c.byID(old.Node))
+	for i := range n {
+		if i != ci && i != ri {
+			rest = append(rest, i)
+		}
+	}
+	cut = time.Now()
+	lab.partition([]int{ci, ri}, rest)
+	c.fault("partition", "%s and %s (coordinator and runner of %s) cut off from the others", coord.name, n[ri].name, j2.id)
+	majority := n[rest[0]]
+	var after market.JobRecord
+	eventually(t, 15*time.Second, "the majority side runs the share again under a new coordinator", func() bool {
+		r, err := majority.job(j2.id)
+		after = r
+		if err != nil || r.Coordinator == coord.peerID {
+			return false
+		}
+		for _, p := range r.Live() {
+			if p.Epoch > old.Epoch && p.State == market.PlacementRunning {
+				return true
 			}
 		}
-		cut = time.Now()
-		lab.partition([]int{ci, ri}, rest)
-		c.fault("partition", "%s and %s (coordinator and runner of %s) cut off from the others", coord.name, n[ri].name, j2.id)
-		majority := n[rest[0]]
-		var after market.JobRecord
-		eventually(t, 15*time.Second, "the majority side runs the share again under a new coordinator", func() bool {
-			r, err := majority.job(j2.id)
-			after = r
-			if err != nil || r.Coordinator == coord.peerID {
+		return false
+	})
+	t.Logf("minority partition: majority took %s over and runs it again %v after the cut: %s", j2.id, time.Since(cut).Round(time.Millisecond), describe(&after))
+	time.Sleep(2 * time.Second) // the partition lasts a while longer, not synchronization
+	lab.heal()
+	healed := time.Now()
+	c.note("healed")
+	oldMark := c.markers(j2.id)[[2]uint64{uint64(old.Share), old.Epoch}]
+	eventually(t, 15*time.Second, "after the heal, the minority's copy is stopped", func() bool { return !groupAlive(oldMark.pgid) })
+	t.Logf("after the heal, the minority's copy stopped in %v", time.Since(healed).Round(time.Millisecond))
+	// The old coordinator lets the job go: every node reads one record,
+	// the successor's, and the share does not start a third time.
+	eventually(t, 15*time.Second, "after the heal, every node reads the successor's record", func() bool {
+		for _, p := range c.live() {
+			r, err := p.job(j2.id)
+			if err != nil || r.Coordinator != after.Coordinator || r.Term < after.Term {
 				return false
 			}
-			for _, p := range r.Live() {
-				if p.Epoch > old.Epoch && p.State == market.PlacementRunning {
-					return true
-				}
-			}
-			return false
-		})
-		t.Logf("minority partition: majority took %s over and runs it again %v after the cut: %s", j2.id, time.Since(cut).Round(time.Millisecond), describe(&after))
-		time.Sleep(2 * time.Second) // the partition lasts a while longer, not synchronization
-		lab.heal()
-		healed := time.Now()
-		c.note("healed")
-		oldMark := c.markers(j2.id)[[2]uint64{uint64(old.Share), old.Epoch}]
-		eventually(t, 15*time.Second, "after the heal, the minority's copy is stopped", func() bool { return !groupAlive(oldMark.pgid) })
-		t.Logf("after the heal, the minority's copy stopped in %v", time.Since(healed).Round(time.Millisecond))
-		// The old coordinator lets the job go: every node reads one record,
-		// the successor's, and the share does not start a third time.
-		eventually(t, 15*time.Second, "after the heal, every node reads the successor's record", func() bool {
-			for _, p := range c.live() {
-				r, err := p.job(j2.id)
-				if err != nil || r.Coordinator != after.Coordinator || r.Term < after.Term {
-					return false
-				}
-			}
-			return true
-		})
-		c.waitMembership()
-	}
+		}
+		return true
+	})
+	c.waitMembership()
 
 	// The runner is cut off from everyone: it fences itself while cut off
 	// (it is not frozen), before its share runs elsewhere.
