@@ -119,6 +119,7 @@ func (c *coordinator) onSuperseded(from string, m *Superseded) error {
 	for _, p := range j.liveSorted() {
 		c.settle(j, p, PlacementStopped, CauseStopped, "")
 	}
+	j.movedTo, j.movedTerm = m.Coordinator, m.Term
 	c.setState(j, JobMoved, fmt.Sprintf("coordinated by %s at term %d now", m.Coordinator, m.Term))
 	delete(c.jobs, m.Job)
 	delete(c.active, m.Job)

@@ -27,6 +27,11 @@ type shareEpoch struct {
 
 // job is the coordinator's state of one job.
 type job struct {
+	// movedTo and movedTerm: the coordinator that superseded this node's
+	// hold on the job (state JobMoved).
+	movedTo   string
+	movedTerm uint64
+
 	spec   JobSpec
 	sig    *SpecSignature // the owner's signature of spec, when it came with one
 	match  *matcher
@@ -427,6 +432,7 @@ func (j *job) record(coordinatorID string) JobRecord {
 		CardSeconds: j.cardSeconds, CostCNY: j.cost, ExitCode: j.exitCode, Restarts: j.restarts,
 		SubmittedAt: j.submittedAt, RunningAt: j.runningAt, EndedAt: j.endedAt,
 		Explanation: j.explain, Version: j.version, Signature: j.sig,
+		MovedTo: j.movedTo, MovedTerm: j.movedTerm,
 	}
 	rec.Placements = make([]Placement, len(j.placements))
 	for i, p := range j.placements {

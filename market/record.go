@@ -110,6 +110,10 @@ type JobRecord struct {
 	RunningAt   time.Time    `json:"running_at,omitzero"`
 	EndedAt     time.Time    `json:"ended_at,omitzero"`
 	Explanation *Explanation `json:"explanation,omitempty"`
+	// MovedTo and MovedTerm name the coordinator this node let the job go
+	// to, in a record in state JobMoved.
+	MovedTo   string `json:"moved_to,omitempty"`
+	MovedTerm uint64 `json:"moved_term,omitempty"`
 	// Version rises on every change.
 	Version uint64 `json:"version"`
 	// Signature is the owner's signature of Spec (see SignedSpec); nil for

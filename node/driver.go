@@ -153,6 +153,15 @@ func (n *Node) drain() {
 func (n *Node) persist(rd market.Ready) {
 	var ops []store.Op
 	for _, rec := range rd.Jobs {
+		if rec.State == market.JobMoved && rec.MovedTo != "" {
+			// This node let the job go: it keeps the job, as a replica of
+			// the coordinator it yielded to, so that it notices if that
+			// one is lost or never took the job up (audit.go).
+			rec = n.pointerTo(rec)
+			ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
+			n.view.putNewer(rec)
+			continue
+		}
 		ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
 		n.view.put(rec)
 		if rec.Coordinator == n.id.String() {

@@ -231,8 +231,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
-	n.wg.Add(6 + cfg.SendWorkers)
+	n.wg.Add(7 + cfg.SendWorkers)
 	go n.replicateLoop()
+	go n.auditLoop()
 	go n.checkpointLoop()
 	go n.resumeOwn(n.resume)
 	go n.pumpMembers(sub)

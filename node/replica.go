@@ -318,6 +318,19 @@ const successorAsk = 500 * time.Millisecond
 // a higher term whose coordinator is gone is adopted instead.
 func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.ID) {
 	defer n.wg.Done()
+	n.takeOver(rec, lost, ahead, false)
+}
+
+// adoptOrphan is adoptUnlessHeld for a job whose coordinator answers but
+// no longer holds it (audit.go): that it answers is no reason to wait.
+func (n *Node) adoptOrphan(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
+	defer n.wg.Done()
+	n.takeOver(rec, coord, ahead, true)
+}
+
+// takeOver is adoptUnlessHeld's work; orphan says lost answers but does not
+// hold the job.
+func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orphan bool) {
 	for _, id := range ahead {
 		ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
 		got, err := n.call(ctx, id, kindGet, rec.ID)
@@ -340,7 +353,7 @@ func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.
 		n.log.Info("cannot reach a majority of the job's coordinators; not taking it over", "job", rec.ID, "reached", reached, "need", need)
 		return
 	}
-	if back {
+	if back && !orphan {
 		// The lost coordinator answered: it is reachable again (a restart,
 		// a healed link). It either still coordinates the job (it resumes
 		// it at a term above any this node would take: resumeOwn) or let

@@ -204,3 +204,62 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 	}
 	eventually(t, 15*time.Second, "the share runs on the other side", func() bool { return len(spare.exec.Running()) == 1 })
 }
+
+// A coordinator that lets a job go to one that never took it up (it heard
+// of a higher term second-hand; the other crashed before it persisted its
+// adoption) leaves the job with no coordinator, while membership sees
+// nothing wrong. The audit finds that the named coordinator answers
+// without the job, and the job's group takes it over.
+func TestOrphanedJobIsTakenOverByItsGroup(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:1")
+	runner := sm.nodes[3]
+	sm.neverCoordinate(runner)
+	for _, n := range sm.nodes[:3] {
+		sm.waitBook(n, 1)
+	}
+	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "orphan-me", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, runner, "orphan-me", 20*time.Second, market.JobRunning)
+	coord := sm.byID(rec.Coordinator)
+	var other *Node
+	for _, n := range sm.nodes[:3] {
+		if n != coord {
+			other = n
+			break
+		}
+	}
+	eventually(t, 10*time.Second, "the others hold a replica", func() bool {
+		r, ok := other.view.job("orphan-me")
+		return ok && r.State == market.JobRunning
+	})
+	// Tell the coordinator that other took the job over at term 5; other
+	// never did.
+	if err := coord.do(context.Background(), func() {
+		coord.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
+			From: runner.ID().String(), To: coord.ID().String(),
+			Payload: &market.Superseded{Job: "orphan-me", Term: 5, Coordinator: other.ID().String()},
+		}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var after market.JobRecord
+	eventually(t, 20*time.Second, "a member of the job's group coordinates it again, above term 5", func() bool {
+		for _, n := range sm.nodes[:3] {
+			var r market.JobRecord
+			var mine bool
+			if err := n.do(context.Background(), func() { r, mine = n.mk.Job("orphan-me") }); err == nil && mine && r.Term > 5 && !r.State.Terminal() {
+				after = r
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("orphan taken over by %s at term %d after %v", after.Coordinator, after.Term, time.Since(start).Round(time.Millisecond))
+	waitState(t, runner, "orphan-me", 20*time.Second, market.JobRunning)
+	if _, err := runner.Cancel(context.Background(), "orphan-me"); err != nil {
+		t.Fatalf("cancel after the takeover: %v", err)
+	}
+	waitState(t, runner, "orphan-me", 10*time.Second, market.JobCancelled)
+}

@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Orphan audit. A job whose coordinator is alive but no longer holds it —
+// it restarted before it persisted its adoption, or it let the job go to a
+// coordinator that then lost it — would otherwise be coordinated by no one:
+// membership sees nothing wrong, so no successor steps in. Every node that
+// holds a job's record as one of its coordinator group (or because it let
+// the job go) asks the coordinator that record names, every auditInterval,
+// whether it still holds the job, and treats a coordinator that answers
+// without it as lost.
+
+// auditInterval is how often the records held of other coordinators' jobs
+// are checked.
+const auditInterval = 3 * time.Second
+
+// auditLoop audits the held records until the node closes.
+func (n *Node) auditLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(auditInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.audit()
+		}
+	}
+}
+
+// audit checks, a few at a time, the held records of jobs still needing a
+// coordinator that another node coordinates and that this node would
+// succeed.
+func (n *Node) audit() {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, rec := range n.view.all() {
+		if !settling(rec) || rec.Coordinator == n.id.String() {
+			continue
+		}
+		coord, err := peer.Decode(rec.Coordinator)
+		if err != nil {
+			continue
+		}
+		if _, listed := n.liveAhead(rec.ID, coord); !listed {
+			continue // not of its group: its group audits it
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			n.auditOne(rec, coord)
+		}()
+	}
+	wg.Wait()
+}
+
+// auditOne asks the coordinator named by rec whether it holds the job.
+func (n *Node) auditOne(rec market.JobRecord, coord peer.ID) {
+	ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+	got, err := n.call(ctx, coord, kindGet, rec.ID)
+	cancel()
+	switch {
+	case n.ctx.Err() != nil:
+		return
+	case !answered(err):
+		// Unreachable: if membership has given it up, its jobs are taken
+		// over as on its death (a successor that missed that moment, or a
+		// node that let the job go to it after it died).
+		if m, ok := n.mesh.Member(coord); !ok || m.State == mesh.StateDead || m.State == mesh.StateLeft {
+			n.postWait(func() { n.succeed(coord) })
+		}
+		return
+	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && settling(got) || newer(got, rec)):
+		n.view.putNewer(got) // it holds the job, or points to one that outranks it
+		return
+	}
+	n.log.Warn("coordinator answers without the job; taking it over as if it were lost", "job", rec.ID, "coordinator", coord.ShortString(), "err", err)
+	ahead, listed := n.liveAhead(rec.ID, coord)
+	if !listed {
+		return
+	}
+	n.wg.Add(1)
+	go n.adoptOrphan(rec, coord, ahead)
+}
+
+// pointerTo turns the record of a job this node let go (state JobMoved)
+// into a replica of the coordinator it went to: the job's last state as
+// this node knew it, under that coordinator and term, at version 0, so
+// that any record that coordinator sends replaces it.
+func (n *Node) pointerTo(moved market.JobRecord) market.JobRecord {
+	p := moved
+	if prev, ok := n.view.job(moved.ID); ok && prev.Coordinator == n.id.String() && prev.State != market.JobMoved {
+		p = prev
+	}
+	p.Coordinator, p.Term, p.Version = moved.MovedTo, moved.MovedTerm, 0
+	p.MovedTo, p.MovedTerm = "", 0
+	if p.State == market.JobMoved {
+		p.State = market.JobRunning
+	}
+	return p
+}
