@@ -22,7 +22,7 @@ import (
 // The nodes' market timings are the defaults (market.DefaultConfig): a
 // runner renews every 200 ms, fences itself after 2.3 s without an ack,
 // and its coordinator declares the share lost after 2.7 s of silence, or
-// 600 ms after a hint (a dropped connection) if the share stays silent.
+// 400 ms after a hint (a dropped connection) if the share stays silent.
 
 // newPricedCluster starts len(prices) nodes of two A100s each, node i
 // asking prices[i] CNY per card-hour: jobs run on the cheapest nodes, so

@@ -92,7 +92,8 @@ type Config struct {
 	// renewal. Default 2.7s.
 	LostAfter time.Duration
 	// HintGrace is how long after a PeerLost hint a share must stay silent
-	// before it is declared lost (a hint alone never moves a job). Default 600ms.
+	// before it is declared lost (a hint alone never moves a job): two
+	// renewal intervals. Default 400ms.
 	HintGrace time.Duration
 	// RetryMin and RetryMax bound the backoff between placement rounds of a
 	// job that cannot be placed yet. Defaults 500ms and 10s.
@@ -133,7 +134,7 @@ func DefaultConfig(id string) Config {
 		AwardTimeout:        500 * time.Millisecond,
 		LeaseMargin:         250 * time.Millisecond,
 		LostAfter:           2700 * time.Millisecond,
-		HintGrace:           600 * time.Millisecond,
+		HintGrace:           400 * time.Millisecond,
 		RetryMin:            500 * time.Millisecond,
 		RetryMax:            10 * time.Second,
 		MaxExtensions:       3,
