@@ -344,8 +344,13 @@ func (s *soak) liveOn(p *proc) map[liveKey]bool {
 		if err != nil {
 			continue
 		}
+		marks := s.c.markers(j.id)
 		for _, pl := range r.Live() {
-			if pl.Node == p.peerID && pl.State == market.PlacementRunning {
+			// Only attempts whose process runs: a record can still show
+			// running an attempt that died with its node a moment ago,
+			// whose loss the stall did not cause.
+			m := marks[[2]uint64{uint64(pl.Share), pl.Epoch}]
+			if pl.Node == p.peerID && pl.State == market.PlacementRunning && m.pgid > 0 && groupAlive(m.pgid) {
 				out[liveKey{j.id, pl.Share, pl.Epoch}] = true
 			}
 		}

@@ -500,7 +500,6 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	n.postWait(n.reportLost)
 	for _, rec := range recs {
 		moved := n.newestElsewhere(rec)
 		if moved.Term >= rec.Term && moved.Coordinator != "" && moved.Coordinator != n.id.String() {
@@ -524,6 +523,9 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 			n.log.Info("resumed job after restart", "job", rec.ID, "term", term)
 		})
 	}
+	// After the resumptions: an attempt of a job this node coordinates
+	// itself is reported to its own market, which must hold the job.
+	n.postWait(n.reportLost)
 }
 
 // reportLost tells the coordinators of the attempts that died with this
@@ -539,7 +541,15 @@ func (n *Node) reportLost() {
 		}})
 	}
 	n.lostAttempts = nil
-	n.send(msgs)
+	var out []market.Message
+	for _, m := range msgs {
+		if m.To == n.id.String() {
+			n.step(market.MessageReceived{Now: time.Now(), Message: m})
+			continue
+		}
+		out = append(out, m)
+	}
+	n.send(out)
 }
 
 // newestElsewhere asks the job's other HRW members for their record.
