@@ -221,6 +221,9 @@ func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
 		return own, true
 	}
 	held, ok := n.view.job(rec.ID)
+	if ok && ended(held) && !ended(rec) {
+		return held, true // the job ended: whoever sends it going resumed a stale copy
+	}
 	if !ok || !settling(held) || held.Coordinator == n.id.String() || !market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator) {
 		return market.JobRecord{}, false
 	}
@@ -241,6 +244,13 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 	if err := json.Unmarshal(data, &top); err != nil {
 		return fmt.Errorf("superseding record: %v", err)
 	}
+	if top.ID == sent.ID && ended(top) && !ended(sent) {
+		// The job ended under another coordinator while this one ran a
+		// stale copy (it resumed after a restart without hearing of it).
+		n.log.Warn("a replica holder says the job ended; stopping this copy", "job", sent.ID, "replica", from.ShortString(), "state", top.State, "coordinator", top.Coordinator)
+		n.postWait(func() { n.endCopy(top) })
+		return nil
+	}
 	if top.ID != sent.ID || !market.Outranks(top.Term, top.Coordinator, sent.Term, sent.Coordinator) {
 		return fmt.Errorf("superseding record of %s at term %d does not outrank term %d", top.ID, top.Term, sent.Term)
 	}
@@ -248,6 +258,19 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 	n.view.putNewer(top)
 	n.postWait(func() { n.yieldTo(top) })
 	return nil
+}
+
+// endCopy stops this node's copy of a job that ended elsewhere: a
+// cancelled job is cancelled here too (its owner asked); a job that
+// succeeded or failed is cancelled here as well, so its copy stops, and
+// the record of its real end is kept, which the view serves from then on
+// (an ended record is never replaced by one still going). It runs on the
+// driver.
+func (n *Node) endCopy(end market.JobRecord) {
+	if own, mine := n.mk.Job(end.ID); mine && !own.State.Terminal() {
+		n.step(market.CancelJob{Now: time.Now(), Job: end.ID})
+	}
+	n.keep(end)
 }
 
 // yieldTo lets a job go that this node still coordinates at a lower term
@@ -488,8 +511,13 @@ func (n *Node) probeLost(p peer.ID) {
 }
 
 // resumeOwn adopts again the jobs this node coordinated before it
-// restarted, unless a successor holds them at a term as high: it asks the
-// job's other HRW members first, once it has peers to ask.
+// restarted — unless the job moved on or ended while it was away. Its
+// record may be stale: a successor may have taken the job over, placed it
+// again, even cancelled it. So before it resumes a job it asks the job's
+// coordinator group (and the next few members, who hold the records of
+// successors chosen while this node was gone), and waits until a majority
+// of the group has answered: what a majority has not seen cannot have
+// been acknowledged by a successor (it replicates before it acts).
 func (n *Node) resumeOwn(recs []market.JobRecord) {
 	defer n.wg.Done()
 	deadline := time.Now().Add(resumeWait)
@@ -501,10 +529,28 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 		}
 	}
 	for _, rec := range recs {
-		moved := n.newestElsewhere(rec)
-		if moved.Term >= rec.Term && moved.Coordinator != "" && moved.Coordinator != n.id.String() {
-			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", moved.Coordinator, "term", moved.Term)
-			n.view.putNewer(moved)
+		var elsewhere market.JobRecord
+		for {
+			best, reached := n.newestElsewhere(rec)
+			if need := n.quorumOthers(); reached >= need {
+				elsewhere = best
+				break
+			}
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		switch {
+		case elsewhere.ID == "":
+		case elsewhere.State.Terminal() && elsewhere.State != market.JobMoved:
+			n.log.Info("job ended while this node was away; keeping its record", "job", rec.ID, "state", elsewhere.State, "coordinator", elsewhere.Coordinator)
+			n.keep(elsewhere)
+			continue
+		case elsewhere.Coordinator != n.id.String() && elsewhere.Term >= rec.Term:
+			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", elsewhere.Coordinator, "term", elsewhere.Term)
+			n.keep(elsewhere)
 			continue
 		}
 		// A successor that took the job over meanwhile chose a term of at
@@ -526,6 +572,16 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 	// After the resumptions: an attempt of a job this node coordinates
 	// itself is reported to its own market, which must hold the job.
 	n.postWait(n.reportLost)
+}
+
+// keep stores a record learnt from another member in place of this node's
+// own, in the view and on disk, so that a later restart does not resume
+// the job either.
+func (n *Node) keep(rec market.JobRecord) {
+	n.view.putNewer(rec)
+	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
+		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
+	}
 }
 
 // reportLost tells the coordinators of the attempts that died with this
@@ -552,21 +608,37 @@ func (n *Node) reportLost() {
 	n.send(out)
 }
 
-// newestElsewhere asks the job's other HRW members for their record.
-func (n *Node) newestElsewhere(rec market.JobRecord) market.JobRecord {
-	var best market.JobRecord
-	for _, id := range n.coordinators(rec.ID, n.cfg.Replicas+1) {
+// newestElsewhere asks the job's coordinator group and the next two
+// members, all at once, for their record, and returns the newest and how
+// many answered.
+func (n *Node) newestElsewhere(rec market.JobRecord) (best market.JobRecord, reached int) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, id := range n.coordinators(rec.ID, n.cfg.Replicas+3) {
 		if id == n.id {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, replicateAfter)
-		got, err := n.call(ctx, id, kindGet, rec.ID)
-		cancel()
-		if err == nil && got.ID == rec.ID && (best.ID == "" || newer(got, best)) {
-			best = got
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(n.ctx, replicateAfter)
+			defer cancel()
+			got, err := n.call(ctx, id, kindGet, rec.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if !answered(err) {
+				return
+			}
+			reached++
+			if err == nil && got.ID == rec.ID && (best.ID == "" || newer(got, best)) {
+				best = got
+			}
+		}()
 	}
-	return best
+	wg.Wait()
+	return best, reached
 }
 
 // answered reports whether a call's error came from the peer (it is

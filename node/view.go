@@ -178,10 +178,22 @@ func memberEvent(ev mesh.Event) api.Event {
 	return api.Event{Type: "member", At: ev.Time, Peer: ev.Peer.String(), State: ev.Kind.String()}
 }
 
-// newer reports whether rec supersedes old, a record of the same job.
+// newer reports whether rec supersedes old, a record of the same job. A
+// job that ended stays ended: no record of it still going supersedes one
+// of its end, whatever its term (a coordinator that resumed a stale copy
+// after a restart would otherwise bring a cancelled job back).
 func newer(rec, old market.JobRecord) bool {
+	if ended(old) && !ended(rec) {
+		return false
+	}
 	if rec.Term == old.Term && rec.Coordinator == old.Coordinator {
 		return rec.Version > old.Version
 	}
 	return market.Outranks(rec.Term, rec.Coordinator, old.Term, old.Coordinator)
+}
+
+// ended reports whether a record shows the job's end (not merely this
+// node's letting it go).
+func ended(rec market.JobRecord) bool {
+	return rec.State.Terminal() && rec.State != market.JobMoved
 }
