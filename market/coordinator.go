@@ -227,6 +227,22 @@ func (c *coordinator) fail(j *job, why string, exitCode *int) {
 	c.setState(j, JobFailed, why)
 }
 
+// endAs ends a job as rec, the record of its end under another
+// coordinator (JobEnded).
+func (c *coordinator) endAs(rec JobRecord) error {
+	j := c.jobs[rec.ID]
+	if j == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, rec.ID)
+	}
+	if j.state.Terminal() {
+		return nil
+	}
+	c.abandon(j, "the job ended under another coordinator")
+	j.exitCode = rec.ExitCode
+	c.setState(j, rec.State, rec.Reason)
+	return nil
+}
+
 func (c *coordinator) cancel(id, reason string) error {
 	j := c.jobs[id]
 	if j == nil {

@@ -44,6 +44,16 @@ type (
 		Term   uint64
 	}
 
+	// JobEnded ends a job this node coordinates as Record, a record of its
+	// end held elsewhere: the job ended under another coordinator while
+	// this node ran a stale copy (it resumed an old record after a
+	// restart). Its attempts stop, and its state, reason and exit code
+	// become the record's. A Record that shows no end is ErrBadEvent.
+	JobEnded struct {
+		Now    time.Time
+		Record JobRecord
+	}
+
 	// CancelJob cancels a job this node coordinates: executions stop and
 	// reservations are released.
 	CancelJob struct {
@@ -116,6 +126,7 @@ type (
 func (e Tick) at() time.Time             { return e.Now }
 func (e JobSubmitted) at() time.Time     { return e.Now }
 func (e JobAdopted) at() time.Time       { return e.Now }
+func (e JobEnded) at() time.Time         { return e.Now }
 func (e CancelJob) at() time.Time        { return e.Now }
 func (e ScaleJob) at() time.Time         { return e.Now }
 func (e MessageReceived) at() time.Time  { return e.Now }

@@ -84,6 +84,8 @@ func (n *Node) Step(ev Event) error {
 		err = n.coord.submit(e.Spec, e.Signature)
 	case JobAdopted:
 		err = n.coord.adopt(e.Record, e.Term)
+	case JobEnded:
+		err = n.coord.endAs(e.Record)
 	case CancelJob:
 		err = n.coord.cancel(e.Job, e.Reason)
 	case ScaleJob:
@@ -124,6 +126,13 @@ func validateEvent(ev Event) error {
 		return e.Message.Payload.validate()
 	case CancelJob:
 		return checkEventJob(e.Job)
+	case JobEnded:
+		if err := checkEventJob(e.Record.ID); err != nil {
+			return err
+		}
+		if !e.Record.State.Terminal() {
+			return fmt.Errorf("%w: JobEnded with a record in state %s", ErrBadEvent, e.Record.State)
+		}
 	case ScaleJob:
 		return checkEventJob(e.Job)
 	case ExecutionStarted:

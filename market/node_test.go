@@ -265,3 +265,42 @@ func TestAdoptRefusesBadAndStaleRecords(t *testing.T) {
 		t.Fatalf("term %d after adopting at 7", rec.Term)
 	}
 }
+
+// A job that ended under another coordinator while this one ran a stale
+// copy ends here as it ended there: its attempts stop and its state, reason
+// and exit code are the record's. A record that shows no end is refused.
+func TestJobEndedEndsAStaleCopyAsItEnded(t *testing.T) {
+	h := markettest.New(markettest.Options{})
+	h.MustAdd(market.DefaultConfig("coord"))
+	cfg := market.DefaultConfig("a")
+	cfg.Cards = markettest.MustCards("a", "a100-80g:2")
+	h.MustAdd(cfg)
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.RunFor(10 * time.Millisecond)
+	rec, _ := h.Job("j1")
+	if rec.State != market.JobRunning {
+		t.Fatalf("job %s", rec.State)
+	}
+	going := rec
+	if err := h.Step("coord", market.JobEnded{Now: h.Now, Record: going}); !errors.Is(err, market.ErrBadEvent) {
+		t.Fatalf("JobEnded with a running record: %v", err)
+	}
+	zero := 0
+	end := rec
+	end.State, end.Reason, end.ExitCode = market.JobSucceeded, "every share exited 0", &zero
+	if err := h.Step("coord", market.JobEnded{Now: h.Now, Record: end}); err != nil {
+		t.Fatal(err)
+	}
+	h.RunFor(100 * time.Millisecond)
+	after, _ := h.Job("j1")
+	if after.State != market.JobSucceeded || after.Reason != end.Reason || after.ExitCode == nil || *after.ExitCode != 0 || len(after.Live()) != 0 {
+		t.Fatalf("after JobEnded: %s %q exit %v, %d live", after.State, after.Reason, after.ExitCode, len(after.Live()))
+	}
+	for _, c := range h.Peer("a").Node.Cards() {
+		if c.State != market.CardFree {
+			t.Errorf("card %s is %s after the copy ended", c.Card.ID, c.State)
+		}
+	}
+}

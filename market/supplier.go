@@ -79,7 +79,8 @@ type attempt struct {
 	stopCause   Cause
 	end         *AttemptEnded
 	nextResend  time.Time
-	giveUpAt    time.Time
+	giveUpAt    time.Time // the end report is dropped then (ReportTTL after the end)
+	acked       bool      // the coordinator acknowledged the end
 	// resumeGrace: the node was frozen; the attempt fences only if no ack
 	// comes by then (Config.FenceAfter).
 	resumeGrace time.Time
@@ -416,7 +417,11 @@ func (s *supplier) onEndAck(from string, m *EndAck) error {
 	if a == nil || a.end == nil {
 		return ErrStale
 	}
-	s.close(key, a)
+	// Kept a while after the ack, no longer re-sent: a successor that
+	// adopted a record older than this end (the coordinator acked, then
+	// was lost before its replicas heard) asks the attempt, and hears its
+	// end instead of placing the share again (attemptFrom).
+	a.acked = true
 	return nil
 }
 
@@ -529,7 +534,7 @@ func (s *supplier) tick() {
 		case a.end != nil:
 			if now.After(a.giveUpAt) {
 				s.close(key, a)
-			} else if !now.Before(a.nextResend) {
+			} else if !a.acked && !now.Before(a.nextResend) {
 				a.nextResend = now.Add(s.n.cfg.RenewInterval)
 				s.n.send(a.rec.Coordinator, a.end)
 			}

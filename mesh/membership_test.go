@@ -187,6 +187,58 @@ func TestSimIsolatedNodeIsDeadThenRejoinsWhenReconnected(t *testing.T) {
 	}
 }
 
+// Two sides of a partition, each with more than one member, hold each
+// other dead; nothing new happens. When the partition heals they must find
+// each other again (reconnect.go): neither is alone, so neither rejoins
+// its bootstrap peers.
+func TestSimPartitionedSidesFindEachOtherWhenItHeals(t *testing.T) {
+	sim := NewSimNetwork(SimOptions{Logger: testLogger(t, slog.LevelDebug)})
+	defer sim.Close()
+	reconnect := 500 * time.Millisecond
+	// memberlist tells the dead its news for GossipToTheDeadTime after
+	// they die (30 s in the profiles); the partition here outlasts that.
+	profile := FastProfile()
+	profile.GossipToTheDeadTime = time.Second
+	first, err := sim.AddNode(Config{Profile: profile, ReconnectInterval: reconnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*Mesh{first}
+	for range 3 {
+		m, err := sim.AddNode(Config{Profile: profile, Join: first.Addrs(), ReconnectInterval: reconnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, m)
+	}
+	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
+	left, right := nodes[:2], nodes[2:]
+	for _, a := range left {
+		for _, b := range right {
+			sim.Cut(a.ID(), b.ID())
+		}
+	}
+	waitFor(t, 20*time.Second, "each side holds the other dead", func() bool {
+		for _, a := range left {
+			for _, b := range right {
+				if stateOf(a, b.ID()) != StateDead || stateOf(b, a.ID()) != StateDead {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	time.Sleep(2 * profile.GossipToTheDeadTime) // the partition lasts past it, not synchronization
+	for _, a := range left {
+		for _, b := range right {
+			sim.Heal(a.ID(), b.ID())
+		}
+	}
+	healed := time.Now()
+	waitFor(t, 20*time.Second, "every node sees every other alive after the heal", func() bool { return allSee(nodes, StateAlive) })
+	t.Logf("one mesh again %v after the heal", time.Since(healed).Round(time.Millisecond))
+}
+
 func TestSimJoinRetriesUntilBootstrapComesUp(t *testing.T) {
 	sim := NewSimNetwork(SimOptions{})
 	defer sim.Close()

@@ -181,8 +181,9 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 			return nil, err
 		}
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.loop()
+	go m.reconnectLoop()
 	return m, nil
 }
 

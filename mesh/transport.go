@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	msmux "github.com/multiformats/go-multistream"
 )
 
@@ -379,8 +380,17 @@ func (t *transport) openPacketStream(l *link) (*packetStream, error) {
 // network). Unlike host.NewStream it does not wait for libp2p's identify
 // exchange on a new connection: the transport needs nothing it learns, and
 // the wait would cost a round trip on every new connection.
+//
+// It clears libp2p's dial backoff for the peer first: memberlist paces its
+// own attempts (a probe per interval, gossip to the dead for a while), and
+// the backoff that dials failed during a partition leave behind (5 s,
+// growing with every failure) would hide the peer from membership for
+// that long after the partition heals.
 func (t *transport) newStream(ctx context.Context, id peer.ID, proto protocol.ID) (network.Stream, error) {
 	ctx = network.WithAllowLimitedConn(ctx, "gpumesh membership")
+	if sw, ok := t.h.Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(id)
+	}
 	s, err := t.h.Network().NewStream(ctx, id)
 	if err != nil {
 		return nil, err

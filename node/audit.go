@@ -45,7 +45,11 @@ func (n *Node) audit() {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for _, rec := range n.view.all() {
-		if !settling(rec) || rec.Coordinator == n.id.String() {
+		if !settling(rec) {
+			continue
+		}
+		if rec.Coordinator == n.id.String() {
+			n.takeUp(rec)
 			continue
 		}
 		coord, err := peer.Decode(rec.Coordinator)
@@ -93,6 +97,25 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID) {
 	}
 	n.wg.Add(1)
 	go n.adoptOrphan(rec, coord, ahead)
+}
+
+// takeUp adopts a job whose record names this node its coordinator when
+// this node's market does not hold it: another coordinator let the job go
+// to this node (it heard a runner or replica holder say so) before this
+// node took it up, or this node restarted before it persisted the
+// adoption. The record comes from a coordinator that yielded to this one,
+// so this node is entitled to it.
+func (n *Node) takeUp(rec market.JobRecord) {
+	n.postWait(func() {
+		if _, mine := n.mk.Job(rec.ID); mine {
+			return
+		}
+		if held, ok := n.view.job(rec.ID); !ok || held.Coordinator != n.id.String() || !settling(held) {
+			return
+		}
+		n.log.Warn("named coordinator of a job this node does not hold; taking it up", "job", rec.ID, "term", rec.Term)
+		n.adopt(rec, n.id, rec.Term+1)
+	})
 }
 
 // pointerTo turns the record of a job this node let go (state JobMoved)

@@ -260,17 +260,13 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 	return nil
 }
 
-// endCopy stops this node's copy of a job that ended elsewhere: a
-// cancelled job is cancelled here too (its owner asked); a job that
-// succeeded or failed is cancelled here as well, so its copy stops, and
-// the record of its real end is kept, which the view serves from then on
-// (an ended record is never replaced by one still going). It runs on the
-// driver.
+// endCopy stops this node's copy of a job that ended elsewhere: it ends
+// here as it ended there (market.JobEnded), its attempts stop. It runs on
+// the driver.
 func (n *Node) endCopy(end market.JobRecord) {
 	if own, mine := n.mk.Job(end.ID); mine && !own.State.Terminal() {
-		n.step(market.CancelJob{Now: time.Now(), Job: end.ID})
+		n.step(market.JobEnded{Now: time.Now(), Record: end})
 	}
-	n.keep(end)
 }
 
 // yieldTo lets a job go that this node still coordinates at a lower term

@@ -105,7 +105,9 @@ func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
 		return ok && r.State == market.JobRunning
 	})
 
-	minority := []*Node{coord, runner}
+	// The runner first: cut off from the majority before its coordinator
+	// is, it cannot hear the successor that adopts the job at once.
+	minority := []*Node{runner, coord}
 	var majority []*Node
 	for _, n := range sm.nodes {
 		if n != coord && n != runner {
