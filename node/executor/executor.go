@@ -335,23 +335,32 @@ func (e *Executor) Start(a Attempt) (*Run, error) {
 	}
 	r := newRun(e.cfg, a, filepath.Join(e.cfg.Root, a.Name()))
 	e.runs[a.Name()] = r
+	e.wg.Add(1) // under the lock: a Close from now on waits for this run
 	e.mu.Unlock()
 
 	if err := r.prepare(e.iso); err != nil {
 		e.forget(r)
+		e.wg.Done()
 		return nil, err
 	}
 	if err := r.start(); err != nil {
 		r.jail.finish()
 		e.forget(r)
+		e.wg.Done()
 		return nil, err
 	}
-	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		r.wait()
 		e.forget(r)
 	}()
+	// A Close that came while the process started could not stop it yet.
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		r.Stop(StopShutdown)
+	}
 	return r, nil
 }
 
