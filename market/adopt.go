@@ -24,7 +24,7 @@ func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 	for _, pl := range rec.Placements {
 		top = max(top, pl.Epoch)
 	}
-	if top >= firstEpoch(term+1) {
+	if top >= firstEpoch(term+1, "") {
 		return fmt.Errorf("%w: job %s has issued epoch %d, beyond term %d's range", ErrBadEvent, rec.ID, top, term)
 	}
 	if old := c.jobs[rec.ID]; old != nil {

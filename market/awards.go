@@ -10,7 +10,7 @@ import "fmt"
 // share number for LayoutAny, the next of slots otherwise. index maps the
 // winners' lots to the round's lots (nil: they are the round's).
 func (c *coordinator) awardAll(j *job, r *round, winners []winner, slots, index []int) []*placement {
-	epoch := j.nextEpoch()
+	epoch := j.nextEpoch(c.n.cfg.ID)
 	placed := make([]*placement, 0, len(winners))
 	for i, w := range winners {
 		share := 0

@@ -134,10 +134,10 @@ func (j *job) allocShare() int {
 	return j.nextShare - 1
 }
 
-// nextEpoch issues the next epoch of the job's current term's range
-// (term.go); j.epoch stays the highest issued.
-func (j *job) nextEpoch() uint64 {
-	j.epoch = max(j.epoch, firstEpoch(j.term)) + 1
+// nextEpoch issues the next epoch of coordinator's slot of the job's
+// current term (term.go); j.epoch stays the highest issued.
+func (j *job) nextEpoch(coordinator string) uint64 {
+	j.epoch = max(j.epoch, firstEpoch(j.term, coordinator)) + 1
 	return j.epoch
 }
 

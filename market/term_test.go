@@ -5,16 +5,16 @@ import "testing"
 func TestEpochsOfATermStayInItsRange(t *testing.T) {
 	for _, term := range []uint64{1, 2, 3, 17, 1 << 20} {
 		j := &job{term: term}
-		first := j.nextEpoch()
+		first := j.nextEpoch("12D3KooWcoordinator")
 		if got := EpochTerm(first); got != term {
 			t.Errorf("term %d: first epoch %d reads as term %d", term, first, got)
 		}
-		if term > 1 && first <= EpochsPerTerm*(term-1) {
+		if term > 1 && first <= EpochsPerTerm*(term-1) || first > EpochsPerTerm*term {
 			t.Errorf("term %d: first epoch %d inside term %d's range", term, first, term-1)
 		}
 		// An adopted record's epochs go on rising within the term.
 		j.epoch = first + 41
-		if next := j.nextEpoch(); next != first+42 || EpochTerm(next) != term {
+		if next := j.nextEpoch("12D3KooWcoordinator"); next != first+42 || EpochTerm(next) != term {
 			t.Errorf("term %d: after %d came %d", term, first+41, next)
 		}
 	}
@@ -43,5 +43,13 @@ func TestOutranksIsAStrictOrder(t *testing.T) {
 				t.Errorf("(%d %s) and (%d %s): exactly one must outrank the other", c.t1, c.c1, c.t2, c.c2)
 			}
 		}
+	}
+}
+
+func TestCoordinatorsOfOneTermDrawDifferentSlots(t *testing.T) {
+	a, b := &job{term: 3}, &job{term: 3}
+	ea, eb := a.nextEpoch("12D3KooWA2qnifuMvHiUQUgVMWSHgC5QBbKXUbGr8bgkGVM6paGV"), b.nextEpoch("12D3KooW9r13cLvARFexYFt2HXBxsndWx9yPcwTnDm2HuwEBGgvT")
+	if ea == eb || EpochTerm(ea) != 3 || EpochTerm(eb) != 3 {
+		t.Fatalf("two coordinators of term 3 issued %d and %d", ea, eb)
 	}
 }
