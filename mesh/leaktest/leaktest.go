@@ -32,14 +32,17 @@ const Grace = 5 * time.Second
 // gossipsub's inbound handler does when it is closed while replacing a
 // duplicate stream — the loop idles on. That is mocknet's leak, not ours;
 // our own handlers and openers still show up if they leak, because they are
-// goroutines of their own. For the same reason gossipsub's handlePeerDead
-// and handleNewStream, which read their stream until it is reset, can wait
-// on such a stream for good, and are ignored too.
+// goroutines of their own. For the same reason gossipsub's goroutines that
+// read, write or close such a stream (handlePeerDead, handleNewStream,
+// handleSendingMessages, and multistream's lazy negotiation under them)
+// can wait on it for good, and are ignored too.
 func VerifyMain(m *testing.M, opts ...goleak.Option) {
 	opts = append(opts,
 		goleak.IgnoreTopFunction("github.com/libp2p/go-libp2p/p2p/net/mock.(*stream).transport"),
 		goleak.IgnoreAnyFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handlePeerDead"),
 		goleak.IgnoreAnyFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handleNewStream"),
+		goleak.IgnoreAnyFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handleSendingMessages"),
+		goleak.IgnoreTopFunction("github.com/multiformats/go-multistream.(*once).Do"),
 	)
 	code := m.Run()
 	if code == 0 {
