@@ -80,6 +80,12 @@
 // Its 100 ms probe timeout suits members that answer within 100 ms; for
 // members far apart use LANProfile or WANProfile.
 //
+// memberlist probes only the members it holds alive and tells the dead its
+// news only for a while (GossipToTheDeadTime). So that the two sides of a
+// healed partition find each other even when nothing happens, every node
+// also tries to join one member it holds dead every ReconnectInterval (3 s,
+// stretched in large meshes), as serf does; see reconnect.go.
+//
 // # Simulation
 //
 // SimNetwork runs hundreds of nodes in one process over libp2p mocknet, with
