@@ -166,9 +166,10 @@ func TestReadyAndAdvance(t *testing.T) {
 	}
 }
 
-// A peer's messages that break the protocol are refused and change nothing
-// but the protocol's reply.
-func TestPeersCannotCheat(t *testing.T) {
+// runningOneCardJob starts a coordinator "coord" and a supplier "a" of two
+// A100s, and runs a one-card job j1 placed on a.
+func runningOneCardJob(t *testing.T) (*markettest.Harness, market.JobRecord) {
+	t.Helper()
 	h := markettest.New(markettest.Options{})
 	h.MustAdd(market.DefaultConfig("coord"))
 	cfg := market.DefaultConfig("a")
@@ -182,6 +183,13 @@ func TestPeersCannotCheat(t *testing.T) {
 	if rec.State != market.JobRunning {
 		t.Fatalf("job %s", rec.State)
 	}
+	return h, rec
+}
+
+// A peer's messages that break the protocol are refused and change nothing
+// but the protocol's reply.
+func TestPeersCannotCheat(t *testing.T) {
+	h, rec := runningOneCardJob(t)
 	step := func(from string, p market.Payload) error {
 		return h.Step("coord", market.MessageReceived{Now: h.Now, Message: market.Message{From: from, To: "coord", Payload: p}})
 	}
@@ -270,19 +278,7 @@ func TestAdoptRefusesBadAndStaleRecords(t *testing.T) {
 // copy ends here as it ended there: its attempts stop and its state, reason
 // and exit code are the record's. A record that shows no end is refused.
 func TestJobEndedEndsAStaleCopyAsItEnded(t *testing.T) {
-	h := markettest.New(markettest.Options{})
-	h.MustAdd(market.DefaultConfig("coord"))
-	cfg := market.DefaultConfig("a")
-	cfg.Cards = markettest.MustCards("a", "a100-80g:2")
-	h.MustAdd(cfg)
-	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
-		t.Fatal(err)
-	}
-	h.RunFor(10 * time.Millisecond)
-	rec, _ := h.Job("j1")
-	if rec.State != market.JobRunning {
-		t.Fatalf("job %s", rec.State)
-	}
+	h, rec := runningOneCardJob(t)
 	going := rec
 	if err := h.Step("coord", market.JobEnded{Now: h.Now, Record: going}); !errors.Is(err, market.ErrBadEvent) {
 		t.Fatalf("JobEnded with a running record: %v", err)
