@@ -427,28 +427,36 @@ func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orp
 // (a record or an error of their own: they are reachable), and whether the
 // lost coordinator answered: it is back.
 func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reached int, back bool) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
 	ask := []peer.ID{lost}
 	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
 		if id != n.id && id != lost {
 			ask = append(ask, id)
 		}
 	}
-	for _, id := range ask {
+	return n.askRecords(job, ask, successorAsk, lost)
+}
+
+// askRecords asks ids, all at once and each for at most wait, for their
+// record of job. It returns the newest record among the answers of all but
+// skip, how many of those answered (a record or an error of their own:
+// they are reachable), and whether skip answered.
+func (n *Node) askRecords(job string, ids []peer.ID, wait time.Duration, skip peer.ID) (best market.JobRecord, reached int, skipAnswered bool) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+			ctx, cancel := context.WithTimeout(n.ctx, wait)
 			defer cancel()
 			got, err := n.call(ctx, id, kindGet, job)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case id == lost:
-				back = answered(err)
+			case id == skip:
+				skipAnswered = answered(err)
 			case answered(err):
 				reached++
 				if err == nil && got.ID == job && (best.ID == "" || newer(got, best)) {
@@ -458,7 +466,7 @@ func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reache
 		}()
 	}
 	wg.Wait()
-	return best, reached, back
+	return best, reached, skipAnswered
 }
 
 // quorumOthers is how many other members of a job's coordinator group
@@ -622,32 +630,13 @@ func (n *Node) reportLost() {
 // members, all at once, for their record, and returns the newest and how
 // many answered.
 func (n *Node) newestElsewhere(rec market.JobRecord) (best market.JobRecord, reached int) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	var ask []peer.ID
 	for _, id := range n.coordinators(rec.ID, n.cfg.Replicas+3) {
-		if id == n.id {
-			continue
+		if id != n.id {
+			ask = append(ask, id)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(n.ctx, replicateAfter)
-			defer cancel()
-			got, err := n.call(ctx, id, kindGet, rec.ID)
-			mu.Lock()
-			defer mu.Unlock()
-			if !answered(err) {
-				return
-			}
-			reached++
-			if err == nil && got.ID == rec.ID && (best.ID == "" || newer(got, best)) {
-				best = got
-			}
-		}()
 	}
-	wg.Wait()
+	best, reached, _ = n.askRecords(rec.ID, ask, replicateAfter, "")
 	return best, reached
 }
 
