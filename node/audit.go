@@ -56,7 +56,8 @@ func (n *Node) audit() {
 		if err != nil {
 			continue
 		}
-		if _, listed := n.liveAhead(rec.ID, coord); !listed {
+		ahead, listed := n.liveAhead(rec.ID, coord)
+		if !listed {
 			continue // not of its group: its group audits it
 		}
 		wg.Add(1)
@@ -64,14 +65,15 @@ func (n *Node) audit() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n.auditOne(rec, coord)
+			n.auditOne(rec, coord, ahead)
 		}()
 	}
 	wg.Wait()
 }
 
-// auditOne asks the coordinator named by rec whether it holds the job.
-func (n *Node) auditOne(rec market.JobRecord, coord peer.ID) {
+// auditOne asks the coordinator named by rec whether it holds the job;
+// ahead are the live members ranked above this node in the job's group.
+func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 	ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
 	got, err := n.call(ctx, coord, kindGet, rec.ID)
 	cancel()
@@ -91,10 +93,6 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID) {
 		return
 	}
 	n.log.Warn("coordinator answers without the job; taking it over as if it were lost", "job", rec.ID, "coordinator", coord.ShortString(), "err", err)
-	ahead, listed := n.liveAhead(rec.ID, coord)
-	if !listed {
-		return
-	}
 	n.wg.Add(1)
 	go n.adoptOrphan(rec, coord, ahead)
 }
