@@ -28,6 +28,7 @@ type simMesh struct {
 	net   *mesh.SimNetwork
 	nodes []*Node
 	tweak func(*Config)
+	root  string // the nodes' data dirs; removed after every node closed
 }
 
 func newSimMesh(t *testing.T, specs ...string) *simMesh {
@@ -38,7 +39,10 @@ func newSimMesh(t *testing.T, specs ...string) *simMesh {
 // newSimMeshWith is newSimMesh with a change to every node's Config.
 func newSimMeshWith(t *testing.T, tweak func(*Config), specs ...string) *simMesh {
 	t.Helper()
-	sm := &simMesh{t: t, net: mesh.NewSimNetwork(mesh.SimOptions{}), tweak: tweak}
+	// The root is made before the close is registered: cleanups run last
+	// first, so every node has stopped writing to its data dir (attempt
+	// logs, the store) before the dirs are removed.
+	sm := &simMesh{t: t, net: mesh.NewSimNetwork(mesh.SimOptions{}), tweak: tweak, root: t.TempDir()}
 	t.Cleanup(sm.close)
 	for i, spec := range specs {
 		sm.add(i, spec)
@@ -64,8 +68,12 @@ func (sm *simMesh) add(i int, spec string) *Node {
 	} else {
 		backends = []device.Backend{}
 	}
+	dataDir, err := os.MkdirTemp(sm.root, fmt.Sprintf("node-%d-", i))
+	if err != nil {
+		sm.t.Fatal(err)
+	}
 	cfg := Config{
-		DataDir:          sm.t.TempDir(),
+		DataDir:          dataDir,
 		Sim:              sm.net,
 		Devices:          backends,
 		CoordinatorAfter: time.Millisecond,
