@@ -96,7 +96,7 @@ type AdvertiserConfig struct {
 	// second it stays under 2 KB/s. A small mesh refreshes every 10 s (ads
 	// expire after 30 s); 100 nodes every 250 s; 1000 nodes every 40 min.
 	// A dead node's ads leave the Book at once through membership
-	// (Book.Forget); expiry is the backstop.
+	// (Book.Hide); expiry is the backstop.
 	MeshRefreshRate float64
 	// PeerCount estimates the mesh's size; node passes the Book's Len.
 	// Default: a function returning 1.

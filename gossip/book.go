@@ -15,7 +15,9 @@ const pruneEvery = time.Minute
 // Book is one node's view of the mesh's capacity: the newest unexpired ad of
 // every peer, folded from the capacity topic. Newest sequence number wins;
 // an expired ad vanishes from every query at the now the caller passes in;
-// Forget drops a peer at once (membership says it is dead).
+// Hide takes a peer's cards out of every answer at once (membership says it
+// is dead) and Show puts them back (it is alive after all); Forget drops a
+// peer for good (it left).
 //
 // A Book is safe for concurrent use. Reads take a read lock and copy what
 // they return, so the market may query it while gossip applies ads.
@@ -30,7 +32,12 @@ type bookEntry struct {
 	ad        Ad
 	lastHeard time.Time // receiver's clock when the ad was applied
 	signed    []byte    // the pubsub message the ad came in, for book sync; nil if unknown
+	hidden    bool      // Hide: kept for CheckSeq and Show, out of every answer
 }
+
+// visible reports whether e answers queries at now: unexpired and not
+// hidden.
+func (e *bookEntry) visible(now time.Time) bool { return !e.hidden && !e.ad.Expired(now) }
 
 // tombstone keeps a forgotten peer's last sequence number until its last ad
 // would have expired, so that a late copy of that ad cannot bring the peer
@@ -64,7 +71,11 @@ func (b *Book) applySigned(ad Ad, signed []byte, now time.Time) error {
 		return err
 	}
 	delete(b.forgotten, ad.Peer)
-	b.peers[ad.Peer] = &bookEntry{ad: ad, lastHeard: now, signed: signed}
+	// A newer ad from a hidden peer stays hidden (a copy published before
+	// it died may arrive late); once its ad has expired it is not.
+	prev := b.peers[ad.Peer]
+	hidden := prev != nil && prev.hidden && !prev.ad.Expired(now)
+	b.peers[ad.Peer] = &bookEntry{ad: ad, lastHeard: now, signed: signed, hidden: hidden}
 	if now.Sub(b.lastPrune) >= pruneEvery {
 		b.pruneLocked(now)
 	}
@@ -110,37 +121,62 @@ func (b *Book) Forget(p peer.ID) {
 	b.forgotten[p] = tombstone{seq: e.ad.Seq, expires: e.ad.ExpiresAt}
 }
 
-// Get returns p's ad if the Book holds one that is unexpired at now.
+// Hide takes p's cards out of every answer of the Book at once (Get,
+// FreeCount, Len, Snapshot, Query, book syncs) but keeps its ad: copies of
+// it and older ads are still refused, newer ones are kept hidden, and Show
+// brings the cards back without p having to advertise again. Membership
+// hides a peer it declares dead, which may only be cut off by a partition
+// that heals. A hidden ad still expires; a peer with no ad is not hidden.
+func (b *Book) Hide(p peer.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.peers[p]; ok {
+		e.hidden = true
+	}
+}
+
+// Show undoes Hide: p's ad, if unexpired, answers queries again.
+func (b *Book) Show(p peer.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.peers[p]; ok {
+		e.hidden = false
+	}
+}
+
+// Get returns p's ad if the Book holds one that is unexpired at now and
+// not hidden.
 func (b *Book) Get(p peer.ID, now time.Time) (Ad, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	e, ok := b.peers[p]
-	if !ok || e.ad.Expired(now) {
+	if !ok || !e.visible(now) {
 		return Ad{}, false
 	}
 	return e.ad.clone(), true
 }
 
 // FreeCount returns how many free cards of model p offers at now; 0 when p
-// or the model is unknown or p's ad expired.
+// or the model is unknown, or p's ad expired or is hidden.
 func (b *Book) FreeCount(p peer.ID, model string, now time.Time) int {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	e, ok := b.peers[p]
-	if !ok || e.ad.Expired(now) {
+	if !ok || !e.visible(now) {
 		return 0
 	}
 	g, _ := e.ad.Group(model)
 	return g.Free
 }
 
-// Len returns the number of peers with an unexpired ad at now.
+// Len returns the number of peers with an unexpired ad at now, hidden ones
+// left out.
 func (b *Book) Len(now time.Time) int {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	n := 0
 	for _, e := range b.peers {
-		if !e.ad.Expired(now) {
+		if e.visible(now) {
 			n++
 		}
 	}
@@ -161,12 +197,12 @@ type PeerSummary struct {
 }
 
 // Snapshot summarizes every peer with an unexpired ad at now, sorted by
-// peer ID.
+// peer ID; hidden peers are left out.
 func (b *Book) Snapshot(now time.Time) []PeerSummary {
 	b.mu.RLock()
 	out := make([]PeerSummary, 0, len(b.peers))
 	for p, e := range b.peers {
-		if e.ad.Expired(now) {
+		if !e.visible(now) {
 			continue
 		}
 		out = append(out, PeerSummary{
@@ -186,7 +222,9 @@ func (b *Book) Snapshot(now time.Time) []PeerSummary {
 	return out
 }
 
-// signedAds returns the signed messages of up to limit ads unexpired at now.
+// signedAds returns the signed messages of up to limit ads unexpired at now,
+// hidden ones left out: a peer syncing from this node does not learn of a
+// peer this node holds dead.
 func (b *Book) signedAds(now time.Time, limit int) [][]byte {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -195,7 +233,7 @@ func (b *Book) signedAds(now time.Time, limit int) [][]byte {
 		if len(out) == limit {
 			break
 		}
-		if e.signed != nil && !e.ad.Expired(now) {
+		if e.signed != nil && e.visible(now) {
 			out = append(out, e.signed)
 		}
 	}

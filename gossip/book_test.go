@@ -117,6 +117,86 @@ func TestBookForget(t *testing.T) {
 	}
 }
 
+// A hidden peer (membership holds it dead) is out of every answer at once,
+// while its ad stays: late copies are still refused, a newer ad is kept
+// hidden too, and Show brings its cards back without a new ad.
+func TestBookHide(t *testing.T) {
+	b := NewBook()
+	p, q := newPeerID(t), newPeerID(t)
+	now := time.Now()
+	for _, id := range []peer.ID{p, q} {
+		if err := b.Apply(testAd(id, 3, now), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	visible := func(id peer.ID) []string {
+		var where []string
+		if _, ok := b.Get(id, now); ok {
+			where = append(where, "Get")
+		}
+		if b.FreeCount(id, "h100-sxm-80g", now) != 0 {
+			where = append(where, "FreeCount")
+		}
+		for _, s := range b.Snapshot(now) {
+			if s.Peer == id {
+				where = append(where, "Snapshot")
+			}
+		}
+		offers, _ := b.Query(Query{}, now)
+		for _, o := range offers {
+			if o.Peer == id {
+				where = append(where, "Query")
+				break
+			}
+		}
+		return where
+	}
+	b.Hide(p)
+	if where := visible(p); len(where) != 0 || b.Len(now) != 1 || len(b.signedAds(now, 10)) != 0 {
+		t.Fatalf("a hidden peer's cards still answer in %v (Len %d)", where, b.Len(now))
+	}
+	if where := visible(q); len(where) != 4 {
+		t.Fatalf("the other peer answers only in %v", where)
+	}
+	// The ad is kept: a late copy or an older ad is refused as before.
+	if err := b.Apply(testAd(p, 3, now), now); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("late copy of a hidden ad: %v", err)
+	}
+	if err := b.CheckSeq(p, 2, now); !errors.Is(err, ErrStale) {
+		t.Fatalf("older ad than the hidden one: %v", err)
+	}
+	// A newer ad (published before the peer died, delivered late) stays
+	// hidden.
+	if err := b.Apply(testAd(p, 4, now), now); err != nil {
+		t.Fatal(err)
+	}
+	if where := visible(p); len(where) != 0 {
+		t.Fatalf("a newer ad of a hidden peer answers in %v", where)
+	}
+	// Back alive (a healed partition): its cards answer again at once.
+	b.Show(p)
+	if where := visible(p); len(where) != 4 || b.Len(now) != 2 {
+		t.Fatalf("after Show the peer answers only in %v (Len %d)", where, b.Len(now))
+	}
+	if ad, _ := b.Get(p, now); ad.Seq != 4 {
+		t.Fatalf("after Show: seq %d, want the newest kept ad, 4", ad.Seq)
+	}
+	// A hidden ad still expires; what the peer sends after that is new.
+	b.Hide(p)
+	later := now.Add(31 * time.Second)
+	if err := b.Apply(testAd(p, 5, later), later); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Get(p, later); !ok {
+		t.Fatal("an ad after the hidden one expired is still hidden")
+	}
+	b.Hide(newPeerID(t)) // unknown: no effect
+	b.Show(newPeerID(t))
+	if b.Len(later) != 1 {
+		t.Fatalf("Len %d after hiding an unknown peer", b.Len(later))
+	}
+}
+
 func TestBookPrune(t *testing.T) {
 	b := NewBook()
 	now := time.Now()
@@ -233,8 +313,13 @@ func TestBookConcurrent(t *testing.T) {
 			for seq := uint64(1); seq <= 200; seq++ {
 				p := peers[(int(seq)+w)%len(peers)]
 				b.Apply(testAd(p, seq, now), now)
-				if seq%50 == 0 {
+				switch seq % 50 {
+				case 0:
 					b.Forget(p)
+				case 10:
+					b.Hide(p)
+				case 20:
+					b.Show(p)
 				}
 			}
 		})
@@ -264,13 +349,21 @@ func TestBookConcurrent(t *testing.T) {
 // naiveBook is the reference the Book is checked against: the rules in
 // their plainest form, and queries that scan and sort the slow, obvious way.
 type naiveBook struct {
-	last map[peer.ID]Ad // the last ad taken from each peer
-	tomb map[peer.ID]Ad // the ad a forgotten peer had
+	last   map[peer.ID]Ad // the last ad taken from each peer
+	tomb   map[peer.ID]Ad // the ad a forgotten peer had
+	hidden map[peer.ID]bool
 }
 
+// current is the ad that decides p's sequence numbers.
 func (n *naiveBook) current(p peer.ID, now time.Time) (Ad, bool) {
 	ad, ok := n.last[p]
 	return ad, ok && now.Before(ad.ExpiresAt)
+}
+
+// visible is the ad that answers queries: current and not hidden.
+func (n *naiveBook) visible(p peer.ID, now time.Time) (Ad, bool) {
+	ad, ok := n.current(p, now)
+	return ad, ok && !n.hidden[p]
 }
 
 // takes says whether the Book must take ad at now.
@@ -290,7 +383,7 @@ func (n *naiveBook) takes(ad Ad, now time.Time) bool {
 func (n *naiveBook) query(q Query, now time.Time, peers []peer.ID) []Offer {
 	var out []Offer
 	for _, p := range peers {
-		ad, ok := n.current(p, now)
+		ad, ok := n.visible(p, now)
 		if !ok {
 			continue
 		}
@@ -317,15 +410,16 @@ func (n *naiveBook) query(q Query, now time.Time, peers []peer.ID) []Offer {
 	return out
 }
 
-// Under any sequence of ads (in any order, late, expired), forgets and
-// clock moves, the Book answers every query as the naive reference does.
+// Under any sequence of ads (in any order, late, expired), forgets, hides,
+// shows and clock moves, the Book answers every query as the naive reference
+// does.
 func TestBookMatchesNaiveReference(t *testing.T) {
 	peers := []peer.ID{newPeerID(t), newPeerID(t), newPeerID(t)}
 	models := []string{"h100-sxm-80g", "h100-pcie-80g", "rtx4090-24g", "l40s-48g"}
 	start := time.Now().Truncate(time.Millisecond)
 	rapid.Check(t, func(rt *rapid.T) {
 		b := NewBook()
-		ref := &naiveBook{last: map[peer.ID]Ad{}, tomb: map[peer.ID]Ad{}}
+		ref := &naiveBook{last: map[peer.ID]Ad{}, tomb: map[peer.ID]Ad{}, hidden: map[peer.ID]bool{}}
 		now := start
 		genAd := func() Ad {
 			p := rapid.SampledFrom(peers).Draw(rt, "peer")
@@ -357,6 +451,9 @@ func TestBookMatchesNaiveReference(t *testing.T) {
 					rt.Fatalf("expired ad refused with %v", err)
 				}
 				if want {
+					if _, ok := ref.current(ad.Peer, now); !ok {
+						delete(ref.hidden, ad.Peer) // hiding ends with the hidden ad
+					}
 					ref.last[ad.Peer] = ad
 					delete(ref.tomb, ad.Peer)
 				}
@@ -367,7 +464,18 @@ func TestBookMatchesNaiveReference(t *testing.T) {
 					ref.tomb[p] = ad
 					delete(ref.last, p)
 				}
+				delete(ref.hidden, p)
 				b.Forget(p)
+			},
+			"hide": func(rt *rapid.T) {
+				p := rapid.SampledFrom(peers).Draw(rt, "peer")
+				ref.hidden[p] = true
+				b.Hide(p)
+			},
+			"show": func(rt *rapid.T) {
+				p := rapid.SampledFrom(peers).Draw(rt, "peer")
+				delete(ref.hidden, p)
+				b.Show(p)
 			},
 			"tick": func(rt *rapid.T) {
 				now = now.Add(time.Duration(rapid.IntRange(0, 20).Draw(rt, "dt_s")) * time.Second)
@@ -388,7 +496,7 @@ func TestBookMatchesNaiveReference(t *testing.T) {
 					rt.Fatalf("query %+v:\n got %+v\nwant %+v", q, got, want)
 				}
 				for _, p := range peers {
-					ad, ok := ref.current(p, now)
+					ad, ok := ref.visible(p, now)
 					g, gok := b.Get(p, now)
 					if ok != gok || (ok && !reflect.DeepEqual(ad, g)) {
 						rt.Fatalf("Get(%s): got %+v %v, want %+v %v", p, g, gok, ad, ok)

@@ -36,7 +36,9 @@
 // expire. The refresh interval grows with the mesh (PeerCount /
 // MeshRefreshRate, 10 s to 40 min) so that a node's idle traffic stays flat
 // however many peers there are; an ad lives three intervals. Membership is
-// what removes a dead node at once (Book.Forget); expiry is the backstop.
+// what takes a dead node's cards out at once (Book.Hide, undone by Show when
+// it comes back from a partition) and a node that left (Book.Forget);
+// expiry is the backstop.
 //
 // Because refreshes are slow in a large mesh, a node that joins does not
 // wait for them: it fetches the Books of its first peers over the
@@ -71,6 +73,8 @@
 //		case s := <-supplyChanges: // a card was reserved, freed, taken ill
 //			adv.Update(ctx, s)
 //		case p := <-deadPeers: // membership (mesh) says p died
+//			g.Book().Hide(p) // Show(p) if it comes back
+//		case p := <-leftPeers: // p said goodbye
 //			g.Book().Forget(p)
 //		case spec := <-jobs: // the market looks for cards
 //			offers, err := g.Book().Query(gossip.Query{Model: "h100-*", MinFree: 8, MaxPriceCNY: 25}, time.Now())

@@ -81,8 +81,8 @@ type Offer struct {
 	ExpiresAt    time.Time // of that ad
 }
 
-// Query returns the groups that match q among the ads unexpired at now,
-// cheapest first (then by peer ID and model, so equal prices come in a
+// Query returns the groups that match q among the ads unexpired at now and
+// not hidden, cheapest first (then by peer ID and model, so equal prices come in a
 // stable order). It returns an error only for a query that fails Validate.
 func (b *Book) Query(q Query, now time.Time) ([]Offer, error) {
 	if err := q.Validate(); err != nil {
@@ -91,7 +91,7 @@ func (b *Book) Query(q Query, now time.Time) ([]Offer, error) {
 	var out []Offer
 	b.mu.RLock()
 	for p, e := range b.peers {
-		if e.ad.Expired(now) {
+		if !e.visible(now) {
 			continue
 		}
 		for _, g := range e.ad.Cards {

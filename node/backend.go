@@ -138,8 +138,13 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 			RTTMillis:   float64(m.RTT.Microseconds()) / 1000,
 			Coordinator: m.Coordinator,
 		}
+		// The Book's figures when it has them: it holds no dead or
+		// departed member's cards. Otherwise the membership's summary,
+		// whose free count a dead or departed member cannot stand by.
 		if s, ok := book[m.ID]; ok {
 			p.Cards, p.FreeCards, p.Models = s.Cards, s.FreeCards, s.Models
+		} else if m.State == mesh.StateDead || m.State == mesh.StateLeft {
+			p.FreeCards = 0
 		}
 		addrs := m.Addrs
 		if m.Self {
@@ -147,9 +152,6 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 		}
 		for _, a := range addrs {
 			p.Addrs = append(p.Addrs, fmt.Sprintf("%s/p2p/%s", a, m.ID))
-		}
-		if m.State == mesh.StateDead || m.State == mesh.StateLeft {
-			p.FreeCards = 0
 		}
 		if m.Self {
 			out = append([]api.Peer{p}, out...)

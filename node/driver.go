@@ -259,13 +259,16 @@ func (n *Node) foldPending() {
 		case mesh.EventDead, mesh.EventLeft:
 			n.book.Remove(ev.Peer.String())
 			if ev.Kind == mesh.EventLeft {
-				// A member that left said so; one declared dead may only
-				// be frozen or cut off, and when it comes back its ad
-				// (kept by gossip until it expires) is put back in the
-				// book at once (EventJoin below): it has no reason to
-				// advertise again, never having seen this node go.
 				n.gossip.Book().Forget(ev.Peer)
 				n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
+			} else {
+				// A member that left said so; one declared dead may only
+				// be frozen or cut off. Its cards leave gossip's Book at
+				// once too, but the Book keeps its ad (hidden, until it
+				// expires), so that when it comes back its cards return
+				// at once (EventJoin below): it has no reason to
+				// advertise again, never having seen this node go.
+				n.gossip.Book().Hide(ev.Peer)
 			}
 			// memberlist declares a member dead within about a second
 			// of silence: a node frozen for 2 s (SIGSTOP, a paused VM)
@@ -283,9 +286,10 @@ func (n *Node) foldPending() {
 				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
 				// A member back after it was declared dead (a partition
-				// healed): its ad was forgotten then, and it forgot
-				// this node's. Take its ad again if gossip has one, and
+				// healed): its ad was hidden then, and it forgot this
+				// node's. Show its ad again if gossip kept one, and
 				// publish this node's own again.
+				n.gossip.Book().Show(ev.Peer)
 				if ad, ok := n.gossip.Book().Get(ev.Peer, now); ok {
 					n.book.Put(ev.Peer.String(), offersOf(ad, now))
 				}

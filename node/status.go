@@ -149,12 +149,11 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 			st.Mesh.AddRegion(m.Region, m.Cards)
 		}
 	}
+	// The mesh's cards are the Book's: membership takes a dead member's
+	// out at once (Hide) and a departed one's for good (Forget).
 	for _, s := range n.gossip.Book().Snapshot(now) {
 		ad, ok := n.gossip.Book().Get(s.Peer, now)
 		if !ok {
-			continue
-		}
-		if m, ok := n.mesh.Member(s.Peer); ok && m.State != mesh.StateAlive && m.State != mesh.StateSuspect {
 			continue
 		}
 		for _, g := range ad.Cards {
