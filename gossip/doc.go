@@ -19,12 +19,13 @@
 // Topics live under "gpumesh/<network>/v1/" (TopicsFor): "capacity" now,
 // "bid-request" named for the broadcast fallback, and the "book-sync"
 // stream protocol. Gossipsub runs with
-// StrictSign, MaxPubSubMessageSize, peer scoring (see score.go for every
-// weight and why) and a ValidatorEx on the capacity topic that rejects
-// what is malformed or forged (the envelope's sender must be the pubsub
-// signer) and ignores what an honest peer may still forward (expired,
-// stale or duplicate sequence numbers). Rejects cost the sending peer score:
-// one puts it below GossipThreshold, two below GraylistThreshold, where its
+// StrictSign, MaxPubSubMessageSize, peer scoring on both topics (see
+// score.go for every weight and why) and a ValidatorEx on each topic that
+// rejects what is malformed or forged (the envelope's sender must be the
+// pubsub signer) and ignores what an honest peer may still forward
+// (expired, from the future, and on capacity stale or duplicate sequence
+// numbers). Rejects cost the sending peer score: one puts it below
+// GossipThreshold, two on one topic below GraylistThreshold, where its
 // RPCs are dropped unread. Stats counts messages by topic, verdict and
 // reason, and the bytes in and out.
 //

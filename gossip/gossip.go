@@ -177,7 +177,7 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(messageID),
 		pubsub.WithMaxMessageSize(MaxPubSubMessageSize),
-		pubsub.WithPeerScore(scoreParams(topics.Capacity), scoreThresholds()),
+		pubsub.WithPeerScore(scoreParams(topics), scoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(g.setScores), cfg.ScoreInspectPeriod),
 		pubsub.WithRawTracer(tracer{g.counters}),
 		pubsub.WithValidateQueueSize(cfg.ValidateQueueSize),

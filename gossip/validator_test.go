@@ -5,6 +5,8 @@ import (
 	"context"
 	"math"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,21 +22,31 @@ type validatorRig struct {
 	tn             *testNet
 	victim, friend *Gossip
 	friendID       peer.ID
-	topic          string
+	topic          string // the attackers'
 	now            time.Time
+	broadcasts     atomic.Int64 // bid requests the victim delivered to OnBroadcast
 }
 
-func newValidatorRig(t *testing.T) *validatorRig {
+func newValidatorRig(t *testing.T) *validatorRig { return newRigOn(t, false) }
+
+// newBroadcastRig is a validatorRig whose attackers speak on the
+// bid-request topic, which the victim and the friend joined (OnBroadcast).
+func newBroadcastRig(t *testing.T) *validatorRig { return newRigOn(t, true) }
+
+func newRigOn(t *testing.T, broadcast bool) *validatorRig {
 	tn := newTestNet(t)
 	vh, fh := tn.addHost(), tn.addHost()
-	r := &validatorRig{
-		tn:       tn,
-		victim:   startGossip(t, vh, Config{ScoreInspectPeriod: 20 * time.Millisecond}),
-		friend:   startGossip(t, fh, Config{}),
-		friendID: fh.ID(),
-		now:      time.Now(),
+	vcfg, fcfg := Config{ScoreInspectPeriod: 20 * time.Millisecond}, Config{}
+	r := &validatorRig{tn: tn, friendID: fh.ID(), now: time.Now()}
+	if broadcast {
+		vcfg.OnBroadcast = func(Message) { r.broadcasts.Add(1) }
+		fcfg.OnBroadcast = func(Message) {}
 	}
+	r.victim, r.friend = startGossip(t, vh, vcfg), startGossip(t, fh, fcfg)
 	r.topic = r.victim.Topics().Capacity
+	if broadcast {
+		r.topic = r.victim.Topics().BidRequest
+	}
 	tn.connect(vh, fh)
 	waitMesh(t, r.victim, r.friend)
 	if err := r.friend.PublishAd(context.Background(), testAd(fh.ID(), 10, r.now)); err != nil {
@@ -109,11 +121,7 @@ func TestValidatorRefusesBadMessages(t *testing.T) {
 		return signed(func(e *gossippb.Envelope) { mut(capacity(e).Cards[0]) })
 	}
 
-	cases := []struct {
-		name   string
-		reason Reason
-		msg    func(a *attacker) *pubsubpb.Message
-	}{
+	cases := []validatorCase{
 		{"garbled bytes", ReasonMalformed, func(a *attacker) *pubsubpb.Message {
 			b := env(own(a, 1), nil)
 			return a.signed(b[:len(b)/2]) // cut inside a field
@@ -160,11 +168,31 @@ func TestValidatorRefusesBadMessages(t *testing.T) {
 		{"stale replay of the friend's ad", ReasonStale, friendSigned(friendAd(9, now))},
 		{"duplicate of the friend's seq", ReasonDuplicate, friendSigned(friendAd(10, now))},
 	}
+	r.refuses(t, cases)
+
+	r.nothingForwarded(t)
+}
+
+// validatorCase is one bad message and the reason the victim must give.
+type validatorCase struct {
+	name   string
+	reason Reason
+	msg    func(a *attacker) *pubsubpb.Message
+}
+
+// refuses sends each case's message from a fresh attacker on the rig's
+// topic: the victim counts it under the case's reason; a Reject drops the
+// attacker's score below the gossip threshold, an Ignore leaves it alone;
+// and nothing is accepted, the Book does not change and OnBroadcast hears
+// nothing.
+func (r *validatorRig) refuses(t *testing.T, cases []validatorCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a := newAttacker(t, r.tn, r.tn.hosts[0], r.topic)
 			book := r.victim.Book().Snapshot(time.Now())
 			accepted := r.victim.Stats().Topics[r.topic].Accepted
+			delivered := r.broadcasts.Load()
 			n := r.count(c.reason)
 
 			a.send(c.msg(a))
@@ -191,16 +219,106 @@ func TestValidatorRefusesBadMessages(t *testing.T) {
 			if got := r.victim.Stats().Topics[r.topic].Accepted; got != accepted {
 				t.Errorf("accepted %d messages, want %d", got, accepted)
 			}
+			if got := r.broadcasts.Load(); got != delivered {
+				t.Errorf("OnBroadcast heard %d bid requests, want none", got-delivered)
+			}
 		})
 	}
+}
 
-	// Nothing bad was forwarded, and the honest peer keeps its standing.
+// nothingForwarded checks that the victim passed none of the attackers'
+// messages on to the friend, and that the friend keeps its standing.
+func (r *validatorRig) nothingForwarded(t *testing.T) {
+	t.Helper()
 	if s, _ := r.score(r.friendID); s < 0 {
 		t.Errorf("friend's score %v: want >= 0", s)
 	}
 	if fs := r.friend.Stats().Topics[r.topic]; fs.Accepted != 0 || fs.Rejects() != 0 || fs.Ignores() != 0 {
 		t.Errorf("the friend heard %+v: the victim forwarded something", fs)
 	}
+}
+
+// bidEnv encodes a bid request from sender, issued at now, as a payload
+// envelope after mut has had its way with it.
+func bidEnv(sender peer.ID, now time.Time, mut func(*gossippb.Envelope)) []byte {
+	e := &gossippb.Envelope{
+		Version:     Version,
+		Sender:      []byte(sender),
+		Seq:         1,
+		IssuedAtMs:  now.UnixMilli(),
+		ExpiresAtMs: now.Add(DefaultMessageTTL).UnixMilli(),
+		Nonce:       bytes.Repeat([]byte{7}, NonceSize),
+		Body:        &gossippb.Envelope_Payload{Payload: &gossippb.Payload{Kind: "bid-request", Data: []byte(`{"cards":8}`)}},
+	}
+	if mut != nil {
+		mut(e)
+	}
+	b, err := proto.Marshal(e)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func payloadOf(e *gossippb.Envelope) *gossippb.Payload {
+	return e.Body.(*gossippb.Envelope_Payload).Payload
+}
+
+// The bid-request topic refuses every kind of bad message for the right
+// reason, and a rejected one costs its sender score as on the capacity
+// topic.
+func TestValidatorRefusesBadBidRequests(t *testing.T) {
+	r := newBroadcastRig(t)
+	friendKey := r.tn.hosts[1].Peerstore().PrivKey(r.friendID)
+	now := r.now
+	signed := func(mut func(*gossippb.Envelope)) func(a *attacker) *pubsubpb.Message {
+		return func(a *attacker) *pubsubpb.Message { return a.signed(bidEnv(a.h.ID(), now, mut)) }
+	}
+	cases := []validatorCase{
+		{"garbled bytes", ReasonMalformed, func(a *attacker) *pubsubpb.Message {
+			b := bidEnv(a.h.ID(), now, nil)
+			return a.signed(b[:len(b)-3]) // cut inside the payload
+		}},
+		{"oversized envelope", ReasonOversized, func(a *attacker) *pubsubpb.Message {
+			return a.signed(make([]byte, MaxEnvelopeSize+1))
+		}},
+		{"oversized payload", ReasonOversized, signed(func(e *gossippb.Envelope) {
+			payloadOf(e).Data = make([]byte, MaxEnvelopeSize)
+		})},
+		{"unsigned", ReasonUnsigned, func(a *attacker) *pubsubpb.Message {
+			return a.message(bidEnv(a.h.ID(), now, nil), a.h.ID(), nil)
+		}},
+		{"signed by another key than its author's", ReasonBadSignature, func(a *attacker) *pubsubpb.Message {
+			return a.message(bidEnv(r.friendID, now, nil), r.friendID, a.key)
+		}},
+		{"sender field forged to the friend", ReasonForgedSender, signed(func(e *gossippb.Envelope) { e.Sender = []byte(r.friendID) })},
+		{"claims to come from the victim itself", ReasonProtocol, func(a *attacker) *pubsubpb.Message {
+			return a.message(bidEnv(r.tn.hosts[0].ID(), now, nil), r.tn.hosts[0].ID(), a.key)
+		}},
+		{"wrong version", ReasonVersion, signed(func(e *gossippb.Envelope) { e.Version = 2 })},
+		{"no body", ReasonUnexpectedBody, signed(func(e *gossippb.Envelope) { e.Body = nil })},
+		{"a capacity ad on the bid-request topic", ReasonUnexpectedBody, func(a *attacker) *pubsubpb.Message {
+			return a.signed(env(testAd(a.h.ID(), 1, now), nil))
+		}},
+		{"sender not a peer ID", ReasonBadSender, signed(func(e *gossippb.Envelope) { e.Sender = []byte("mallory") })},
+		{"short nonce", ReasonBadField, signed(func(e *gossippb.Envelope) { e.Nonce = e.Nonce[:4] })},
+		{"no nonce", ReasonBadField, signed(func(e *gossippb.Envelope) { e.Nonce = nil })},
+		{"empty kind", ReasonBadField, signed(func(e *gossippb.Envelope) { payloadOf(e).Kind = "" })},
+		{"kind with control characters", ReasonBadField, signed(func(e *gossippb.Envelope) { payloadOf(e).Kind = "bid\x1b[31m" })},
+		{"kind over the length limit", ReasonBadField, signed(func(e *gossippb.Envelope) { payloadOf(e).Kind = strings.Repeat("k", MaxKindLen+1) })},
+		{"lifetime over the limit", ReasonBadField, signed(func(e *gossippb.Envelope) { e.ExpiresAtMs = now.Add(MaxTTL + time.Minute).UnixMilli() })},
+		{"expiry before issue", ReasonBadField, signed(func(e *gossippb.Envelope) { e.ExpiresAtMs = e.IssuedAtMs - 1 })},
+
+		{"expired replay of the friend's request", ReasonExpired, func(a *attacker) *pubsubpb.Message {
+			return a.message(bidEnv(r.friendID, now.Add(-time.Hour), nil), r.friendID, friendKey)
+		}},
+		{"issued an hour ahead", ReasonFuture, signed(func(e *gossippb.Envelope) {
+			e.IssuedAtMs = now.Add(time.Hour).UnixMilli()
+			e.ExpiresAtMs = now.Add(time.Hour + time.Minute).UnixMilli()
+		})},
+	}
+	r.refuses(t, cases)
+	r.nothingForwarded(t)
 }
 
 // barrier publishes the friend's ad seq and waits until the victim holds
