@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,7 +71,7 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 	}
 
 	// Probes and unknown paths.
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/nope": 404, "/": 200} {
+	for path, want := range map[string]int{"/v1/nope": 404, "/": 200} {
 		resp, err := client.Get("http://" + c.apiAddr + path)
 		if err != nil {
 			t.Fatal(err)
@@ -78,6 +80,52 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+	if code, h := probe(t, c.apiAddr, "/healthz"); code != 200 || h.Status != "ok" || h.Checks != nil || h.Reason != "" {
+		t.Errorf("/healthz: %d %+v, want 200 {status: ok}", code, h)
+	}
+	code, h := probe(t, c.apiAddr, "/readyz")
+	want := map[string]bool{"store": true, "devices": true, "mesh": true}
+	if code != 200 || h.Status != "ok" || !maps.Equal(h.Checks, want) || h.NotReady != nil {
+		t.Errorf("/readyz of a joined node: %d %+v, want 200 with %v", code, h, want)
+	}
+}
+
+// probe GETs a probe endpoint and decodes its JSON body.
+func probe(t *testing.T, addr, path string) (int, api.Health) {
+	t.Helper()
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h api.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatalf("GET %s: %d, body not JSON: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode, h
+}
+
+// A node told to join peers that do not answer is alive but not ready, and
+// /readyz says why; the first node of a mesh, told to join none, is ready
+// alone.
+func TestReadyzNamesWhatIsNotReady(t *testing.T) {
+	first := startNode(t, "first", "--sim", "a100-80g:1")
+	if code, h := probe(t, first.apiAddr, "/readyz"); code != 200 || h.Status != "ok" {
+		t.Errorf("/readyz of a first node: %d %+v, want 200", code, h)
+	}
+	nobody := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), first.peerID)
+	first.kill()
+	lonely := startNode(t, "lonely", "--sim", "a100-80g:1", "--join", nobody)
+	if code, h := probe(t, lonely.apiAddr, "/healthz"); code != 200 || h.Status != "ok" {
+		t.Errorf("/healthz of a lonely node: %d %+v, want 200: it is alive", code, h)
+	}
+	code, h := probe(t, lonely.apiAddr, "/readyz")
+	if code != http.StatusServiceUnavailable || h.Status != "unready" ||
+		!maps.Equal(h.Checks, map[string]bool{"store": true, "devices": true, "mesh": false}) ||
+		!strings.Contains(h.NotReady["mesh"], "alone") || !strings.Contains(h.NotReady["mesh"], "--join") ||
+		!strings.HasPrefix(h.Reason, "mesh: alone") {
+		t.Errorf("/readyz of a node whose --join peer is down: %d %+v, want 503 naming the mesh check", code, h)
 	}
 }
 

@@ -177,10 +177,3 @@ func (n *Node) Cards(ctx context.Context) ([]api.Card, error) {
 
 // Subscribe implements api.Backend.
 func (n *Node) Subscribe() (<-chan api.Event, func()) { return n.events.subscribe() }
-
-// Ready implements api.Backend: the store is open, the cards were read, and
-// the node is in a mesh (or was asked to join none).
-func (n *Node) Ready() map[string]bool {
-	joined := n.mesh.NumAlive() > 1 || (len(n.cfg.Mesh.Join) == 0 && !n.cfg.Mesh.MDNS)
-	return map[string]bool{"store": true, "devices": true, "mesh": joined}
-}

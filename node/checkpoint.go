@@ -234,7 +234,7 @@ func (n *Node) recordCheckpoint(note checkpointNote) error {
 	if err := n.store.Get(store.Checkpoints, key, &old); err == nil && old.Epoch > note.Epoch {
 		return nil
 	}
-	return n.store.Apply([]store.Op{store.Put(store.Checkpoints, key, note)})
+	return n.storeApply([]store.Op{store.Put(store.Checkpoints, key, note)})
 }
 
 // latestCheckpoint is the checkpoint a share should start from: its own

@@ -72,7 +72,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 	if err != nil {
 		return fmt.Errorf("node: reading attempts: %w", err)
 	}
-	if err := n.store.Apply(lost); err != nil {
+	if err := n.storeApply(lost); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if restored+ended > 0 {
@@ -178,7 +178,7 @@ func (n *Node) persist(rd market.Ready) {
 			ops = append(ops, store.Put(store.Attempts, key, a))
 		}
 	}
-	if err := n.store.Apply(ops); err != nil {
+	if err := n.storeApply(ops); err != nil {
 		n.log.Error("cannot write state; what this node decides now may not survive a restart", "err", err)
 	}
 }

@@ -35,15 +35,16 @@ type Node struct {
 	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
 	published string    // the card states last handed to the advertiser (supplyKey); driver only
 
-	store   *store.Store
-	devices *device.Manager
-	mesh    *mesh.Mesh
-	gossip  *gossip.Gossip
-	direct  *gossip.Direct
-	adv     *gossip.Advertiser
-	exec    *executor.Executor
-	payload *payloads
-	server  *api.Server
+	store      *store.Store
+	writeFault atomic.Pointer[error] // the last store write's error; nil after one succeeds
+	devices    *device.Manager
+	mesh       *mesh.Mesh
+	gossip     *gossip.Gossip
+	direct     *gossip.Direct
+	adv        *gossip.Advertiser
+	exec       *executor.Executor
+	payload    *payloads
+	server     *api.Server
 
 	ctx    context.Context
 	cancel context.CancelFunc

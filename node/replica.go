@@ -202,7 +202,7 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 	if !n.view.putNewer(rec) {
 		return nil, nil // we hold as new a record already
 	}
-	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
+	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
 		return nil, fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
 	}
 	return nil, nil
@@ -597,7 +597,7 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 // the job either.
 func (n *Node) keep(rec market.JobRecord) {
 	n.view.putNewer(rec)
-	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
+	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
 		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
 	}
 }

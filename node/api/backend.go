@@ -54,8 +54,10 @@ type Backend interface {
 	// and moves the shares it runs elsewhere (a service's replacement
 	// first), returning when none is left here or ctx ends.
 	Drain(ctx context.Context) error
-	// Ready reports the readiness checks of /readyz.
-	Ready() map[string]bool
+	// Ready reports the readiness checks of /readyz by name: nil for a check
+	// that passes, else why it does not. /readyz answers 503 while any
+	// fails. It must not block.
+	Ready() map[string]error
 	// Metrics serves /metrics; nil serves 404.
 	Metrics() http.Handler
 }

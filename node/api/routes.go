@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
@@ -359,14 +361,28 @@ func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *handlers) readyz(w http.ResponseWriter, _ *http.Request) {
-	checks := h.b.Ready()
-	for name, ok := range checks {
-		if !ok {
-			writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unready", Checks: checks, Reason: name + " not ready"})
-			return
+	body := Health{Status: "ok", Checks: map[string]bool{}}
+	var failing []string
+	for name, err := range h.b.Ready() {
+		body.Checks[name] = err == nil
+		if err != nil {
+			if body.NotReady == nil {
+				body.NotReady = map[string]string{}
+			}
+			body.NotReady[name] = err.Error()
+			failing = append(failing, name)
 		}
 	}
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Checks: checks})
+	if len(failing) == 0 {
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	sort.Strings(failing)
+	for i, name := range failing {
+		failing[i] = name + ": " + body.NotReady[name]
+	}
+	body.Status, body.Reason = "unready", strings.Join(failing, "; ")
+	writeJSON(w, http.StatusServiceUnavailable, body)
 }
 
 func (h *handlers) metrics(w http.ResponseWriter, r *http.Request) {

@@ -81,9 +81,15 @@ type Event struct {
 
 // Health is the body of /healthz and /readyz.
 type Health struct {
-	Status string          `json:"status"` // "ok" or "unready"
+	// Status is "ok", or "unready" when a readiness check fails (503).
+	Status string `json:"status"`
+	// Checks are /readyz's checks by name ("store", "devices", "mesh"),
+	// true when passing.
 	Checks map[string]bool `json:"checks,omitempty"`
-	Reason string          `json:"reason,omitempty"`
+	// NotReady says why each failing check fails.
+	NotReady map[string]string `json:"not_ready,omitempty"`
+	// Reason is NotReady in one line, by check name: "mesh: alone: ...".
+	Reason string `json:"reason,omitempty"`
 }
 
 // Info is the body of GET /v1/info: what a client needs to know before it

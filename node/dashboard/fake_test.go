@@ -216,7 +216,7 @@ func (f *fakeMesh) Subscribe() (<-chan api.Event, func()) {
 	}
 }
 
-func (f *fakeMesh) Ready() map[string]bool { return map[string]bool{"mesh": true} }
+func (f *fakeMesh) Ready() map[string]error { return map[string]error{"mesh": nil} }
 
 func (f *fakeMesh) Drain(context.Context) error { return nil }
 func (f *fakeMesh) Metrics() http.Handler       { return nil }

@@ -46,7 +46,8 @@ var ErrLocked = errors.New("store: the data dir is in use by another gpumesh pro
 
 // Store is a node's state file. Its methods are safe for concurrent use.
 type Store struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
 }
 
 // Open opens or creates the state file at path (mode 0600). It fails with
@@ -82,11 +83,31 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, path: path}, nil
 }
 
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
+
+// Check reads the state file's schema record back: nil when the store is
+// open and its file readable, else an error naming the file and why (after
+// Close: "database not open").
+func (s *Store) Check() error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket([]byte(Meta))
+		if meta == nil {
+			return errors.New("no meta bucket")
+		}
+		if v := meta.Get([]byte("schema")); string(v) != schemaVersion {
+			return fmt.Errorf("schema %q, want %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", s.path, err)
+	}
+	return nil
+}
 
 // Op is one change in an Apply.
 type Op struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -92,5 +93,21 @@ func TestNotAStateFile(t *testing.T) {
 	os.WriteFile(path, []byte("this is not a bbolt file, it is a text file of some length"), 0o600)
 	if _, err := Open(path); err == nil {
 		t.Fatal("a garbage file opened as state")
+	}
+}
+
+func TestCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(); err != nil {
+		t.Fatalf("Check of an open store: %v", err)
+	}
+	st.Close()
+	err = st.Check()
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not open") {
+		t.Fatalf("Check after Close: %v, want an error naming %s as not open", err, path)
 	}
 }

@@ -386,7 +386,7 @@ func (b *Backend) Subscribe() (<-chan api.Event, func()) {
 }
 
 // Ready reports one check, always ready.
-func (b *Backend) Ready() map[string]bool { return map[string]bool{"fake": true} }
+func (b *Backend) Ready() map[string]error { return map[string]error{"fake": nil} }
 
 // Drain implements api.Backend: the fake has nothing to move.
 func (b *Backend) Drain(context.Context) error { return nil }
