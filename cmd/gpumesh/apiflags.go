@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
@@ -27,9 +28,11 @@ type apiFlags struct {
 	tokenFile string
 	key       keyFlag
 	owner     bool
+	flags     *pflag.FlagSet // the command's, to tell --api "" from no --api
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
+	f.flags = cmd.Flags()
 	cmd.Flags().StringVar(&f.addr, "api", "", "the node's API: host:port or http(s)://host:port (default $"+envAPI+", else "+api.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.tokenFile, "api-token-file", "", "read the API token from `FILE` (default: $"+envAPIToken+" holds the token; a node on loopback needs none)")
 	f.key.register(cmd)
@@ -45,6 +48,9 @@ func (f *apiFlags) registerOwner(cmd *cobra.Command) {
 // values are usage errors naming where they came from.
 func (f *apiFlags) client(e env) (*client.Client, error) {
 	addr, from := f.addr, "--api"
+	if addr == "" && f.flags != nil && f.flags.Changed("api") {
+		return nil, usagef("--api: empty address: want host:port, such as %s", api.DefaultAddr)
+	}
 	if addr == "" {
 		addr, from = e.getenv(envAPI), envAPI
 	}

@@ -93,6 +93,12 @@ func TestAPIAddress(t *testing.T) {
 		t.Errorf("bad --api: exit %d", code)
 	}
 	oneLineErr(t, "bad --api", errOut, "--api: ", "http://")
+	// An empty --api is a mistake, not the default.
+	code, _, errOut = n.run("jobs", "--api", "")
+	if code != exitUsage {
+		t.Errorf("empty --api: exit %d", code)
+	}
+	oneLineErr(t, "empty --api", errOut, "--api: empty address")
 	// Nothing set: the default address (unless a node answers there, the
 	// message names it).
 	delete(n.env, envAPI)
@@ -111,6 +117,7 @@ func TestClientCommandsHelp(t *testing.T) {
 		"cancel": {"--json"},
 		"scale":  {"--json", "CARDS"},
 		"peers":  {"--json", "self"},
+		"status": {"--json", "warnings"},
 	} {
 		code, out, _ := n.run(cmd, "--help")
 		if code != 0 {
@@ -123,7 +130,7 @@ func TestClientCommandsHelp(t *testing.T) {
 		}
 	}
 	code, out, _ := n.run("--help")
-	for _, c := range []string{"submit", "jobs", "job", "logs", "cancel", "scale", "peers"} {
+	for _, c := range []string{"submit", "jobs", "job", "logs", "cancel", "scale", "peers", "status"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("gpumesh --help does not list %s", c)
 		}

@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,7 +22,7 @@ const statusTimeout = 10 * time.Second
 
 func newStatusCommand(e env) *cobra.Command {
 	var (
-		addr   string
+		af     apiFlags
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -39,30 +35,25 @@ regions), the jobs the node coordinates (by state, reroutes in the last hour,
 placement latency over the last 5 minutes), gossip (mesh peers, messages/s,
 bytes/s, rejected messages by reason) and warnings.
 
---api defaults to $GPUMESH_API, else ` + api.DefaultAddr + `. A node whose API
-listens beyond loopback needs its token in $GPUMESH_API_TOKEN.`,
+A node whose API listens beyond loopback needs its token: --api-token-file,
+or $` + envAPIToken + `.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("api") {
-				addr = api.DefaultAddr
-				if v := e.getenv("GPUMESH_API"); v != "" {
-					addr = v
-				}
-			}
-			base, err := statusURL(addr)
-			if err != nil {
-				return usagef("--api: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
-			defer cancel()
-			body, err := fetchStatus(ctx, base, addr, e.getenv("GPUMESH_API_TOKEN"))
+			c, err := af.client(e)
 			if err != nil {
 				return err
+			}
+			defer c.CloseIdleConnections()
+			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
+			defer cancel()
+			body, err := c.Status(ctx)
+			if err != nil {
+				return apiError(err, nil)
 			}
 			if asJSON {
 				var out bytes.Buffer
 				if err := json.Indent(&out, body, "", "  "); err != nil {
-					return fmt.Errorf("status from %s is not JSON: %w", addr, err)
+					return fmt.Errorf("status from %s is not JSON: %w", c.Addr(), err)
 				}
 				out.WriteByte('\n')
 				_, err := e.stdout.Write(out.Bytes())
@@ -70,82 +61,14 @@ listens beyond loopback needs its token in $GPUMESH_API_TOKEN.`,
 			}
 			var st api.Status
 			if err := json.Unmarshal(body, &st); err != nil {
-				return fmt.Errorf("status from %s: %w", addr, err)
+				return fmt.Errorf("status from %s: %w", c.Addr(), err)
 			}
 			return writeStatus(e.stdout, &st)
 		},
 	}
-	cmd.Flags().StringVar(&addr, "api", "", "address of the node's API: host:port or an http(s):// URL (default $GPUMESH_API, else "+api.DefaultAddr+")")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node's status as JSON (the body of GET /v1/status)")
+	af.register(cmd)
 	return cmd
-}
-
-// statusURL turns an --api value into the status endpoint's URL.
-func statusURL(addr string) (string, error) {
-	if addr == "" {
-		return "", errors.New("empty address")
-	}
-	if !strings.Contains(addr, "://") {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return "", fmt.Errorf("%q: want host:port or an http(s):// URL: %v", addr, err)
-		}
-		addr = "http://" + addr
-	}
-	u, err := url.Parse(addr)
-	if err != nil {
-		return "", fmt.Errorf("%q: %v", addr, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return "", fmt.Errorf("%q: want host:port or an http(s):// URL with no path", addr)
-	}
-	u.Path = "/v1/status"
-	return u.String(), nil
-}
-
-// fetchStatus GETs the node's status and returns its JSON body. Errors say
-// what the operator can do about them.
-func fetchStatus(ctx context.Context, statusURL, addr, token string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Do(req)
-	if err != nil {
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return nil, fmt.Errorf("cannot reach the gpumesh API at %s (is `gpumesh node` running there? set --api or GPUMESH_API): %w", addr, err)
-		}
-		return nil, fmt.Errorf("GET %s: %w", statusURL, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", statusURL, err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return body, nil
-	}
-	msg := strings.TrimSpace(string(body))
-	var apiErr api.Error
-	if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
-		msg = apiErr.Error
-	}
-	if resp.StatusCode == http.StatusUnauthorized {
-		if token == "" {
-			return nil, fmt.Errorf("the API at %s needs a token: set GPUMESH_API_TOKEN (%s)", addr, msg)
-		}
-		return nil, fmt.Errorf("the API at %s refused the token in GPUMESH_API_TOKEN (%s)", addr, msg)
-	}
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	return nil, fmt.Errorf("GET %s: %s: %s", statusURL, resp.Status, msg)
 }
 
 // writeStatus renders the one screen of `gpumesh status`.

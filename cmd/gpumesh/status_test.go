@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -146,16 +148,34 @@ func TestStatusJSON(t *testing.T) {
 func TestStatusToken(t *testing.T) {
 	addr := statusServer(t, sampleStatus(), "tok-123")
 	code, _, errOut := runStatus(t, nil, "status", "--api", addr)
-	if code != exitError || !strings.Contains(errOut, "needs a token: set GPUMESH_API_TOKEN") {
+	if code != exitError || !strings.Contains(errOut, "missing or wrong API token (give the token with --api-token-file or GPUMESH_API_TOKEN)") {
 		t.Errorf("no token: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = runStatus(t, map[string]string{"GPUMESH_API_TOKEN": "bad-tok-xyz"}, "status", "--api", addr)
-	if code != exitError || !strings.Contains(errOut, "refused the token in GPUMESH_API_TOKEN") || strings.Contains(errOut, "bad-tok-xyz") {
+	if code != exitError || !strings.Contains(errOut, "missing or wrong API token") || strings.Contains(errOut, "bad-tok-xyz") {
 		t.Errorf("wrong token: exit %d, stderr %q (must not echo the token)", code, errOut)
 	}
 	code, out, errOut := runStatus(t, map[string]string{"GPUMESH_API_TOKEN": "tok-123"}, "status", "--api", "http://"+addr)
 	if code != 0 || !strings.Contains(out, "MESH   5 members") {
-		t.Errorf("right token: exit %d, stderr %q", code, errOut)
+		t.Errorf("token from the environment: exit %d, stderr %q", code, errOut)
+	}
+	// The same API flags as every client command: --api-token-file, which
+	// wins over the environment.
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	os.WriteFile(good, []byte("tok-123\n"), 0o600)
+	os.WriteFile(bad, []byte("bad-tok-xyz\n"), 0o600)
+	code, out, errOut = runStatus(t, map[string]string{"GPUMESH_API_TOKEN": "bad-tok-xyz"}, "status", "--api", addr, "--api-token-file", good, "--json")
+	if code != 0 || !strings.Contains(out, `"peer_id"`) {
+		t.Errorf("--api-token-file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = runStatus(t, map[string]string{"GPUMESH_API_TOKEN": "tok-123"}, "status", "--api", addr, "--api-token-file", bad)
+	if code != exitError || !strings.Contains(errOut, "missing or wrong API token") || strings.Contains(errOut, "bad-tok-xyz") {
+		t.Errorf("wrong --api-token-file: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runStatus(t, nil, "status", "--api", addr, "--api-token-file", filepath.Join(dir, "missing"))
+	if code != exitUsage || !strings.Contains(errOut, "--api-token-file: open ") {
+		t.Errorf("missing --api-token-file: exit %d, stderr %q", code, errOut)
 	}
 }
 
@@ -175,10 +195,10 @@ func TestStatusBadInput(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"no port", nil, []string{"status", "--api", "localhost"}, exitUsage, `--api: "localhost": want host:port`},
-		{"path in URL", nil, []string{"status", "--api", "http://127.0.0.1:7070/v1"}, exitUsage, "with no path"},
-		{"bad scheme", nil, []string{"status", "--api", "ftp://127.0.0.1:7070"}, exitUsage, "want host:port or an http(s):// URL"},
-		{"bad env", map[string]string{"GPUMESH_API": "nope"}, []string{"status"}, exitUsage, `--api: "nope"`},
+		{"no port", nil, []string{"status", "--api", "localhost"}, exitUsage, `--api: API address "localhost": want host:port`},
+		{"path in URL", nil, []string{"status", "--api", "http://127.0.0.1:7070/v1"}, exitUsage, "want host:port with nothing after it"},
+		{"bad scheme", nil, []string{"status", "--api", "ftp://127.0.0.1:7070"}, exitUsage, "want an http:// or https:// URL, or host:port"},
+		{"bad env", map[string]string{"GPUMESH_API": "nope"}, []string{"status"}, exitUsage, `GPUMESH_API: API address "nope"`},
 		{"empty flag", nil, []string{"status", "--api", ""}, exitUsage, "--api: empty address"},
 		{"nothing listening", nil, []string{"status", "--api", closed}, exitError, "cannot reach the gpumesh API at " + closed},
 		{"extra argument", nil, []string{"status", "now"}, exitUsage, "unknown command"},
@@ -202,7 +222,7 @@ func TestStatusNonJSONAnswer(t *testing.T) {
 	srv := httptest.NewServer(nil) // DefaultServeMux: 404 text
 	defer srv.Close()
 	code, _, errOut := runStatus(t, nil, "status", "--api", srv.URL)
-	if code != exitError || !strings.Contains(errOut, "404 Not Found") {
+	if code != exitError || !strings.Contains(errOut, "Not Found: 404 page not found") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }
