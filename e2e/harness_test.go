@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -393,6 +394,27 @@ func runCLI(t testing.TB, args ...string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 	return string(out), err
+}
+
+// runCLIStatus runs the gpumesh binary and returns its exit status, stdout
+// and stderr apart.
+func runCLIStatus(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("gpumesh %s: %v", strings.Join(args, " "), err)
+	}
+	return code, out.String(), errOut.String()
 }
 
 func itoa(i int) string { return fmt.Sprint(i) }

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // threeNodes starts a, b and c with different simulated cards, b and c
@@ -40,14 +43,38 @@ func waitAllSee(t testing.TB, procs []*proc, n, cards int) {
 
 func TestNodesJoinAndSeeEachOthersCards(t *testing.T) {
 	a, b, c := threeNodes(t)
+	type want struct {
+		cards int
+		model string
+	}
+	wants := map[string]want{a.peerID: {2, "h100-sxm-80g"}, b.peerID: {1, "rtx4090-24g"}, c.peerID: {4, "a100-80g"}}
 	for _, p := range []*proc{a, b, c} {
-		peers := p.peers()
-		self := peers[p.peerID]
-		if !self.Self || len(self.Addrs) == 0 || !strings.HasSuffix(self.Addrs[0], "/p2p/"+p.peerID) {
-			t.Errorf("%s lists itself as %+v; want self with full multiaddrs", p.name, self)
+		// What an operator runs: the CLI against the node's API.
+		out, err := runCLI(t, "peers", "--json", "--api", p.apiAddr)
+		if err != nil {
+			t.Fatalf("gpumesh peers --json --api %s: %v\n%s", p.apiAddr, err, out)
 		}
-		if got := peers[c.peerID]; got.Cards != 4 || got.FreeCards != 4 || len(got.Models) != 1 || got.Models[0] != "a100-80g" {
-			t.Errorf("%s sees c as %+v", p.name, got)
+		var peers []api.Peer
+		if err := json.Unmarshal([]byte(out), &peers); err != nil {
+			t.Fatalf("%s: peers --json is not a JSON array of peers: %v\n%s", p.name, err, out)
+		}
+		if len(peers) != 3 || peers[0].ID != p.peerID {
+			t.Errorf("%s lists %d peers, itself first: %v; want all 3", p.name, len(peers), peers)
+		}
+		for _, m := range peers {
+			w, ok := wants[m.ID]
+			switch {
+			case !ok:
+				t.Errorf("%s lists an unknown peer %s", p.name, m.ID)
+			case m.State != "alive" || m.Cards != w.cards || m.FreeCards != w.cards || len(m.Models) != 1 || m.Models[0] != w.model:
+				t.Errorf("%s lists %s as %s with %d cards (%d free) of %v; want alive with %d free %s", p.name, short(m.ID), m.State, m.Cards, m.FreeCards, m.Models, w.cards, w.model)
+			}
+			if m.Self != (m.ID == p.peerID) {
+				t.Errorf("%s marks %s self=%v", p.name, short(m.ID), m.Self)
+			}
+			if m.Self && (len(m.Addrs) == 0 || !strings.HasSuffix(m.Addrs[0], "/p2p/"+p.peerID)) {
+				t.Errorf("%s lists itself with addrs %v; want full multiaddrs", p.name, m.Addrs)
+			}
 		}
 	}
 	if !strings.Contains(a.log.String(), a.joinAddr()) {
@@ -55,13 +82,36 @@ func TestNodesJoinAndSeeEachOthersCards(t *testing.T) {
 	}
 }
 
+// meshCards is the mesh's capacity in p's status: the cards of its Book.
+func meshCards(p *proc) (api.Capacity, bool) {
+	var st api.Status
+	if err := p.get("/v1/status", &st); err != nil {
+		return api.Capacity{}, false
+	}
+	return st.Mesh.Cards, true
+}
+
 func TestCrashShowsDeadAndLeaveShowsLeft(t *testing.T) {
 	a, b, c := threeNodes(t)
+	for _, p := range []*proc{a, b} {
+		eventually(t, 10*time.Second, p.name+"'s status counts the 7 cards of the mesh", func() bool {
+			cards, ok := meshCards(p)
+			return ok && cards.Total == 7 && cards.Free == 7
+		})
+	}
 	c.kill() // kill -9: no goodbye
 	for _, p := range []*proc{a, b} {
-		eventually(t, 20*time.Second, p.name+" sees c dead and its cards gone", func() bool {
+		eventually(t, 20*time.Second, p.name+" sees c dead", func() bool {
 			m, ok := p.peers()[c.peerID]
-			return ok && m.State == "dead" && m.FreeCards == 0
+			return ok && m.State == "dead"
+		})
+		// c's ad has at least 20 s to live (30 s lifetime, 10 s refresh in a
+		// small mesh): only membership takes its 4 cards out of the Book
+		// this soon. The status is rebuilt every second.
+		eventually(t, 5*time.Second, p.name+"'s Book loses c's 4 cards", func() bool {
+			cards, ok := meshCards(p)
+			m := p.peers()[c.peerID]
+			return ok && cards.Total == 3 && cards.Free == 3 && m.FreeCards == 0
 		})
 	}
 	b.signal(syscall.SIGTERM)
@@ -69,6 +119,10 @@ func TestCrashShowsDeadAndLeaveShowsLeft(t *testing.T) {
 	eventually(t, 20*time.Second, "a sees b left", func() bool {
 		m, ok := a.peers()[b.peerID]
 		return ok && m.State == "left"
+	})
+	eventually(t, 5*time.Second, "a's Book loses b's card", func() bool {
+		cards, ok := meshCards(a)
+		return ok && cards.Total == 2
 	})
 }
 
@@ -93,18 +147,31 @@ func TestWrongSecretIsRefused(t *testing.T) {
 func TestNodeRefusesBadStart(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "identity.key"), []byte("not a key"), 0o600)
-	for name, args := range map[string][]string{
-		"corrupt key": {"node", "--data", dir, "--api", "", "--mdns=false"},
-		"bad join":    {"node", "--data", t.TempDir(), "--join", "/ip4/127.0.0.1/tcp/1"},
-		"bad sim":     {"node", "--data", t.TempDir(), "--sim", "h100:x"},
-		"open api":    {"node", "--data", t.TempDir(), "--api", "0.0.0.0:0"},
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  []string // in stderr
+	}{
+		{"corrupt key", []string{"node", "--data", dir, "--api", "", "--mdns=false"}, 1,
+			[]string{"identity.key", "corrupt", "move it away only if you mean to start as a new node"}},
+		{"bad join", []string{"node", "--data", t.TempDir(), "--join", "/ip4/127.0.0.1/tcp/1"}, 2,
+			[]string{`--join "/ip4/127.0.0.1/tcp/1"`, "/p2p/<peer ID>"}},
+		{"bad sim", []string{"node", "--data", t.TempDir(), "--sim", "h100:x"}, 2,
+			[]string{"--sim", `count "x"`}},
+		{"open api", []string{"node", "--data", t.TempDir(), "--api", "0.0.0.0:0"}, 2,
+			[]string{"listening beyond loopback needs a token (--api-token-file); refusing to start", "0.0.0.0:0"}},
 	} {
-		out, err := runCLI(t, args...)
-		if err == nil {
-			t.Errorf("%s: node started: %s", name, out)
-			continue
+		code, stdout, stderr := runCLIStatus(t, tc.args...)
+		if code != tc.wantCode {
+			t.Errorf("%s: exit %d, want %d; stderr %q", tc.name, code, tc.wantCode, stderr)
 		}
-		t.Logf("%s: %s", name, strings.TrimSpace(out))
+		if !hasAll(stderr, tc.wantErr...) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%s: stderr %q, want one line saying %q", tc.name, stderr, tc.wantErr)
+		}
+		if stdout != "" {
+			t.Errorf("%s: stdout %q, want nothing", tc.name, stdout)
+		}
 	}
 }
 
