@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,10 @@ func text(t *testing.T, ctx context.Context, selector string) string {
 	return s
 }
 
+// runningJobs is a JavaScript expression: the IDs of the jobs the page
+// shows running.
+const runningJobs = `[...document.querySelectorAll('#jobs tr[data-job]')].filter(tr => (tr.querySelector('td.state') || {innerText: ''}).innerText.trim() === 'running').map(tr => tr.dataset.job)`
+
 func cellIs(selector, want string) string {
 	return fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText.trim() === %q`, selector, want)
 }
@@ -135,16 +140,64 @@ func cellIs(selector, want string) string {
 // screenshot saves a PNG of the whole page as a test artifact.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveArtifact(t, name, png)
+}
+
+// screenshotShowing saves a screenshot that shows what: shows, a
+// JavaScript expression, gives the keys of what is on the page (job IDs),
+// and the screenshot is kept only when one key is on the page both just
+// before and just after it was taken, so it was there in the picture. A
+// live page may change in between; it tries again, up to 10 times.
+func screenshotShowing(t *testing.T, ctx context.Context, name, what, shows string) {
+	t.Helper()
+	type shot struct {
+		before, after []string
+		png           []byte
+	}
+	// One action, so that nothing of the test runs between the three.
+	take := chromedp.Action[shot](func(ctx context.Context, tg *chromedp.Target) (s shot, err error) {
+		if s.before, err = chromedp.Evaluate[[]string](shows)(ctx, tg); err != nil {
+			return s, err
+		}
+		if s.png, err = chromedp.FullScreenshot(100)(ctx, tg); err != nil {
+			return s, err
+		}
+		s.after, err = chromedp.Evaluate[[]string](shows)(ctx, tg)
+		return s, err
+	})
+	var s shot
+	for range 10 {
+		pollFor(t, ctx, 30*time.Second, what, shows+`.length > 0`)
+		var err error
+		if s, err = chromedp.Run(ctx, take); err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		for _, k := range s.before {
+			if slices.Contains(s.after, k) {
+				saveArtifact(t, name, s.png)
+				t.Logf("%s shows %s: %s", name, what, k)
+				return
+			}
+		}
+	}
+	t.Fatalf("no screenshot showing %s: the page changed under every one (last: %v before, %v after)", what, s.before, s.after)
+}
+
+// saveArtifact writes a test artifact to $GPUMESH_ARTIFACTS (.ci/run sets
+// it to the repository's artifacts/), else to the test's temporary
+// directory.
+func saveArtifact(t *testing.T, name string, png []byte) {
+	t.Helper()
 	dir := os.Getenv("GPUMESH_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
 	}
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
@@ -249,7 +302,7 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 	if got := text(t, ctx, fmt.Sprintf(`#jobs tr[data-job=%q] td.state`, jobTrain)); got != "running" {
 		t.Errorf("training job %q after the events, want still running", got)
 	}
-	screenshot(t, ctx, "dashboard-mesh.png")
+	screenshotShowing(t, ctx, "dashboard-mesh.png", "the running training job", runningJobs+fmt.Sprintf(`.filter(id => id === %q)`, jobTrain))
 
 	// The job page: placements, bill, logs; the env's values stay hidden.
 	if err := chromedp.Do(ctx, chromedp.Click(fmt.Sprintf(`#jobs tr[data-job=%q] a`, jobTrain))); err != nil {

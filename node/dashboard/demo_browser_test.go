@@ -109,7 +109,10 @@ func TestDashboardOnDemoMesh(t *testing.T) {
 	waitFor(t, tabCtx, "events in the feed", `document.querySelectorAll('#feed li[data-type]').length >= 5`)
 	pollFor(t, tabCtx, 30*time.Second, "the job list to change", fmt.Sprintf(
 		`[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job + ':' + tr.querySelector('td.state').innerText.trim()).join(',') !== %q`, before))
-	screenshot(t, tabCtx, "dashboard-demo.png")
+	// The artifact shows the mesh with a job running: jobs finish and
+	// start under the test, so the running job must be on the page both
+	// before and after the picture is taken.
+	screenshotShowing(t, tabCtx, "dashboard-demo.png", "a running job", runningJobs)
 }
 
 // isHidden reports whether the element with the ID is hidden.

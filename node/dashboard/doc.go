@@ -13,6 +13,7 @@
 //	api.Handler(cfg, backend, dashboard.Handler())
 //
 // Tests drive the page in headless Chromium (chromedp) against a fake
-// backend; they skip when no Chromium is installed. Set GPUMESH_ARTIFACTS to
-// keep the screenshots they take.
+// backend, and against a running demo mesh; they skip when no Chromium is
+// installed. Set GPUMESH_ARTIFACTS (an absolute path; .ci/run sets the
+// repository's artifacts/) to keep the screenshots they take.
 package dashboard
