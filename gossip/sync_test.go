@@ -44,7 +44,10 @@ func TestBookSyncOnJoin(t *testing.T) {
 
 	late := startGossip(t, tn.addHost(), Config{})
 	tn.connect(tn.hosts[1], tn.hosts[0])
-	eventually(t, 10*time.Second, "the late node's Book holds every ad", func() bool { return late.Book().Len(time.Now()) == authors })
+	// The sync counts itself complete after it applied the last ad.
+	eventually(t, 10*time.Second, "the late node's Book holds every ad, the sync complete", func() bool {
+		return late.Book().Len(time.Now()) == authors && late.Stats().Sync.Syncs == 1
+	})
 	if !reflect.DeepEqual(late.Book().Snapshot(now)[0].Models, old.Book().Snapshot(now)[0].Models) {
 		t.Fatal("synced ads differ")
 	}
