@@ -16,8 +16,9 @@ import (
 //     acknowledges);
 //   - devices: every card backend whose vendor is present here listed its
 //     cards (a failed one leaves the inventory incomplete);
-//   - mesh: another member is alive, or the node was asked to join none
-//     (no --join, no mDNS).
+//   - mesh: another member is alive, or the node was given no --join
+//     address (the first node of a mesh, or of a LAN found by mDNS, is
+//     ready alone: there may be nobody else yet).
 func (n *Node) Ready() map[string]error {
 	return map[string]error{
 		"store":   n.storeReady(),
@@ -50,18 +51,15 @@ func (n *Node) devicesReady() error {
 }
 
 func (n *Node) meshReady() error {
-	joins, mdns := len(n.cfg.Mesh.Join), n.cfg.Mesh.MDNS
-	if n.mesh.NumAlive() > 1 || (joins == 0 && !mdns) {
+	joins := len(n.cfg.Mesh.Join)
+	if n.mesh.NumAlive() > 1 || joins == 0 {
 		return nil
 	}
-	var how []string
-	if joins > 0 {
-		how = append(how, fmt.Sprintf("%d --join address(es)", joins))
+	how := fmt.Sprintf("%d --join address(es)", joins)
+	if n.cfg.Mesh.MDNS {
+		how += " and mDNS"
 	}
-	if mdns {
-		how = append(how, "mDNS")
-	}
-	return fmt.Errorf("alone: no other member alive yet (looking through %s)", strings.Join(how, " and "))
+	return fmt.Errorf("alone: no other member alive yet (looking through %s)", how)
 }
 
 // storeApply writes ops to the store and remembers whether the write
