@@ -45,8 +45,9 @@
 // Config.RequireSigned a coordinator takes only specs whose signature
 // verifies for Config.Network, and a supplier runs only the signed spec an
 // Award carries. A supplier's Policy (owners allowed and denied, the longest
-// run, the most network) decides which BidRequests it bids for; it declines
-// the others with the reason, which the job's Explanation keeps.
+// run, the most network, caps on the memory, pids and CPU weight a job
+// declares in its Resources) decides which BidRequests it bids for; it
+// declines the others with the reason, which the job's Explanation keeps.
 //
 // The Book (BookView) is the coordinator's read-only view of the mesh's
 // free capacity; node folds the capacity ads it hears into a *Book with

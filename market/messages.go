@@ -43,9 +43,10 @@ type (
 	// BidRequest asks a supplier to reserve up to Want cards that pass
 	// Filter (at least Min, or none) and bid them.
 	//
-	// Owner, Duration and Network say what the supplier's Policy needs to
-	// know of the job (its owner ID, expected duration and network); a
-	// supplier judges them again by the owner's signed spec in the Award.
+	// Owner, Duration, Network and Resources say what the supplier's
+	// Policy needs to know of the job (its owner ID, expected duration,
+	// network and declared resources); a supplier judges them again by the
+	// owner's signed spec in the Award.
 	BidRequest struct {
 		Job      string     `json:"job"`
 		Term     uint64     `json:"term"`
@@ -56,6 +57,7 @@ type (
 		Owner    string     `json:"owner,omitempty"`
 		Duration Duration   `json:"duration,omitempty"`
 		Network  JobNetwork `json:"network,omitempty"`
+		Resources
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -202,17 +204,19 @@ type BidCard struct {
 }
 
 // ExecSpec is what an executor needs of the job's spec to run a share.
-// Network is the spec's NetworkOrDefault.
+// Network is the spec's NetworkOrDefault; Resources are as the spec
+// declares them (zero fields: the supplier's defaults).
 type ExecSpec struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
+	Resources
 }
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault()}
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -397,6 +401,9 @@ func (m *BidRequest) validate() error {
 			return badf("%v", err)
 		}
 	}
+	if err := m.Resources.validate(); err != nil {
+		return badf("%v", err)
+	}
 	return nil
 }
 
@@ -468,6 +475,9 @@ func (m *Award) validate() error {
 		if _, err := ParseJobNetwork(string(m.Exec.Network)); err != nil {
 			return badf("exec: %v", err)
 		}
+	}
+	if err := m.Exec.Resources.validate(); err != nil {
+		return badf("exec: %v", err)
 	}
 	if m.Signed != nil && (m.Signed.Spec.ID != m.Job || len(m.Signed.Signature.Sig) > 64) {
 		return badf("signed spec of job %q in an award for %q", m.Signed.Spec.ID, m.Job)

@@ -29,19 +29,33 @@ type Policy struct {
 	// MaxNetwork is the most network a job may have (none < egress <
 	// host; see JobSpec.NetworkOrDefault). "": host, no limit.
 	MaxNetwork JobNetwork
+	// MaxMemoryBytes refuses jobs that declare more memory per share
+	// (JobSpec.MemoryBytes); the node gives it to a job that declares none.
+	// 0: no cap. Else at least MinJobMemoryBytes.
+	MaxMemoryBytes int64
+	// MaxPids refuses jobs that declare more processes per share
+	// (JobSpec.Pids); a job that declares none gets the executor's default
+	// (8192) or this, the lower. 0: no cap. Else at least MinJobPids.
+	MaxPids int
+	// MaxCPUWeight refuses jobs that declare a higher CPU weight
+	// (JobSpec.CPUWeight); a job that declares none gets 100 or this, the
+	// lower. 0: no cap. Else 1 to MaxJobCPUWeight.
+	MaxCPUWeight int
 }
 
 // JobFacts is what a policy judges a job by: the owner, how long it
-// expects to run and the network it needs. A BidRequest carries them.
+// expects to run, the network it needs and the resources it declares. A
+// BidRequest carries them.
 type JobFacts struct {
 	Owner    string
 	Duration time.Duration
 	Network  JobNetwork
+	Resources
 }
 
 // FactsOf returns the facts of a spec.
 func FactsOf(spec *JobSpec) JobFacts {
-	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault()}
+	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault(), Resources: spec.Resources}
 }
 
 // Admit reports whether the policy admits a job with facts f and, when
@@ -63,7 +77,7 @@ func (p *Policy) Admit(f JobFacts) (bool, string) {
 		}
 		return false, fmt.Sprintf("the job needs network %s%s; this supplier allows at most %s", f.Network, why, p.MaxNetwork)
 	}
-	return true, ""
+	return p.admitResources(f.Resources)
 }
 
 // validate reports the first field of the policy that is wrong.
@@ -86,7 +100,7 @@ func (p *Policy) validate() error {
 			return fmt.Errorf("MaxNetwork: %w", err)
 		}
 	}
-	return nil
+	return p.validateCaps()
 }
 
 // judgeAward checks an award against what this supplier requires: the
@@ -109,7 +123,7 @@ func (s *supplier) judgeAward(m *Award) string {
 		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
 	}
 	if !sameExec(m.Exec, ExecOf(spec)) {
-		return "the award's command, environment, payload or network differ from the owner's signed spec"
+		return "the award's command, environment, payload, network or resources differ from the owner's signed spec"
 	}
 	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
 		return "policy: " + reason
@@ -118,7 +132,7 @@ func (s *supplier) judgeAward(m *Award) string {
 }
 
 func sameExec(a, b ExecSpec) bool {
-	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network {
+	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources {
 		return false
 	}
 	for k, v := range a.Env {

@@ -156,6 +156,11 @@ type JobSpec struct {
 	// and none otherwise; see NetworkOrDefault. Suppliers bid only for jobs
 	// whose network their policy allows (Policy.MaxNetwork).
 	Network JobNetwork `json:"network,omitempty"`
+	// Resources caps what each share may use on its node besides its cards
+	// (memory_bytes, pids, cpu_weight at the top level of the JSON). Zero
+	// fields take the supplier's defaults; suppliers whose policy caps less
+	// than a declared field do not bid.
+	Resources
 }
 
 // ErrInvalidSpec is wrapped by every error Validate returns.
@@ -256,6 +261,9 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 		return err
 	}
 	if err := s.validateNetwork(); err != nil {
+		return err
+	}
+	if err := s.Resources.validate(); err != nil {
 		return err
 	}
 	if p := s.Payload; p != nil {

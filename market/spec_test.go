@@ -35,6 +35,13 @@ func TestValidateAcceptsGoodSpecs(t *testing.T) {
 		"env":            func(s *JobSpec) { s.Env = map[string]string{"NCCL_DEBUG": "INFO"} },
 		"4096 cards":     func(s *JobSpec) { s.Cards = 4096 },
 		"derived vendor": func(s *JobSpec) { s.Models = []string{"x-*"}; s.Vendors = []device.Vendor{device.VendorAMD} },
+		"resources":      func(s *JobSpec) { s.Resources = Resources{MemoryBytes: 64 << 30, Pids: 20000, CPUWeight: 500} },
+		"least resources": func(s *JobSpec) {
+			s.Resources = Resources{MemoryBytes: MinJobMemoryBytes, Pids: MinJobPids, CPUWeight: 1}
+		},
+		"most resources": func(s *JobSpec) {
+			s.Resources = Resources{MemoryBytes: MaxJobMemoryBytes, Pids: MaxJobPids, CPUWeight: MaxJobCPUWeight}
+		},
 	} {
 		s := validSpec()
 		mod(&s)
@@ -102,6 +109,14 @@ func TestValidateNamesTheBadField(t *testing.T) {
 			s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("0", 64), Size: 65<<20 + 1}
 		}, "payload.size", "between 1 and"},
 		{"control chars in owner", func(s *JobSpec) { s.Owner = "a\nb" }, "owner", "printable"},
+		{"memory below the least", func(s *JobSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "8 MiB to 1 PiB, got 1048576 bytes"},
+		{"negative memory", func(s *JobSpec) { s.MemoryBytes = -1 }, "memory_bytes", "got -1 bytes"},
+		{"memory past the most", func(s *JobSpec) { s.MemoryBytes = MaxJobMemoryBytes + 1 }, "memory_bytes", "to 1 PiB"},
+		{"pids below the least", func(s *JobSpec) { s.Pids = 2 }, "pids", "8 to 4194304, got 2"},
+		{"negative pids", func(s *JobSpec) { s.Pids = -5 }, "pids", "got -5"},
+		{"pids past the most", func(s *JobSpec) { s.Pids = MaxJobPids + 1 }, "pids", "got 4194305"},
+		{"cpu weight past the most", func(s *JobSpec) { s.CPUWeight = 10001 }, "cpu_weight", "1 to 10000, got 10001"},
+		{"negative cpu weight", func(s *JobSpec) { s.CPUWeight = -1 }, "cpu_weight", "got -1"},
 	}
 	for _, tc := range cases {
 		s := validSpec()
@@ -147,6 +162,43 @@ func TestSpecJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"expected_duration":"soon"}`), &secs); err == nil || !strings.Contains(err.Error(), "soon") {
 		t.Fatalf("bad duration error = %v", err)
+	}
+}
+
+// Resources sit at the top level of a spec's JSON and are left out when
+// zero, so a spec that declares none encodes (and signs) as before they
+// existed.
+func TestSpecResourcesJSON(t *testing.T) {
+	var s JobSpec
+	in := `{"id":"j8","cards":1,"max_price_cny":5,"command":["x"],"memory_bytes":17179869184,"pids":512,"cpu_weight":50}`
+	if err := json.Unmarshal([]byte(in), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Resources != (Resources{MemoryBytes: 16 << 30, Pids: 512, CPUWeight: 50}) {
+		t.Fatalf("decoded resources %+v", s.Resources)
+	}
+	out, _ := json.Marshal(s)
+	for _, want := range []string{`"memory_bytes":17179869184`, `"pids":512`, `"cpu_weight":50`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("encoded spec lacks %s: %s", want, out)
+		}
+	}
+	bare, _ := json.Marshal(validSpec())
+	for _, absent := range []string{"memory_bytes", "pids", "cpu_weight", "Resources"} {
+		if strings.Contains(string(bare), absent) {
+			t.Errorf("a spec declaring no resources encodes %s: %s", absent, bare)
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for in, want := range map[int64]string{
+		0: "0 B", 1000: "1000 B", 1536: "1.5 KiB", 8 << 20: "8 MiB", 16 << 30: "16 GiB",
+		1536 << 20: "1536 MiB", 1 << 50: "1 PiB", 8000000: "7.6 MiB",
+	} {
+		if got := formatBytes(in); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -155,7 +155,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		}
 		return nil
 	}
-	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network}
+	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network, Resources: m.Resources}
 	if facts.Network == "" {
 		facts.Network = NetworkNone
 	}

@@ -62,6 +62,9 @@ func TestSignedSpecVerifiesOnlyWhatItsOwnerSigned(t *testing.T) {
 		"price":     func(s *market.SignedSpec) { s.Spec.MaxPriceCNY = 50 },
 		"cards":     func(s *market.SignedSpec) { s.Spec.Cards = 3 },
 		"network":   func(s *market.SignedSpec) { s.Spec.Network = market.NetworkHost },
+		"memory":    func(s *market.SignedSpec) { s.Spec.MemoryBytes = 64 << 30 },
+		"pids":      func(s *market.SignedSpec) { s.Spec.Pids = 100000 },
+		"cpu":       func(s *market.SignedSpec) { s.Spec.CPUWeight = 10000 },
 		"id":        func(s *market.SignedSpec) { s.Spec.ID = "j2" },
 		"owner":     func(s *market.SignedSpec) { s.Spec.Owner = string(bob.ID()) },
 		"signed at": func(s *market.SignedSpec) { s.Signature.SignedAt = s.Signature.SignedAt.Add(time.Second) },
@@ -109,6 +112,11 @@ func TestSignatureSurvivesJSONForAnySpec(t *testing.T) {
 			Command:          rapid.SliceOfN(rapid.StringMatching(`[ -~]{1,10}`), 1, 4).Draw(rt, "command"),
 			Env:              rapid.MapOfN(rapid.StringMatching(`[A-Z][A-Z0-9_]{0,6}`), rapid.String(), 0, 3).Draw(rt, "env"),
 			Network:          rapid.SampledFrom([]market.JobNetwork{"", market.NetworkNone, market.NetworkEgress}).Draw(rt, "network"),
+			Resources: market.Resources{
+				MemoryBytes: rapid.SampledFrom([]int64{0, market.MinJobMemoryBytes, 16 << 30, market.MaxJobMemoryBytes}).Draw(rt, "memory"),
+				Pids:        rapid.SampledFrom([]int{0, market.MinJobPids, 4096, market.MaxJobPids}).Draw(rt, "pids"),
+				CPUWeight:   rapid.IntRange(0, market.MaxJobCPUWeight).Draw(rt, "cpu_weight"),
+			},
 		}
 		s, err := market.SignSpec(k, testNetwork, spec, t0)
 		if err != nil {
@@ -193,6 +201,17 @@ func TestPolicyAdmit(t *testing.T) {
 		{"host on egress", market.Policy{MaxNetwork: market.NetworkEgress}, market.JobFacts{Network: market.NetworkHost}, "needs network host (a gang across nodes needs host); this supplier allows at most egress"},
 		{"egress on none", market.Policy{MaxNetwork: market.NetworkNone}, market.JobFacts{Network: market.NetworkEgress}, "at most none"},
 		{"none on none", market.Policy{MaxNetwork: market.NetworkNone}, market.JobFacts{Network: market.NetworkNone}, ""},
+		{"memory over the cap", market.Policy{MaxMemoryBytes: 16 << 30}, market.JobFacts{Resources: market.Resources{MemoryBytes: 64 << 30}},
+			"the job asks for 64 GiB of memory; this supplier gives a job at most 16 GiB"},
+		{"memory at the cap", market.Policy{MaxMemoryBytes: 16 << 30}, market.JobFacts{Resources: market.Resources{MemoryBytes: 16 << 30}}, ""},
+		{"memory undeclared under a cap", market.Policy{MaxMemoryBytes: 16 << 30}, market.JobFacts{}, ""},
+		{"memory with no cap", market.Policy{}, market.JobFacts{Resources: market.Resources{MemoryBytes: 1 << 40}}, ""},
+		{"pids over the cap", market.Policy{MaxPids: 1000}, market.JobFacts{Resources: market.Resources{Pids: 1001}},
+			"the job asks for 1001 processes; this supplier gives a job at most 1000"},
+		{"pids at the cap", market.Policy{MaxPids: 1000}, market.JobFacts{Resources: market.Resources{Pids: 1000}}, ""},
+		{"cpu weight over the cap", market.Policy{MaxCPUWeight: 200}, market.JobFacts{Resources: market.Resources{CPUWeight: 500}},
+			"the job asks for CPU weight 500; this supplier gives a job at most 200"},
+		{"cpu weight under the cap", market.Policy{MaxCPUWeight: 200}, market.JobFacts{Resources: market.Resources{CPUWeight: 50}}, ""},
 	} {
 		ok, reason := c.policy.Admit(c.facts)
 		if ok != (c.want == "") || !strings.Contains(reason, c.want) {
@@ -207,6 +226,12 @@ func TestPolicyInConfigIsValidated(t *testing.T) {
 		"name in deny":  {DenyOwners: []string{"mallory"}},
 		"negative":      {MaxDuration: -time.Second},
 		"network":       {MaxNetwork: "lan"},
+		"tiny memory":   {MaxMemoryBytes: 1 << 20},
+		"neg memory":    {MaxMemoryBytes: -1},
+		"tiny pids":     {MaxPids: 3},
+		"neg pids":      {MaxPids: -1},
+		"cpu weight":    {MaxCPUWeight: 10001},
+		"neg weight":    {MaxCPUWeight: -1},
 	} {
 		cfg := market.DefaultConfig("a")
 		cfg.Policy = p
@@ -274,6 +299,7 @@ func TestSupplierRunsOnlyTheOwnersSignedSpec(t *testing.T) {
 	alice, mallory := ownerKey(t, 9), ownerKey(t, 10)
 	cfg := signedConfig("s", "a100-80g:1")
 	cfg.Policy.DenyOwners = []string{string(mallory.ID())}
+	cfg.Policy.MaxMemoryBytes = 16 << 30
 	sup, err := market.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +343,11 @@ func TestSupplierRunsOnlyTheOwnersSignedSpec(t *testing.T) {
 	forged := good
 	forged.Spec.Command = []string{"sh", "-c", "mine-coins"}
 	byMallory := sign(t, mallory, spec)
+	greedySpec := spec
+	greedySpec.MemoryBytes = 64 << 30
+	greedy := sign(t, alice, greedySpec)
+	shrunk := market.ExecOf(&good.Spec)
+	shrunk.Pids = 16
 	for _, c := range []struct {
 		name   string
 		signed *market.SignedSpec
@@ -327,6 +358,8 @@ func TestSupplierRunsOnlyTheOwnersSignedSpec(t *testing.T) {
 		{"altered spec", &forged, market.ExecOf(&forged.Spec), "does not verify"},
 		{"exec not the signed one", &good, market.ExecSpec{Command: []string{"sh", "-c", "mine-coins"}, Network: market.NetworkNone}, "differ from the owner's signed spec"},
 		{"denied owner behind an innocent bid request", &byMallory, market.ExecOf(&byMallory.Spec), "deny list"},
+		{"over-cap memory behind an innocent bid request", &greedy, market.ExecOf(&greedy.Spec), "asks for 64 GiB of memory"},
+		{"resources not the signed ones", &good, shrunk, "differ from the owner's signed spec"},
 	} {
 		rd := award(bid(string(alice.ID())), c.signed, c.exec)
 		if got := rejected(rd); !strings.Contains(got, c.want) {
@@ -402,6 +435,78 @@ func TestPolicyDeclineShowsInTheExplanation(t *testing.T) {
 	}
 	if !strings.Contains(rec.Explanation.String(), "policy:") {
 		t.Errorf("--explain text lacks the policy reasons:\n%s", rec.Explanation)
+	}
+}
+
+// A supplier whose caps are below what a job declares does not bid for it,
+// and the job's explanation says which cap; the supplier that can hold it
+// runs it with the declared resources as the owner signed them.
+func TestOverCapJobIsDeclinedWithTheReason(t *testing.T) {
+	alice := ownerKey(t, 13)
+	h := markettest.New(markettest.Options{Seed: 2})
+	h.MustAdd(signedConfig("coord", ""))
+	small := signedConfig("small", "rtx4090-24g:2") // cheaper: it would win if it bid
+	small.Policy.MaxMemoryBytes, small.Policy.MaxPids = 16<<30, 1024
+	h.MustAdd(small)
+	big := signedConfig("big", "h100-sxm-80g:2")
+	big.Policy.MaxMemoryBytes, big.Policy.MaxPids = 256<<30, 65536
+	h.MustAdd(big)
+	h.RunFor(50 * time.Millisecond)
+
+	submit := func(spec market.JobSpec) {
+		t.Helper()
+		s := sign(t, alice, spec)
+		if err := h.Step("coord", market.JobSubmitted{Now: h.Now, Spec: s.Spec, Signature: &s.Signature}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	declined := func(id string) map[string]string {
+		rec, _ := h.Peer("coord").Node.Job(id)
+		out := map[string]string{}
+		if rec.Explanation != nil {
+			for _, e := range rec.Explanation.Entries {
+				if e.Reason == market.ReasonDeclined {
+					out[e.Node] = e.Detail
+				}
+			}
+		}
+		return out
+	}
+
+	want := market.Resources{MemoryBytes: 64 << 30, Pids: 2048, CPUWeight: 300}
+	submit(market.JobSpec{ID: "fat", Cards: 1, MaxPriceCNY: 50, Command: []string{"x"}, Resources: want})
+	if !h.RunUntil(func() bool { r, _ := h.Peer("coord").Node.Job("fat"); return r.State == market.JobRunning }, 5*time.Second) {
+		r, _ := h.Peer("coord").Node.Job("fat")
+		t.Fatalf("the job did not run: %s %s", r.State, r.Reason)
+	}
+	if d := declined("fat")["small"]; d != "policy: the job asks for 64 GiB of memory; this supplier gives a job at most 16 GiB" {
+		t.Errorf("small's decline: %q", d)
+	}
+	if _, ok := declined("fat")["big"]; ok {
+		t.Error("big declined a job within its caps")
+	}
+	if starts := h.Peer("small").Starts; len(starts) != 0 {
+		t.Errorf("small started %+v", starts)
+	}
+	starts := h.Peer("big").Starts
+	if len(starts) != 1 || starts[0].Exec.Resources != want {
+		t.Fatalf("big's starts %+v, want one with resources %+v", starts, want)
+	}
+
+	// Over every cap, pids this time: nobody bids, the job waits and says why.
+	submit(market.JobSpec{ID: "forky", Cards: 1, MaxPriceCNY: 50, Command: []string{"x"}, Resources: market.Resources{Pids: 100000}})
+	h.RunFor(time.Second)
+	rec, _ := h.Peer("coord").Node.Job("forky")
+	if rec.State.Terminal() || rec.State == market.JobRunning {
+		t.Fatalf("forky is %s; no supplier admits it", rec.State)
+	}
+	d := declined("forky")
+	if !strings.Contains(d["small"], "asks for 100000 processes; this supplier gives a job at most 1024") ||
+		!strings.Contains(d["big"], "asks for 100000 processes; this supplier gives a job at most 65536") {
+		t.Errorf("declines %q", d)
+	}
+	if !strings.Contains(rec.Explanation.String(), "100000 processes") {
+		t.Errorf("--explain text lacks the cap:\n%s", rec.Explanation)
 	}
 }
 

@@ -80,15 +80,19 @@ type Config struct {
 	// R-1 members in HRW order. Default 3.
 	Replicas int
 	// Executor configures the executor; Root defaults to DataDir/attempts,
-	// Isolation to auto, HideDirs to include DataDir.
+	// Isolation to auto, HideDirs to include DataDir, and BlockPorts to
+	// include the API's port and every port the mesh listens on.
 	Executor executor.Config
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
 	// Policy is the supplier's choice of the jobs it bids for and runs:
-	// owners allowed and denied, the longest run, the most network. The
-	// zero Policy admits every job.
+	// owners allowed and denied, the longest run, the most network, and the
+	// caps on a job's memory, pids and CPU weight, which are also the
+	// limits of a job that declares none. The zero Policy admits every job
+	// and caps nothing (gpumesh node caps by default: AutoJobMemory,
+	// DefaultMaxJobPids).
 	Policy market.Policy
 	// Owner signs the specs submitted, and the job calls made, through the
 	// Go API in-process (Submit, Cancel, Scale, Logs called directly): the

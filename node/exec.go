@@ -80,7 +80,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
 	res := run.Result()
-	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "seconds", res.Seconds())
+	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds())
 	n.postWait(func() {
 		delete(n.runs, key)
 		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode})
@@ -149,8 +149,9 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		DeviceEnv:  envMap(device.VisibleEnv(cards, inventory)),
 		LocalCards: len(cards),
 	}
-	a.Limits.Devices = executor.CardDevices(n.cfg.Executor.DevDir, cards)
-	a.Limits.Network = executor.NetworkMode(e.Exec.Network) // as the owner signed it; the policy admitted it
+	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
+		return a, release, err
+	}
 	if e.Gang != nil {
 		if master == "" {
 			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
@@ -162,8 +163,6 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			MasterPort: masterPort(e.Job, e.Epoch),
 			WorldSize:  e.World,
 		}
-		// Ranks reach each other directly.
-		a.Limits.Network = executor.NetworkHost
 	}
 	if p := e.Exec.Payload; p != nil {
 		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)

@@ -209,6 +209,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ecfg.Isolation = executor.IsolationAuto
 	}
 	ecfg.HideDirs = append(ecfg.HideDirs, cfg.DataDir)
+	// A job on egress reaches no address of this node, and not these
+	// ports on any address (another local address, a NAT in front).
+	ecfg.BlockPorts = append(ecfg.BlockPorts, nodePorts(apiLn, n.mesh.Host().Network().ListenAddresses())...)
 	if ecfg.Logger == nil {
 		ecfg.Logger = n.log
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
@@ -39,6 +40,7 @@ type nodeFlags struct {
 	noNAT       bool
 	coordinator string
 	isolation   string
+	keepDirs    bool
 	drain       time.Duration
 	policy      policyFlags
 	log         *logFlags
@@ -72,7 +74,17 @@ refuses jobs that expect to run longer and stops any job at that age, and
 --job-network is the most network a job gets: none, egress (the public
 internet only; the default) or host (this machine's own network, which gang
 jobs across nodes need). The node does not bid for a job its policy refuses;
-the job's --explain says why.`,
+the job's --explain says why.
+
+What a job may use besides its cards is capped too (enforced by the sandbox):
+--max-job-memory (default auto: this machine's memory less a tenth, at least
+1 GiB and at most 16 GiB, kept for the system and the node), --max-job-pids
+(default 8192) and --max-job-cpu-weight (default no cap; the weight counts
+only against this node's other jobs). A job declaring more (gpumesh submit
+--memory, --pids, --cpu-weight) gets no bid, and --explain names the cap; a
+job declaring none gets the cap (the pids and CPU weight defaults, 8192 and
+100, where those are lower), so an out-of-memory job is killed, never the
+node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(e)
@@ -97,7 +109,13 @@ the job's --explain says why.`,
 			return n.Close()
 		},
 	}
-	fl := cmd.Flags()
+	f.register(cmd.Flags(), e)
+	cmd.AddCommand(newDrainCommand(e))
+	return cmd
+}
+
+// register adds the flags of `gpumesh node` to fl.
+func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.data, "data", defaultDataDir(e), "data directory: identity key, state, payloads, job directories")
 	fl.StringArrayVar(&f.listen, "listen", nil, "multiaddr to listen on (repeatable; default TCP and QUIC on port 4747, all interfaces)")
 	fl.StringArrayVar(&f.join, "join", nil, "full multiaddr of a peer to join, ending in /p2p/ID (repeatable)")
@@ -113,15 +131,17 @@ the job's --explain says why.`,
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
+	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
 	fl.DurationVar(&f.policy.maxDuration, "max-job-duration", 0, "refuse jobs that expect to run longer, and stop jobs at this age, such as 8h (default no limit)")
 	fl.StringVar(&f.policy.network, "job-network", string(defaultJobNetwork), "the most network a job gets: none, egress (the public internet only) or host")
+	fl.StringVar(&f.policy.maxMemory, "max-job-memory", autoJobMemory, "the most memory a job's share may have, and what one declaring none gets: a `SIZE` such as 16GiB, auto (this machine's memory less a tenth kept back, 1 GiB to 16 GiB) or 0 (no cap)")
+	fl.IntVar(&f.policy.maxPids, "max-job-pids", node.DefaultMaxJobPids, "the most processes and threads a job's share may have, and what one declaring none gets (0: no cap)")
+	fl.IntVar(&f.policy.maxCPUWeight, "max-job-cpu-weight", 0, "the highest CPU weight (1-10000) a job may declare against this node's other jobs (default no cap)")
 	fl.StringVar(&f.policy.ownerTokens, "owner-tokens", "", "`FILE` of owner API tokens, one \"TOKEN KEY_FILE\" a line: a request with the token acts as that key's owner")
 	f.log = addLogFlags(fl)
-	cmd.AddCommand(newDrainCommand(e))
-	return cmd
 }
 
 // defaultDataDir is $XDG_DATA_HOME/gpumesh, else ~/.local/share/gpumesh.
@@ -152,7 +172,8 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 		return cfg, usagef("--isolation: %v", err)
 	}
 	cfg.Executor.Isolation = iso
-	if cfg.Policy, err = f.policy.policy(); err != nil {
+	cfg.Executor.KeepAttemptDirs = f.keepDirs
+	if cfg.Policy, err = f.policy.policy(logger); err != nil {
 		return cfg, err
 	}
 	cfg.Mesh.Network = f.network

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,12 +20,21 @@ import (
 // policyFlags are the flags of `gpumesh node` that say which jobs the
 // supplier serves, and the owner tokens its API takes.
 type policyFlags struct {
-	allow       []string
-	deny        []string
-	maxDuration time.Duration
-	network     string
-	ownerTokens string
+	allow        []string
+	deny         []string
+	maxDuration  time.Duration
+	network      string
+	maxMemory    string // a size, "auto" or "0"
+	maxPids      int
+	maxCPUWeight int
+	ownerTokens  string
+	// autoMemory is what --max-job-memory auto comes to; nil:
+	// node.AutoJobMemory (tests give another).
+	autoMemory func() (int64, error)
 }
+
+// autoJobMemory is --max-job-memory's default (see node.AutoJobMemory).
+const autoJobMemory = "auto"
 
 // defaultJobNetwork is --job-network's default: jobs may reach the public
 // internet, never the supplier's own network (gang jobs across nodes need
@@ -32,8 +42,8 @@ type policyFlags struct {
 const defaultJobNetwork = market.NetworkEgress
 
 // policy turns the flags into the supplier's policy; a bad value is a
-// usage error naming the flag.
-func (f policyFlags) policy() (market.Policy, error) {
+// usage error naming the flag. It logs the resource caps in effect.
+func (f policyFlags) policy(log *slog.Logger) (market.Policy, error) {
 	var p market.Policy
 	for _, list := range []struct {
 		flag string
@@ -59,7 +69,43 @@ func (f policyFlags) policy() (market.Policy, error) {
 		return p, usagef("--job-network: %v", err)
 	}
 	p.MaxNetwork = n
+	if p.MaxMemoryBytes, err = f.jobMemory(log); err != nil {
+		return p, err
+	}
+	switch {
+	case f.maxPids < 0 || (f.maxPids > 0 && f.maxPids < market.MinJobPids):
+		return p, usagef("--max-job-pids: want 0 (no cap) or at least %d, got %d", market.MinJobPids, f.maxPids)
+	case f.maxCPUWeight < 0 || f.maxCPUWeight > market.MaxJobCPUWeight:
+		return p, usagef("--max-job-cpu-weight: want 0 (no cap) or 1 to %d, got %d", market.MaxJobCPUWeight, f.maxCPUWeight)
+	}
+	p.MaxPids, p.MaxCPUWeight = f.maxPids, f.maxCPUWeight
+	log.Info("job caps", "memory_bytes", p.MaxMemoryBytes, "pids", p.MaxPids, "cpu_weight", p.MaxCPUWeight)
 	return p, nil
+}
+
+// jobMemory reads --max-job-memory: a size, auto, or 0 for no cap. Where
+// auto cannot be worked out it is no cap, with a warning.
+func (f policyFlags) jobMemory(log *slog.Logger) (int64, error) {
+	if strings.EqualFold(strings.TrimSpace(f.maxMemory), autoJobMemory) {
+		auto := f.autoMemory
+		if auto == nil {
+			auto = node.AutoJobMemory
+		}
+		b, err := auto()
+		if err != nil {
+			log.Warn("--max-job-memory auto: no memory cap on jobs", "err", err)
+			return 0, nil
+		}
+		return b, nil
+	}
+	b, err := parseBytes(f.maxMemory)
+	switch {
+	case err != nil:
+		return 0, usagef("--max-job-memory: %v, auto or 0", err)
+	case b != 0 && b < market.MinJobMemoryBytes:
+		return 0, usagef("--max-job-memory: %s is below the least a job may have, 8MiB (0: no cap)", f.maxMemory)
+	}
+	return b, nil
 }
 
 // tokenLine is one owner token of an --owner-tokens file.

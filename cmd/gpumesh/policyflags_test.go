@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/spf13/pflag"
 )
 
 func newOwnerKey(t *testing.T, dir string) (owner.Key, string) {
@@ -29,6 +31,9 @@ func newOwnerKey(t *testing.T, dir string) (owner.Key, string) {
 // policy flags.
 func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 	t.Helper()
+	if p.maxMemory == "" {
+		p.maxMemory = "0"
+	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
@@ -67,11 +72,108 @@ func TestNodePolicyFlags(t *testing.T) {
 	}
 }
 
+func TestNodeResourceCapFlags(t *testing.T) {
+	cfg, err := nodeConfig(t, policyFlags{network: "egress", maxMemory: "16GiB", maxPids: 4096, maxCPUWeight: 500}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Policy; p.MaxMemoryBytes != 16<<30 || p.MaxPids != 4096 || p.MaxCPUWeight != 500 {
+		t.Errorf("policy %+v", p)
+	}
+	cfg, err = nodeConfig(t, policyFlags{network: "egress", maxMemory: "0"}, "")
+	if err != nil || cfg.Policy.MaxMemoryBytes != 0 || cfg.Policy.MaxPids != 0 {
+		t.Errorf("no caps: %+v, %v", cfg.Policy, err)
+	}
+	for _, c := range []struct {
+		name string
+		p    policyFlags
+		want string
+	}{
+		{"memory without a unit", policyFlags{maxMemory: "16"}, "--max-job-memory: \"16\": no unit"},
+		{"memory in parsecs", policyFlags{maxMemory: "2 parsecs"}, "--max-job-memory: "},
+		{"empty memory", policyFlags{maxMemory: " "}, "--max-job-memory: "},
+		{"tiny memory", policyFlags{maxMemory: "1MiB"}, "--max-job-memory: 1MiB is below the least a job may have"},
+		{"negative pids", policyFlags{maxPids: -1}, "--max-job-pids: want 0 (no cap) or at least 8, got -1"},
+		{"too few pids", policyFlags{maxPids: 3}, "--max-job-pids: "},
+		{"cpu weight", policyFlags{maxCPUWeight: 20000}, "--max-job-cpu-weight: want 0 (no cap) or 1 to 10000, got 20000"},
+		{"negative cpu weight", policyFlags{maxCPUWeight: -1}, "--max-job-cpu-weight: "},
+	} {
+		c.p.network = "egress"
+		_, err := nodeConfig(t, c.p, "")
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want a usage error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// --max-job-memory auto is the machine's memory less the reserve; where
+// that cannot be told, no cap, with a warning.
+func TestNodeMaxJobMemoryAuto(t *testing.T) {
+	cfg, err := nodeConfig(t, policyFlags{network: "egress", maxMemory: "auto", autoMemory: func() (int64, error) { return 7 << 30, nil }}, "")
+	if err != nil || cfg.Policy.MaxMemoryBytes != 7<<30 {
+		t.Errorf("auto: %d bytes, %v", cfg.Policy.MaxMemoryBytes, err)
+	}
+	var logs strings.Builder
+	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
+		policy: policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
+		log:    &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
+	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
+		t.Errorf("auto that cannot tell: %d bytes, %v", cfg.Policy.MaxMemoryBytes, err)
+	}
+	if !strings.Contains(logs.String(), "--max-job-memory auto: no memory cap on jobs") || !strings.Contains(logs.String(), "no /proc here") {
+		t.Errorf("no warning logged:\n%s", logs.String())
+	}
+	if got, err := node.AutoJobMemory(); err == nil {
+		cfg, err := nodeConfig(t, policyFlags{network: "egress", maxMemory: "auto"}, "")
+		if err != nil || cfg.Policy.MaxMemoryBytes != got {
+			t.Errorf("auto on this machine: %d bytes, %v; want node.AutoJobMemory's %d", cfg.Policy.MaxMemoryBytes, err, got)
+		}
+	}
+}
+
+// The flags as typed reach the node's configuration.
+func TestNodeFlagsParse(t *testing.T) {
+	e := env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
+	parse := func(args ...string) node.Config {
+		t.Helper()
+		var f nodeFlags
+		fs := pflag.NewFlagSet("node", pflag.ContinueOnError)
+		f.register(fs, e)
+		if err := fs.Parse(append([]string{"--data", t.TempDir(), "--api", ""}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		f.policy.autoMemory = func() (int64, error) { return 30 << 30, nil }
+		cfg, err := f.config(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	cfg := parse()
+	if cfg.Executor.KeepAttemptDirs || cfg.Policy.MaxMemoryBytes != 30<<30 || cfg.Policy.MaxPids != node.DefaultMaxJobPids || cfg.Policy.MaxCPUWeight != 0 {
+		t.Errorf("defaults: keep %v, policy %+v; want attempt dirs removed, memory auto, pids %d, no CPU cap",
+			cfg.Executor.KeepAttemptDirs, cfg.Policy, node.DefaultMaxJobPids)
+	}
+	cfg = parse("--keep-attempt-dirs", "--max-job-memory", "24G", "--max-job-pids", "512", "--max-job-cpu-weight", "300")
+	if !cfg.Executor.KeepAttemptDirs || cfg.Policy.MaxMemoryBytes != 24<<30 || cfg.Policy.MaxPids != 512 || cfg.Policy.MaxCPUWeight != 300 {
+		t.Errorf("keep %v, policy %+v", cfg.Executor.KeepAttemptDirs, cfg.Policy)
+	}
+}
+
 func TestNodeCommandDefaultsToEgress(t *testing.T) {
 	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
 	fl := cmd.Flags().Lookup("job-network")
 	if fl == nil || fl.DefValue != "egress" {
 		t.Fatalf("--job-network default %v, want egress", fl)
+	}
+	for name, def := range map[string]string{"max-job-memory": "auto", "max-job-pids": "8192", "max-job-cpu-weight": "0", "keep-attempt-dirs": "false"} {
+		if fl := cmd.Flags().Lookup(name); fl == nil || fl.DefValue != def {
+			t.Errorf("--%s: %v, want default %s", name, fl, def)
+		}
+	}
+	if u := cmd.Flags().Lookup("keep-attempt-dirs").Usage; !strings.Contains(u, "debugging") {
+		t.Errorf("--keep-attempt-dirs says %q; want it marked for debugging", u)
 	}
 	for _, name := range []string{"allow-owner", "deny-owner", "max-job-duration", "owner-tokens"} {
 		if cmd.Flags().Lookup(name) == nil {
@@ -162,6 +264,30 @@ func TestSubmitNetFlag(t *testing.T) {
 		t.Errorf("a gang on egress: exit %d", code)
 	}
 	oneLineErr(t, "gang on egress", errOut, "--net", "needs host")
+}
+
+func TestSubmitResourceFlags(t *testing.T) {
+	n := newFakeNode(t)
+	if code, _, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--memory", "16GiB", "--pids", "512", "--cpu-weight", "50", "--", "python", "x.py"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := market.Resources{MemoryBytes: 16 << 30, Pids: 512, CPUWeight: 50}
+	if got := n.b.Submitted(); len(got) != 1 || got[0].Resources != want {
+		t.Errorf("submitted %+v, want resources %+v", got, want)
+	}
+	code, _, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--memory", "4KiB", "--", "true")
+	if code != exitUsage {
+		t.Errorf("--memory 4KiB: exit %d", code)
+	}
+	oneLineErr(t, "--memory 4KiB", errOut, "--memory", "unknown unit")
+	code, _, errOut = n.run("submit", "--gpus", "1", "--max-price", "5", "--pids", "2", "--", "true")
+	if code != exitUsage {
+		t.Errorf("--pids 2: exit %d", code)
+	}
+	oneLineErr(t, "--pids 2", errOut, "--pids", "8 to 4194304")
+	if len(n.b.Submitted()) != 1 {
+		t.Error("a refused submit reached the node")
+	}
 }
 
 // A supplier's policy decline reaches `gpumesh job ID --explain`.

@@ -34,6 +34,9 @@ type submitOptions struct {
 	elastic     string
 	duration    time.Duration
 	network     string
+	memory      string
+	pids        int
+	cpuWeight   int
 	env         []string
 	command     []string
 }
@@ -60,6 +63,9 @@ var specFlags = map[string]string{
 	"env":               "--env",
 	"payload":           "--payload",
 	"network":           "--net",
+	"memory_bytes":      "--memory",
+	"pids":              "--pids",
+	"cpu_weight":        "--cpu-weight",
 	"owner":             "--key",
 	"signature":         "--key",
 }
@@ -136,6 +142,12 @@ func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defau
 		}
 		spec.Network = n
 	}
+	if o.memory != "" {
+		if spec.MemoryBytes, err = parseBytes(o.memory); err != nil {
+			return spec, false, usagef("--memory: %v", err)
+		}
+	}
+	spec.Pids, spec.CPUWeight = o.pids, o.cpuWeight
 	if spec.Env, err = parseEnv(o.env); err != nil {
 		return spec, false, usagef("--env: %v", err)
 	}
@@ -267,6 +279,15 @@ func parseMiB(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q is not a whole number of MiB", s)
 	}
 	return uint64(mib), nil
+}
+
+// parseBytes reads a size as parseMiB does, into bytes.
+func parseBytes(s string) (int64, error) {
+	mib, err := parseMiB(s)
+	if err != nil {
+		return 0, err
+	}
+	return int64(mib) << 20, nil
 }
 
 // parseElastic reads MIN:MAX.

@@ -57,6 +57,13 @@ func TestBuildSpec(t *testing.T) {
 			s.ExpectedDuration, s.Name = market.Duration(2*time.Hour), "train v2"
 			s.Env = map[string]string{"A": "1", "B": "x=y", "EMPTY": ""}
 		}},
+		{"resources", func(o *submitOptions) { o.memory, o.pids, o.cpuWeight = "16GiB", 4096, 200 },
+			func(s *market.JobSpec) {
+				s.Resources = market.Resources{MemoryBytes: 16 << 30, Pids: 4096, CPUWeight: 200}
+			}},
+		{"memory in MiB", func(o *submitOptions) { o.memory = "1536MiB" },
+			func(s *market.JobSpec) { s.MemoryBytes = 1536 << 20 }},
+		{"memory 0 declares none", func(o *submitOptions) { o.memory = "0" }, func(*market.JobSpec) {}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,6 +135,14 @@ func TestBuildSpecBadInput(t *testing.T) {
 		{"uncatalogued without price", func(o *submitOptions) { o.maxPriceSet, o.models = false, []string{"x-tesla-t4-15g"} }, []string{"--max-price: required", "x-tesla-t4-15g"}},
 		{"bad id", func(o *submitOptions) { o.id = "Job One" }, []string{"--id: ", "lower-case"}},
 		{"name with a newline", func(o *submitOptions) { o.name = "a\nb" }, []string{"--name: ", "printable"}},
+		{"memory without a unit", func(o *submitOptions) { o.memory = "16" }, []string{"--memory: ", "no unit"}},
+		{"memory in a bad unit", func(o *submitOptions) { o.memory = "16 furlongs" }, []string{"--memory: ", `unknown unit "furlongs"`}},
+		{"memory too small", func(o *submitOptions) { o.memory = "1MiB" }, []string{"--memory: ", "8 MiB to 1 PiB, got 1048576 bytes"}},
+		{"memory too large", func(o *submitOptions) { o.memory = "2048TiB" }, []string{"--memory: ", "to 1 PiB"}},
+		{"negative memory", func(o *submitOptions) { o.memory = "-1G" }, []string{"--memory: "}},
+		{"negative pids", func(o *submitOptions) { o.pids = -1 }, []string{"--pids: ", "got -1"}},
+		{"too few pids", func(o *submitOptions) { o.pids = 4 }, []string{"--pids: ", "8 to 4194304, got 4"}},
+		{"cpu weight too high", func(o *submitOptions) { o.cpuWeight = 10001 }, []string{"--cpu-weight: ", "1 to 10000, got 10001"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

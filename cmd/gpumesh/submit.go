@@ -69,6 +69,13 @@ supplier's, for its rendezvous); --net egress asks for the public internet,
 --net host for the supplier's own network. Suppliers choose what they allow
 (gpumesh node --job-network); those that do not allow it do not bid.
 
+Resources: --memory (a size such as 16GiB), --pids and --cpu-weight (1-10000,
+against other jobs on the same node; 100 by default) cap what each share may
+use on its node besides its cards; past --memory the job is killed. Without
+them a share gets the supplier's caps (gpumesh node --max-job-memory,
+--max-job-pids). Suppliers whose caps are lower than you ask do not bid
+(gpumesh job ID --explain names the cap).
+
 Owner: the job is signed with your owner key (gpumesh key; --key or
 $GPUMESH_KEY) and belongs to it: only requests signed with that key may read
 its logs, record, bill and checkpoint, or cancel or scale it.
@@ -151,6 +158,9 @@ submitted.`,
 	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
 	f.StringVar(&o.name, "name", "", "a label for people")
 	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; host for --per-node)")
+	f.StringVar(&o.memory, "memory", "", "the most memory each share may use on its node, such as 16GiB (default the supplier's cap)")
+	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
+	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
 	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")

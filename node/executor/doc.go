@@ -18,7 +18,9 @@
 //   - IsolationAuto: the sandbox where this node can provide it, else
 //     process mode with a WARNING log.
 //
-// The supplier's Policy caps the Limits a job spec declares (Policy.Cap);
+// The supplier's Policy caps the Limits a job spec declares (Policy.Cap; the
+// node's limitsOf does it for every attempt, after the market declined jobs
+// declaring more than the caps);
 // CardDevices turns the attempt's cards into the device nodes it may see;
 // Capabilities tells the node what its executor enforces.
 //

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -411,3 +413,14 @@ func (e *Executor) Close() error {
 // Root is the directory holding the attempts' directories (Config.Root),
 // where ReadLog finds their output.
 func (e *Executor) Root() string { return e.cfg.Root }
+
+// Config is the executor's configuration with its defaults filled in.
+// Slices and maps are copies.
+func (e *Executor) Config() Config {
+	c := e.cfg
+	c.BaseEnv = maps.Clone(c.BaseEnv)
+	c.HideDirs = slices.Clone(c.HideDirs)
+	c.BlockPorts = slices.Clone(c.BlockPorts)
+	c.Nameservers = slices.Clone(c.Nameservers)
+	return c
+}

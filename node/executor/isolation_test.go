@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -105,5 +106,21 @@ func TestBadConfigIsRefused(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
+	}
+}
+
+func TestConfigReportsWhatTheExecutorUses(t *testing.T) {
+	ex, err := New(Config{Root: t.TempDir(), Isolation: IsolationProcess, BlockPorts: []int{7070, 4747}, KeepAttemptDirs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	c := ex.Config()
+	if !slices.Equal(c.BlockPorts, []int{7070, 4747}) || !c.KeepAttemptDirs || c.Grace != DefaultGrace || c.Root != ex.Root() {
+		t.Errorf("Config() = %+v", c)
+	}
+	c.BlockPorts[0] = 1
+	if ex.Config().BlockPorts[0] != 7070 {
+		t.Error("Config() shares its slices with the executor")
 	}
 }

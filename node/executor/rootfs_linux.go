@@ -64,7 +64,8 @@ func (fs *rootfs) build() error {
 	if err := fs.dev(); err != nil {
 		return err
 	}
-	if err := fs.cover(); err != nil {
+	covered, err := fs.cover()
+	if err != nil {
 		return err
 	}
 	for _, b := range fs.binds {
@@ -91,8 +92,11 @@ func (fs *rootfs) build() error {
 			return fmt.Errorf("remounting resolv.conf read-only: %w", err)
 		}
 	}
-	for _, h := range fs.hide { // read-only once their mount points are made
-		if err := unix.Mount("", fs.dir+h, "", unix.MS_REMOUNT|unix.MS_RDONLY|hideFlags, ""); err != nil && !errors.Is(err, unix.ENOENT) {
+	// Read-only once their mount points are made. Only the covers mounted:
+	// a hidden directory inside another (the attempts under the node's
+	// data dir) is a plain directory of the outer cover by now.
+	for _, h := range covered {
+		if err := unix.Mount("", fs.dir+h, "", unix.MS_REMOUNT|unix.MS_RDONLY|hideFlags, ""); err != nil {
 			return fmt.Errorf("remounting %s read-only: %w", h, err)
 		}
 	}
@@ -236,9 +240,10 @@ func (fs *rootfs) tmpfsOpts(mode string) string {
 	return opts
 }
 
-// cover mounts the hiding and scratch tmpfs, outermost first. A directory
-// inside one already hidden needs no cover of its own.
-func (fs *rootfs) cover() error {
+// cover mounts the hiding and scratch tmpfs, outermost first, and returns
+// the hiding ones it mounted. A directory inside one already hidden needs
+// no cover of its own.
+func (fs *rootfs) cover() ([]string, error) {
 	type cov struct {
 		path    string
 		scratch bool
@@ -258,7 +263,7 @@ func (fs *rootfs) cover() error {
 		}
 		target := fs.dir + c.path
 		if err := os.MkdirAll(target, 0o755); err != nil {
-			return fmt.Errorf("mount point for %s: %w", c.path, err)
+			return nil, fmt.Errorf("mount point for %s: %w", c.path, err)
 		}
 		var err error
 		if c.scratch {
@@ -268,10 +273,10 @@ func (fs *rootfs) cover() error {
 			hidden = append(hidden, c.path)
 		}
 		if err != nil {
-			return fmt.Errorf("covering %s: %w", c.path, err)
+			return nil, fmt.Errorf("covering %s: %w", c.path, err)
 		}
 	}
-	return nil
+	return hidden, nil
 }
 
 func slicesContainsWithin(dirs []string, p string) bool {

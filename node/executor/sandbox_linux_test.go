@@ -179,6 +179,26 @@ echo "data dir: $(ls -A %[1]s | wc -l) entries; /root: $(ls -A /root | wc -l); /
 	}
 }
 
+// A node keeps its attempts inside its data dir, which is hidden (and for
+// root, inside /root, hidden too): the job still gets its own directory
+// there, and nothing else of the data dir.
+func TestSandboxRunsWhenItsAttemptsLieInAHiddenDir(t *testing.T) {
+	dataDir := tempDirIn(t, "/var/lib")
+	if err := os.WriteFile(filepath.Join(dataDir, "identity.key"), []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ex := sandboxed(t, func(c *Config) {
+		c.Root = filepath.Join(dataDir, "attempts")
+		c.HideDirs = []string{dataDir}
+	})
+	res, out, errOut := runScript(t, ex, Attempt{JobID: "nested"}, fmt.Sprintf(`echo mine > own.txt && cat own.txt
+if head -c 10 %[1]s/identity.key >/dev/null 2>&1; then echo "READ key"; else echo "DENIED key"; fi
+ls -A %[1]s`, dataDir))
+	if res.ExitCode != 0 || out != "mine\nDENIED key\nattempts\n" {
+		t.Errorf("result %+v, output %q, stderr %q: want the job to write its own dir and see only the attempts path of the data dir", res, out, errOut)
+	}
+}
+
 // tempDirIn makes a directory under parent, removed after the test.
 func tempDirIn(t *testing.T, parent string) string {
 	t.Helper()
