@@ -14,6 +14,7 @@ type coordinator struct {
 	n      *Node
 	jobs   map[string]*job
 	active map[string]*job // jobs with something left to do
+	order  []string        // tick's scratch: the active jobs by ID
 }
 
 func newCoordinator(n *Node) *coordinator {

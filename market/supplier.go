@@ -27,6 +27,7 @@ type supplier struct {
 	leases       map[string]*reservation
 	leaseByRound map[roundKey]*reservation
 	attempts     map[attemptKey]*attempt
+	order        []attemptKey // tick's scratch: the attempts in key order
 	leaseSeq     uint64
 	leaving      bool      // draining: nothing is offered any more
 	lastTick     time.Time // the previous Tick: a long gap means the node was frozen
@@ -529,7 +530,11 @@ func (s *supplier) tick() {
 		}
 	}
 	s.lastTick = now
-	for key, a := range s.attempts {
+	for _, key := range s.sortedAttempts() {
+		a := s.attempts[key]
+		if a == nil {
+			continue
+		}
 		switch {
 		case a.end != nil:
 			if now.After(a.giveUpAt) {
@@ -621,10 +626,33 @@ func (s *supplier) drain() {
 		s.release(r)
 	}
 	s.n.adDirty = true
-	for _, a := range s.attempts {
+	for _, key := range s.sortedAttempts() {
+		a := s.attempts[key]
 		if a.end != nil || a.stopCause != "" {
 			continue
 		}
 		s.n.send(a.rec.Coordinator, &Moving{Job: a.rec.Job, Term: a.rec.Term, Share: a.rec.Share, Epoch: a.rec.Epoch})
 	}
+}
+
+// sortedAttempts returns the keys of the attempts by job, share and epoch,
+// in a scratch slice that the next call reuses: a loop that sends visits
+// them in the same order on every run, not in map order.
+func (s *supplier) sortedAttempts() []attemptKey {
+	s.order = s.order[:0]
+	for k := range s.attempts {
+		s.order = append(s.order, k)
+	}
+	if len(s.order) > 1 {
+		slices.SortFunc(s.order, func(a, b attemptKey) int {
+			if c := cmp.Compare(a.job, b.job); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.share, b.share); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.epoch, b.epoch)
+		})
+	}
+	return s.order
 }
