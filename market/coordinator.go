@@ -15,6 +15,10 @@ type coordinator struct {
 	jobs   map[string]*job
 	active map[string]*job // jobs with something left to do
 	order  []string        // tick's scratch: the active jobs by ID
+
+	// Candidate selection's scratch, reused from call to call.
+	lists []modelList
+	best  offerHeap
 }
 
 func newCoordinator(n *Node) *coordinator {

@@ -55,15 +55,11 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 	if book == nil {
 		return nil, false
 	}
-	var offers map[string]*nodeOffer
+	var nodes []*nodeOffer
 	if need.Cards > 0 {
-		offers = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
+		nodes = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
 	} else {
-		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
-	}
-	nodes := make([]*nodeOffer, 0, len(offers))
-	for _, o := range offers {
-		nodes = append(nodes, o)
+		nodes = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
 	}
 	want := need.Cards
 	if need.Slots > 0 {
@@ -177,21 +173,21 @@ func kCheapest(s []scoredAvail, k int) float64 {
 // left in it can beat the worst kept (a score is never below the offer's
 // floor price per compute unit). For slot layouts it reads every offer,
 // since a node's cards may span models.
-func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
+//
+// The nodes come in the order byNode gives; the caller sorts them.
+func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) []*nodeOffer {
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
 	lists := c.modelsFor(j, x)
 	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
-	var best offerHeap
+	best := &c.best
+	best.items, best.cards = best.items[:0], 0
 	for _, l := range lists {
 		dear := 0
 		for i := range l.offers {
 			o := &l.offers[i]
 			if early && best.full(spareCards) && o.floorPrice()/l.cu >= best.worst() {
 				break
-			}
-			if len(skip) > 0 && skip[o.Node] {
-				continue
 			}
 			avail := o.Free
 			price := o.PriceCNY
@@ -204,7 +200,19 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 				continue
 			}
 			if price > j.spec.MaxPriceCNY {
-				dear += avail
+				if len(skip) == 0 || !skip[o.Node] {
+					dear += avail
+				}
+				continue
+			}
+			if early && best.full(spareCards) && price/l.cu > best.worst() {
+				// An offer whose price per compute unit is above the worst
+				// kept score scores worse still (survival ≤ 1): trim would
+				// drop it at once. Passing it over saves the survival's exp
+				// and the heap's work on most of a big model's offers.
+				continue
+			}
+			if len(skip) > 0 && skip[o.Node] {
 				continue
 			}
 			best.push(scoredOffer{offer: o, avail: avail, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
@@ -217,21 +225,53 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 				Detail: fmt.Sprintf("free cards of the model ask more than the job's %.2f CNY per card-hour", j.spec.MaxPriceCNY)})
 		}
 	}
-	out := map[string]*nodeOffer{}
-	for _, so := range best.items {
+	out := c.byNode(j, best.items)
+	clear(best.items) // the scratch holds on to no book
+	return out
+}
+
+// byNode sums the kept offers up per node, in the order each node's first
+// offer was kept (that offer names the node's model); a node's scores come
+// out ascending.
+func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
+	// One allocation for every node and one for every score; a node with
+	// offers of several models grows its own scores.
+	slab := make([]nodeOffer, 0, len(items))
+	scores := make([]scoredAvail, len(items))
+	out := make([]*nodeOffer, 0, len(items))
+	var index map[string]*nodeOffer // for many offers; a few are scanned
+	if len(items) > 32 {
+		index = make(map[string]*nodeOffer, len(items))
+	}
+	for i := range items {
+		so := &items[i]
 		o := so.offer
-		no := out[o.Node]
+		var no *nodeOffer
+		if index != nil {
+			no = index[o.Node]
+		} else {
+			for _, seen := range out {
+				if seen.node == o.Node {
+					no = seen
+					break
+				}
+			}
+		}
 		if no == nil {
-			no = &nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
-			out[o.Node] = no
+			slab = append(slab, nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, ""), scores: scores[i : i : i+1]})
+			no = &slab[len(slab)-1]
+			out = append(out, no)
+			if index != nil {
+				index[o.Node] = no
+			}
 		}
 		no.avail += so.avail
 		no.best = min(no.best, so.score)
 		no.scores = append(no.scores, scoredAvail{so.score, so.avail})
 	}
-	for _, o := range out {
-		if len(o.scores) > 1 {
-			slices.SortFunc(o.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
+	for _, no := range out {
+		if len(no.scores) > 1 {
+			slices.SortFunc(no.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
 		}
 	}
 	return out
@@ -247,8 +287,10 @@ type modelList struct {
 
 // modelsFor returns the book's models that pass the job's model-level
 // checks; the others are explained (when x is set) and skipped.
+//
+// The slice is the coordinator's scratch: the next call reuses it.
 func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
-	var lists []modelList
+	lists := c.lists[:0]
 	for _, model := range c.n.cfg.Book.Models() {
 		offers := c.n.cfg.Book.Offers(model)
 		if len(offers) == 0 {
@@ -265,6 +307,7 @@ func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
 		cu := j.scorer.cu(head.ComputeUnits)
 		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
 	}
+	c.lists = lists
 	return lists
 }
 

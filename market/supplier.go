@@ -26,6 +26,7 @@ type supplier struct {
 	byID         map[string]*cardState
 	leases       map[string]*reservation
 	leaseByRound map[roundKey]*reservation
+	nextExpiry   time.Time // no later than the earliest lease's until
 	attempts     map[attemptKey]*attempt
 	order        []attemptKey // tick's scratch: the attempts in key order
 	leaseSeq     uint64
@@ -118,13 +119,21 @@ func (s *supplier) price(card *device.Card, preemptible bool) float64 {
 }
 
 // expireLeases releases every reservation whose lease has passed, so none
-// outlives it. Called at the start of every Step.
+// outlives it. Called at the start of every Step; it looks at the leases
+// only once the earliest of them may have passed.
 func (s *supplier) expireLeases(now time.Time) {
+	if len(s.leases) == 0 || !now.After(s.nextExpiry) {
+		return
+	}
+	var next time.Time
 	for _, r := range s.leases {
 		if now.After(r.until) {
 			s.release(r)
+		} else if next.IsZero() || r.until.Before(next) {
+			next = r.until
 		}
 	}
+	s.nextExpiry = next
 }
 
 func (s *supplier) release(r *reservation) {
@@ -228,6 +237,9 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
 	}
 	r.bid = bid
+	if len(s.leases) == 0 || r.until.Before(s.nextExpiry) {
+		s.nextExpiry = r.until
+	}
 	s.leases[r.id] = r
 	s.leaseByRound[roundKey{m.Job, m.Round}] = r
 	s.n.adDirty = true
