@@ -60,7 +60,7 @@ func BenchmarkClear(b *testing.B) {
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
 				in := benchInput(bc.lots, bc.need)
-				in.explain = newExplainer()
+				in.explain = newExplainer(0)
 				if res := clearBids(in); !res.ok {
 					b.Fatal(res.short)
 				}

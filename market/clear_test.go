@@ -72,7 +72,7 @@ func newClearCase(lots []Lot, need Need, f Filter, dur time.Duration, exclude ma
 	return clearCase{
 		lots: lots, need: need,
 		in: clearInput{lots: lots, need: need, match: newMatcher(f), scorer: sc, seed: seed,
-			exclude: exclude, maxPrice: f.MaxPriceCNY, explain: newExplainer()},
+			exclude: exclude, maxPrice: f.MaxPriceCNY, explain: newExplainer(0)},
 		rp: refParams{filter: f, duration: dur, unknownMTBF: 6 * time.Hour, unknownCU: 0.1, exclude: exclude},
 	}
 }

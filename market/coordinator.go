@@ -17,12 +17,13 @@ type coordinator struct {
 	order  []string        // tick's scratch: the active jobs by ID
 
 	// Candidate selection's scratch, reused from call to call.
-	lists []modelList
-	best  offerHeap
+	lists  []modelList
+	best   offerHeap
+	clearX explainer // closeBidding's
 }
 
 func newCoordinator(n *Node) *coordinator {
-	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}}
+	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}}
 }
 
 type shareEpoch struct {

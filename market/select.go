@@ -181,6 +181,9 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 	lists := c.modelsFor(j, x)
 	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
 	best := &c.best
+	if best.items == nil {
+		best.items = make([]scoredOffer, 0, 16)
+	}
 	best.items, best.cards = best.items[:0], 0
 	for _, l := range lists {
 		dear := 0
@@ -290,8 +293,12 @@ type modelList struct {
 //
 // The slice is the coordinator's scratch: the next call reuses it.
 func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
+	models := c.n.cfg.Book.Models()
+	if cap(c.lists) < len(models) {
+		c.lists = make([]modelList, 0, len(models))
+	}
 	lists := c.lists[:0]
-	for _, model := range c.n.cfg.Book.Models() {
+	for _, model := range models {
 		offers := c.n.cfg.Book.Offers(model)
 		if len(offers) == 0 {
 			continue
