@@ -57,9 +57,9 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 	}
 	var nodes []*nodeOffer
 	if need.Cards > 0 {
-		nodes = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
+		nodes = c.walkBook(j, 4*need.Cards*spread, need.Cards, skip, x, true)
 	} else {
-		nodes = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
+		nodes = c.walkBook(j, need.Slots*need.PerSlot, 0, skip, x, false)
 	}
 	want := need.Cards
 	if need.Slots > 0 {
@@ -168,14 +168,17 @@ func kCheapest(s []scoredAvail, k int) float64 {
 
 // walkBook gathers the book's free, feasible offers per node. For LayoutAny
 // (early true) it keeps only the best offers that add up to the cards
-// wanted with spares: it visits the models cheapest first and each model's
-// offers in price order, and stops a model (or skips it) once no offer
-// left in it can beat the worst kept (a score is never below the offer's
-// floor price per compute unit). For slot layouts it reads every offer,
-// since a node's cards may span models.
+// wanted with spares (SpareFactor times them, and SpareNodes more), an
+// offer counting for at most perNode cards, what its node would be asked
+// for: a node with many free cards is one candidate among the spares, not
+// several. It visits the models cheapest first and each model's offers in
+// price order, and stops a model (or skips it) once no offer left in it
+// can beat the worst kept (a score is never below the offer's floor price
+// per compute unit). For slot layouts it reads every offer, since a node's
+// cards may span models.
 //
 // The nodes come in the order byNode gives; the caller sorts them.
-func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) []*nodeOffer {
+func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool, x *explainer, early bool) []*nodeOffer {
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
 	lists := c.modelsFor(j, x)
@@ -218,7 +221,11 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 			if len(skip) > 0 && skip[o.Node] {
 				continue
 			}
-			best.push(scoredOffer{offer: o, avail: avail, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
+			take := avail
+			if perNode > 0 {
+				take = min(avail, perNode)
+			}
+			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
 			if early {
 				best.trim(spareCards)
 			}
@@ -318,18 +325,19 @@ func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
 	return lists
 }
 
-// scoredOffer is an offer with the job's score for it.
+// scoredOffer is an offer with the job's score for it: avail cards free
+// for the job, of which take count towards the heap's capacity.
 type scoredOffer struct {
-	offer *Offer
-	avail int
-	score float64
+	offer       *Offer
+	avail, take int
+	score       float64
 }
 
 // offerHeap is a max-heap of offers by score (the worst on top) that keeps
 // the best offers adding up to a capacity.
 type offerHeap struct {
 	items []scoredOffer
-	cards int // the sum of the items' avail
+	cards int // the sum of the items' take
 }
 
 // full reports whether the heap holds at least want cards.
@@ -339,7 +347,7 @@ func (h *offerHeap) worst() float64 { return h.items[0].score }
 
 func (h *offerHeap) push(so scoredOffer) {
 	h.items = append(h.items, so)
-	h.cards += so.avail
+	h.cards += so.take
 	for i := len(h.items) - 1; i > 0; {
 		parent := (i - 1) / 2
 		if h.items[parent].score >= h.items[i].score {
@@ -352,8 +360,8 @@ func (h *offerHeap) push(so scoredOffer) {
 
 // trim drops the worst offers while the rest still hold want cards.
 func (h *offerHeap) trim(want int) {
-	for len(h.items) > 1 && h.cards-h.items[0].avail >= want {
-		h.cards -= h.items[0].avail
+	for len(h.items) > 1 && h.cards-h.items[0].take >= want {
+		h.cards -= h.items[0].take
 		last := len(h.items) - 1
 		h.items[0] = h.items[last]
 		h.items = h.items[:last]
