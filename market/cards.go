@@ -2,6 +2,7 @@ package market
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -10,26 +11,27 @@ import (
 // What a supplier tells others about its cards: the capacity ad, and the
 // status of each card for inspection.
 
-// ad summarizes the cards per model for the capacity ad.
+// ad summarizes the cards per model for the capacity ad, by model.
 func (s *supplier) ad() []Offer {
 	if s.leaving {
 		return nil // a draining node offers nothing
 	}
-	byModel := map[string]*Offer{}
-	var models []string
+	out := []Offer{} // not nil: an empty ad says so
 	for _, c := range s.cards {
 		if !c.offerable() {
 			continue
 		}
-		o := byModel[c.card.Model]
-		if o == nil {
-			o = &Offer{Node: s.n.cfg.ID, Region: s.n.cfg.Region, Model: c.card.Model, Vendor: c.card.Vendor,
+		i := 0 // a node has a model or two: a scan beats a map
+		for i < len(out) && out[i].Model != c.card.Model {
+			i++
+		}
+		if i == len(out) {
+			out = append(out, Offer{Node: s.n.cfg.ID, Region: s.n.cfg.Region, Model: c.card.Model, Vendor: c.card.Vendor,
 				MemoryMiB: c.card.MemoryMiB, ComputeUnits: c.card.ComputeUnits,
 				PriceCNY: s.price(&c.card, false), PreemptiblePriceCNY: s.price(&c.card, true),
-				Availability: s.n.cfg.Availability}
-			byModel[c.card.Model] = o
-			models = append(models, c.card.Model)
+				Availability: s.n.cfg.Availability})
 		}
+		o := &out[i]
 		o.Total++
 		switch {
 		case c.lease != nil || c.draining != nil:
@@ -39,11 +41,7 @@ func (s *supplier) ad() []Offer {
 			o.Preemptible++
 		}
 	}
-	slices.Sort(models)
-	out := make([]Offer, len(models))
-	for i, m := range models {
-		out[i] = *byModel[m]
-	}
+	slices.SortFunc(out, func(a, b Offer) int { return strings.Compare(a.Model, b.Model) })
 	return out
 }
 

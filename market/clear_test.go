@@ -72,7 +72,7 @@ func newClearCase(lots []Lot, need Need, f Filter, dur time.Duration, exclude ma
 	return clearCase{
 		lots: lots, need: need,
 		in: clearInput{lots: lots, need: need, match: newMatcher(f), scorer: sc, seed: seed,
-			exclude: exclude, maxPrice: f.MaxPriceCNY, explain: newExplainer()},
+			exclude: exclude, maxPrice: f.MaxPriceCNY, explain: newExplainer(0)},
 		rp: refParams{filter: f, duration: dur, unknownMTBF: 6 * time.Hour, unknownCU: 0.1, exclude: exclude},
 	}
 }
@@ -113,15 +113,15 @@ func checkClearing(t *testing.T, cc clearCase, res clearing) {
 	}
 }
 
-// TestClearMatchesBruteForce compares clearing's cost with exhaustive search
-// on thousands of small random instances, every layout.
-func TestClearMatchesBruteForce(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	cases := 3000
-	if testing.Short() {
-		cases = 500
-	}
-	for i := 0; i < cases; i++ {
+// bruteForceCase draws a small instance (at most 14 cards) for
+// TestClearMatchesBruteForce. A random need under a random filter is
+// mostly unsatisfiable on so few cards (about two cases in three were), so
+// nine cases in ten size the need to the cards the reference's own checks
+// leave usable (a card count up to what is usable, or nodes × cards up to
+// what the usable lots hold); the tenth keeps a random need, which is
+// often infeasible, so that both solvers must also agree on "no".
+func bruteForceCase(r *rand.Rand) clearCase {
+	for {
 		lots := randomLots(r, 1+r.IntN(5), 4, testModels)
 		n := 0
 		for _, l := range lots {
@@ -130,18 +130,61 @@ func TestClearMatchesBruteForce(t *testing.T) {
 		if n > 14 {
 			lots = lots[:len(lots)-1]
 		}
-		var need Need
-		if r.IntN(2) == 0 {
-			need.Cards = 1 + r.IntN(6)
-		} else {
-			need.PerSlot, need.Slots = 1+r.IntN(3), 1+r.IntN(3)
-		}
+		f := randomFilter(r)
 		exclude := map[string]bool{}
 		if r.IntN(5) == 0 {
 			exclude[lots[0].Node] = true
 		}
 		dur := time.Duration(r.IntN(48)) * time.Hour
-		cc := newClearCase(lots, need, randomFilter(r), dur, exclude, r.Uint64())
+		var need Need
+		if r.IntN(10) == 0 {
+			if r.IntN(2) == 0 {
+				need.Cards = 1 + r.IntN(6)
+			} else {
+				need.PerSlot, need.Slots = 1+r.IntN(3), 1+r.IntN(3)
+			}
+		} else {
+			rp := refParams{filter: f, duration: dur, unknownMTBF: 6 * time.Hour, unknownCU: 0.1, exclude: exclude}
+			usable, most := 0, 0
+			per := rp.perNodeScores(lots)
+			for _, s := range per {
+				usable += len(s)
+				most = max(most, len(s))
+			}
+			if usable == 0 {
+				continue // nothing passes: draw again
+			}
+			if r.IntN(2) == 0 {
+				need.Cards = 1 + r.IntN(min(6, usable))
+			} else {
+				need.PerSlot = 1 + r.IntN(min(3, most))
+				nodes := 0
+				for _, s := range per {
+					if len(s) >= need.PerSlot {
+						nodes++
+					}
+				}
+				need.Slots = 1 + r.IntN(min(3, nodes))
+			}
+		}
+		return newClearCase(lots, need, f, dur, exclude, r.Uint64())
+	}
+}
+
+// TestClearMatchesBruteForce compares clearing's cost with exhaustive search
+// on thousands of small random instances, every layout. At least two cases
+// in three must be feasible, so that the costs are compared, and some must
+// not be.
+func TestClearMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	cases := 3000
+	if testing.Short() {
+		cases = 500
+	}
+	compared, infeasible := 0, 0
+	for i := 0; i < cases; i++ {
+		cc := bruteForceCase(r)
+		lots, need := cc.lots, cc.need
 		res := clearBids(cc.in)
 		want, ok := bruteForce(lots, need, &cc.rp)
 		if res.ok != ok {
@@ -151,6 +194,7 @@ func TestClearMatchesBruteForce(t *testing.T) {
 			if res.short == "" {
 				t.Fatalf("case %d: no clearing and no reason", i)
 			}
+			infeasible++
 			continue
 		}
 		checkClearing(t, cc, res)
@@ -161,6 +205,14 @@ func TestClearMatchesBruteForce(t *testing.T) {
 		if math.Abs(dp-want) > 1e-9*math.Max(1, want) {
 			t.Fatalf("case %d: reference solvers disagree: dp %.9f, brute %.9f", i, dp, want)
 		}
+		compared++
+	}
+	t.Logf("%d of %d cases compared cost, %d infeasible for both", compared, cases, infeasible)
+	if compared < 2*cases/3 {
+		t.Fatalf("only %d of %d cases compared cost (want at least %d): the generator draws too many infeasible instances", compared, cases, 2*cases/3)
+	}
+	if infeasible < cases/50 {
+		t.Fatalf("only %d of %d cases were infeasible: the no-solution path is barely tested", infeasible, cases)
 	}
 }
 

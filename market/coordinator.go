@@ -14,10 +14,16 @@ type coordinator struct {
 	n      *Node
 	jobs   map[string]*job
 	active map[string]*job // jobs with something left to do
+	order  []string        // tick's scratch: the active jobs by ID
+
+	// Candidate selection's scratch, reused from call to call.
+	lists  []modelList
+	best   offerHeap
+	clearX explainer // closeBidding's
 }
 
 func newCoordinator(n *Node) *coordinator {
-	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}}
+	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}}
 }
 
 type shareEpoch struct {

@@ -104,7 +104,17 @@ type explainer struct {
 	cards   map[Reason]int
 }
 
-func newExplainer() *explainer { return &explainer{cards: map[Reason]int{}} }
+// newExplainer returns an explainer with room for n entries.
+func newExplainer(n int) *explainer {
+	return &explainer{entries: make([]ExplainEntry, 0, n), cards: make(map[Reason]int, 4)}
+}
+
+// reset empties x for reuse.
+func (x *explainer) reset() {
+	clear(x.entries[:cap(x.entries)]) // let go of the strings
+	x.entries = x.entries[:0]
+	clear(x.cards)
+}
 
 func (x *explainer) add(e ExplainEntry) {
 	x.entries = append(x.entries, e)
@@ -158,6 +168,16 @@ func (x *explainer) finish(out *Explanation, limit int) {
 	}
 	for i := range x.entries {
 		x.entries[i].detail()
+	}
+	if out.Entries == nil && out.Cards == nil {
+		// The usual case: out takes x's entries and counts, and x starts
+		// afresh should it be used again.
+		if len(x.entries) > 0 { // none stays nil
+			out.Entries = slices.Clip(x.entries)
+		}
+		out.Cards = x.cards
+		x.entries, x.cards = nil, map[Reason]int{}
+		return
 	}
 	out.Entries = append(out.Entries, x.entries...)
 	if out.Cards == nil {

@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -201,7 +202,18 @@ func (c *coordinator) peerLost(node string) {
 func (c *coordinator) tick() {
 	now := c.n.now
 	cfg := &c.n.cfg
-	for id, j := range c.active {
+	// By job ID, not map order: what a tick sends comes out in the same
+	// order on every run, so a harness replays a seed exactly.
+	c.order = c.order[:0]
+	for id := range c.active {
+		c.order = append(c.order, id)
+	}
+	slices.Sort(c.order)
+	for _, id := range c.order {
+		j := c.active[id]
+		if j == nil {
+			continue
+		}
 		if r := j.round; r != nil {
 			if r.phase == phaseBidding && !now.Before(r.deadline) {
 				c.closeBidding(j, r)

@@ -64,7 +64,7 @@ func (c *coordinator) startRound(j *job) {
 		return
 	}
 	j.roundSeq++
-	r := &round{id: j.roundSeq, askBy: map[string]*ask{}, lotBy: map[string]int{}, exclude: map[string]bool{}, won: map[string]bool{}, x: newExplainer()}
+	r := &round{id: j.roundSeq, askBy: map[string]*ask{}, lotBy: map[string]int{}, exclude: map[string]bool{}, won: map[string]bool{}, x: newExplainer(16)}
 	if j.flexible() {
 		r.need = Need{Cards: j.needCards}
 		j.needCards = 0
@@ -251,7 +251,8 @@ func (c *coordinator) clearInput(j *job, r *round, lots []Lot, need Need, x *exp
 
 func (c *coordinator) closeBidding(j *job, r *round) {
 	c.expireLots(r)
-	x := newExplainer()
+	x := &c.clearX // scratch: its entries are copied into the round's
+	x.reset()
 	res := clearBids(c.clearInput(j, r, r.lots, r.need, x))
 	if !res.ok {
 		if c.extend(j, r) {

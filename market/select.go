@@ -55,15 +55,11 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 	if book == nil {
 		return nil, false
 	}
-	var offers map[string]*nodeOffer
+	var nodes []*nodeOffer
 	if need.Cards > 0 {
-		offers = c.walkBook(j, 4*need.Cards*spread, skip, x, true)
+		nodes = c.walkBook(j, 4*need.Cards*spread, need.Cards, skip, x, true)
 	} else {
-		offers = c.walkBook(j, need.Slots*need.PerSlot, skip, x, false)
-	}
-	nodes := make([]*nodeOffer, 0, len(offers))
-	for _, o := range offers {
-		nodes = append(nodes, o)
+		nodes = c.walkBook(j, need.Slots*need.PerSlot, 0, skip, x, false)
 	}
 	want := need.Cards
 	if need.Slots > 0 {
@@ -172,26 +168,32 @@ func kCheapest(s []scoredAvail, k int) float64 {
 
 // walkBook gathers the book's free, feasible offers per node. For LayoutAny
 // (early true) it keeps only the best offers that add up to the cards
-// wanted with spares: it visits the models cheapest first and each model's
-// offers in price order, and stops a model (or skips it) once no offer
-// left in it can beat the worst kept (a score is never below the offer's
-// floor price per compute unit). For slot layouts it reads every offer,
-// since a node's cards may span models.
-func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *explainer, early bool) map[string]*nodeOffer {
+// wanted with spares (SpareFactor times them, and SpareNodes more), an
+// offer counting for at most perNode cards, what its node would be asked
+// for: a node with many free cards is one candidate among the spares, not
+// several. It visits the models cheapest first and each model's offers in
+// price order, and stops a model (or skips it) once no offer left in it
+// can beat the worst kept (a score is never below the offer's floor price
+// per compute unit). For slot layouts it reads every offer, since a node's
+// cards may span models.
+//
+// The nodes come in the order byNode gives; the caller sorts them.
+func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool, x *explainer, early bool) []*nodeOffer {
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	spareCards := int(math.Ceil(float64(cards)*c.n.cfg.SpareFactor)) + c.n.cfg.SpareNodes
 	lists := c.modelsFor(j, x)
 	slices.SortFunc(lists, func(a, b modelList) int { return cmp.Compare(a.bound, b.bound) })
-	var best offerHeap
+	best := &c.best
+	if best.items == nil {
+		best.items = make([]scoredOffer, 0, 16)
+	}
+	best.items, best.cards = best.items[:0], 0
 	for _, l := range lists {
 		dear := 0
 		for i := range l.offers {
 			o := &l.offers[i]
 			if early && best.full(spareCards) && o.floorPrice()/l.cu >= best.worst() {
 				break
-			}
-			if len(skip) > 0 && skip[o.Node] {
-				continue
 			}
 			avail := o.Free
 			price := o.PriceCNY
@@ -204,10 +206,26 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 				continue
 			}
 			if price > j.spec.MaxPriceCNY {
-				dear += avail
+				if len(skip) == 0 || !skip[o.Node] {
+					dear += avail
+				}
 				continue
 			}
-			best.push(scoredOffer{offer: o, avail: avail, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
+			if early && best.full(spareCards) && price/l.cu > best.worst() {
+				// An offer whose price per compute unit is above the worst
+				// kept score scores worse still (survival ≤ 1): trim would
+				// drop it at once. Passing it over saves the survival's exp
+				// and the heap's work on most of a big model's offers.
+				continue
+			}
+			if len(skip) > 0 && skip[o.Node] {
+				continue
+			}
+			take := avail
+			if perNode > 0 {
+				take = min(avail, perNode)
+			}
+			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
 			if early {
 				best.trim(spareCards)
 			}
@@ -217,21 +235,53 @@ func (c *coordinator) walkBook(j *job, cards int, skip map[string]bool, x *expla
 				Detail: fmt.Sprintf("free cards of the model ask more than the job's %.2f CNY per card-hour", j.spec.MaxPriceCNY)})
 		}
 	}
-	out := map[string]*nodeOffer{}
-	for _, so := range best.items {
+	out := c.byNode(j, best.items)
+	clear(best.items) // the scratch holds on to no book
+	return out
+}
+
+// byNode sums the kept offers up per node, in the order each node's first
+// offer was kept (that offer names the node's model); a node's scores come
+// out ascending.
+func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
+	// One allocation for every node and one for every score; a node with
+	// offers of several models grows its own scores.
+	slab := make([]nodeOffer, 0, len(items))
+	scores := make([]scoredAvail, len(items))
+	out := make([]*nodeOffer, 0, len(items))
+	var index map[string]*nodeOffer // for many offers; a few are scanned
+	if len(items) > 32 {
+		index = make(map[string]*nodeOffer, len(items))
+	}
+	for i := range items {
+		so := &items[i]
 		o := so.offer
-		no := out[o.Node]
+		var no *nodeOffer
+		if index != nil {
+			no = index[o.Node]
+		} else {
+			for _, seen := range out {
+				if seen.node == o.Node {
+					no = seen
+					break
+				}
+			}
+		}
 		if no == nil {
-			no = &nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, "")}
-			out[o.Node] = no
+			slab = append(slab, nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, ""), scores: scores[i : i : i+1]})
+			no = &slab[len(slab)-1]
+			out = append(out, no)
+			if index != nil {
+				index[o.Node] = no
+			}
 		}
 		no.avail += so.avail
 		no.best = min(no.best, so.score)
 		no.scores = append(no.scores, scoredAvail{so.score, so.avail})
 	}
-	for _, o := range out {
-		if len(o.scores) > 1 {
-			slices.SortFunc(o.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
+	for _, no := range out {
+		if len(no.scores) > 1 {
+			slices.SortFunc(no.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
 		}
 	}
 	return out
@@ -247,9 +297,15 @@ type modelList struct {
 
 // modelsFor returns the book's models that pass the job's model-level
 // checks; the others are explained (when x is set) and skipped.
+//
+// The slice is the coordinator's scratch: the next call reuses it.
 func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
-	var lists []modelList
-	for _, model := range c.n.cfg.Book.Models() {
+	models := c.n.cfg.Book.Models()
+	if cap(c.lists) < len(models) {
+		c.lists = make([]modelList, 0, len(models))
+	}
+	lists := c.lists[:0]
+	for _, model := range models {
 		offers := c.n.cfg.Book.Offers(model)
 		if len(offers) == 0 {
 			continue
@@ -265,21 +321,23 @@ func (c *coordinator) modelsFor(j *job, x *explainer) []modelList {
 		cu := j.scorer.cu(head.ComputeUnits)
 		lists = append(lists, modelList{offers, cu, head.floorPrice() / cu})
 	}
+	c.lists = lists
 	return lists
 }
 
-// scoredOffer is an offer with the job's score for it.
+// scoredOffer is an offer with the job's score for it: avail cards free
+// for the job, of which take count towards the heap's capacity.
 type scoredOffer struct {
-	offer *Offer
-	avail int
-	score float64
+	offer       *Offer
+	avail, take int
+	score       float64
 }
 
 // offerHeap is a max-heap of offers by score (the worst on top) that keeps
 // the best offers adding up to a capacity.
 type offerHeap struct {
 	items []scoredOffer
-	cards int // the sum of the items' avail
+	cards int // the sum of the items' take
 }
 
 // full reports whether the heap holds at least want cards.
@@ -289,7 +347,7 @@ func (h *offerHeap) worst() float64 { return h.items[0].score }
 
 func (h *offerHeap) push(so scoredOffer) {
 	h.items = append(h.items, so)
-	h.cards += so.avail
+	h.cards += so.take
 	for i := len(h.items) - 1; i > 0; {
 		parent := (i - 1) / 2
 		if h.items[parent].score >= h.items[i].score {
@@ -302,8 +360,8 @@ func (h *offerHeap) push(so scoredOffer) {
 
 // trim drops the worst offers while the rest still hold want cards.
 func (h *offerHeap) trim(want int) {
-	for len(h.items) > 1 && h.cards-h.items[0].avail >= want {
-		h.cards -= h.items[0].avail
+	for len(h.items) > 1 && h.cards-h.items[0].take >= want {
+		h.cards -= h.items[0].take
 		last := len(h.items) - 1
 		h.items[0] = h.items[last]
 		h.items = h.items[:last]

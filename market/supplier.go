@@ -26,7 +26,9 @@ type supplier struct {
 	byID         map[string]*cardState
 	leases       map[string]*reservation
 	leaseByRound map[roundKey]*reservation
+	nextExpiry   time.Time // no later than the earliest lease's until
 	attempts     map[attemptKey]*attempt
+	order        []attemptKey // tick's scratch: the attempts in key order
 	leaseSeq     uint64
 	leaving      bool      // draining: nothing is offered any more
 	lastTick     time.Time // the previous Tick: a long gap means the node was frozen
@@ -117,13 +119,21 @@ func (s *supplier) price(card *device.Card, preemptible bool) float64 {
 }
 
 // expireLeases releases every reservation whose lease has passed, so none
-// outlives it. Called at the start of every Step.
+// outlives it. Called at the start of every Step; it looks at the leases
+// only once the earliest of them may have passed.
 func (s *supplier) expireLeases(now time.Time) {
+	if len(s.leases) == 0 || !now.After(s.nextExpiry) {
+		return
+	}
+	var next time.Time
 	for _, r := range s.leases {
 		if now.After(r.until) {
 			s.release(r)
+		} else if next.IsZero() || r.until.Before(next) {
+			next = r.until
 		}
 	}
+	s.nextExpiry = next
 }
 
 func (s *supplier) release(r *reservation) {
@@ -227,6 +237,9 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
 	}
 	r.bid = bid
+	if len(s.leases) == 0 || r.until.Before(s.nextExpiry) {
+		s.nextExpiry = r.until
+	}
 	s.leases[r.id] = r
 	s.leaseByRound[roundKey{m.Job, m.Round}] = r
 	s.n.adDirty = true
@@ -529,7 +542,11 @@ func (s *supplier) tick() {
 		}
 	}
 	s.lastTick = now
-	for key, a := range s.attempts {
+	for _, key := range s.sortedAttempts() {
+		a := s.attempts[key]
+		if a == nil {
+			continue
+		}
 		switch {
 		case a.end != nil:
 			if now.After(a.giveUpAt) {
@@ -621,10 +638,33 @@ func (s *supplier) drain() {
 		s.release(r)
 	}
 	s.n.adDirty = true
-	for _, a := range s.attempts {
+	for _, key := range s.sortedAttempts() {
+		a := s.attempts[key]
 		if a.end != nil || a.stopCause != "" {
 			continue
 		}
 		s.n.send(a.rec.Coordinator, &Moving{Job: a.rec.Job, Term: a.rec.Term, Share: a.rec.Share, Epoch: a.rec.Epoch})
 	}
+}
+
+// sortedAttempts returns the keys of the attempts by job, share and epoch,
+// in a scratch slice that the next call reuses: a loop that sends visits
+// them in the same order on every run, not in map order.
+func (s *supplier) sortedAttempts() []attemptKey {
+	s.order = s.order[:0]
+	for k := range s.attempts {
+		s.order = append(s.order, k)
+	}
+	if len(s.order) > 1 {
+		slices.SortFunc(s.order, func(a, b attemptKey) int {
+			if c := cmp.Compare(a.job, b.job); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.share, b.share); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.epoch, b.epoch)
+		})
+	}
+	return s.order
 }

@@ -1,6 +1,7 @@
 package markettest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -28,15 +29,43 @@ func mesh(t *testing.T, opts Options) (*Harness, *[]string) {
 	return h, &trace
 }
 
+// busyMesh is mesh with many jobs on one coordinator and many attempts on
+// each supplier: what a tick sends for them must come in one order.
+func busyMesh(t *testing.T, opts Options) (*Harness, *[]string) {
+	t.Helper()
+	h, trace := mesh(t, opts)
+	for _, id := range []string{"c", "d"} {
+		cfg := market.DefaultConfig(id)
+		cfg.Cards = MustCards(id, "a100-80g:6")
+		h.MustAdd(cfg)
+	}
+	for i := 2; i <= 12; i++ {
+		if err := h.SubmitAt("coord", market.JobSpec{ID: fmt.Sprintf("j%d", i), Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h, trace
+}
+
 func TestHarnessIsDeterministic(t *testing.T) {
 	opts := Options{Seed: 7, Jitter: 5 * time.Millisecond, Loss: 0.2, Duplicate: 0.2}
+	for _, build := range []func(*testing.T, Options) (*Harness, *[]string){mesh, busyMesh} {
+		for run := 0; run < 3; run++ { // map order differs from run to run
+			h1, tr1 := build(t, opts)
+			h1.RunFor(3 * time.Second)
+			h2, tr2 := build(t, opts)
+			h2.RunFor(3 * time.Second)
+			if !slices.Equal(*tr1, *tr2) || len(*tr1) == 0 {
+				i := 0
+				for i < min(len(*tr1), len(*tr2)) && (*tr1)[i] == (*tr2)[i] {
+					i++
+				}
+				t.Fatalf("two runs with one seed differ (%d and %d lines), first at line %d", len(*tr1), len(*tr2), i+1)
+			}
+		}
+	}
 	h1, tr1 := mesh(t, opts)
 	h1.RunFor(3 * time.Second)
-	h2, tr2 := mesh(t, opts)
-	h2.RunFor(3 * time.Second)
-	if !slices.Equal(*tr1, *tr2) || len(*tr1) == 0 {
-		t.Fatalf("two runs with one seed differ (%d and %d lines)", len(*tr1), len(*tr2))
-	}
 	opts.Seed = 8
 	h3, tr3 := mesh(t, opts)
 	h3.RunFor(3 * time.Second)
