@@ -156,6 +156,15 @@ func (b *Book) Get(p peer.ID, now time.Time) (Ad, bool) {
 	return e.ad.clone(), true
 }
 
+// Has reports whether Get would find an ad of p at now, without copying
+// it.
+func (b *Book) Has(p peer.ID, now time.Time) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	e, ok := b.peers[p]
+	return ok && e.visible(now)
+}
+
 // FreeCount returns how many free cards of model p offers at now; 0 when p
 // or the model is unknown, or p's ad expired or is hidden.
 func (b *Book) FreeCount(p peer.ID, model string, now time.Time) int {

@@ -509,3 +509,26 @@ func TestBookMatchesNaiveReference(t *testing.T) {
 		})
 	})
 }
+
+func TestBookHasMatchesGet(t *testing.T) {
+	b := NewBook()
+	now := time.Unix(1_700_000_000, 0)
+	p := newPeerID(t)
+	if b.Has(p, now) {
+		t.Fatal("an empty book has p")
+	}
+	ad := testAd(p, 1, now)
+	if err := b.Apply(ad, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Time{now, ad.ExpiresAt.Add(time.Second)} {
+		_, got := b.Get(p, at)
+		if b.Has(p, at) != got {
+			t.Errorf("at %v: Has %v, Get found %v", at, b.Has(p, at), got)
+		}
+	}
+	b.Hide(p)
+	if b.Has(p, now) {
+		t.Error("a hidden peer is still had")
+	}
+}

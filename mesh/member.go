@@ -268,6 +268,18 @@ func (t *memberTable) numAlive() int {
 	return t.alive
 }
 
+func (t *memberTable) alivePeers() []peer.ID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]peer.ID, 0, t.alive)
+	for name, e := range t.entries {
+		if e.state == StateAlive && name != t.self {
+			out = append(out, e.id)
+		}
+	}
+	return out
+}
+
 // snapshot returns the members sorted by ID, dropping dead and left ones
 // older than the retention. heard gives the last time a member was heard
 // from directly.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,9 @@ func TestSimCrashIsSeenAsDeadAfterSuspicion(t *testing.T) {
 	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
 	subs := []*Subscription{nodes[0].Subscribe(64), nodes[1].Subscribe(64)}
 	victim := nodes[2].ID()
+	if got := nodes[0].AlivePeers(); len(got) != 2 || slices.Contains(got, nodes[0].ID()) {
+		t.Fatalf("AlivePeers of node 0 = %v, want the other two", got)
+	}
 
 	start := time.Now()
 	if err := sim.Crash(victim); err != nil {
@@ -73,6 +77,9 @@ func TestSimCrashIsSeenAsDeadAfterSuspicion(t *testing.T) {
 		waitFor(t, 20*time.Second, "dead in every view", func() bool { return stateOf(m, victim) == StateDead })
 	}
 	t.Logf("crash seen dead by both survivors after %v", time.Since(start))
+	if got := nodes[0].AlivePeers(); len(got) != 1 || got[0] != nodes[1].ID() {
+		t.Errorf("AlivePeers of node 0 after the crash = %v, want [%s]", got, nodes[1].ID())
+	}
 
 	// A survivor connected to the victim saw the connection go first; at
 	// least one saw its own probe fail; all saw memberlist declare the node

@@ -222,6 +222,13 @@ func (m *Mesh) Member(id peer.ID) (Member, bool) {
 // NumAlive counts the alive members, this node included. It is cheap.
 func (m *Mesh) NumAlive() int { return m.table.numAlive() }
 
+// AlivePeers returns the other members memberlist holds alive, suspects
+// included (their suspicion is not resolved against what was heard since,
+// as Members does), in no particular order. It copies no metadata: it is
+// for checks that run on every ad, where Members' full snapshot would cost
+// O(members) allocations each time.
+func (m *Mesh) AlivePeers() []peer.ID { return m.table.alivePeers() }
+
 // Subscribe returns a subscription to member events with a buffer of the
 // given size (at least 1). See Subscription for what happens when it is
 // full.

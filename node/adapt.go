@@ -118,6 +118,12 @@ func supplyKey(s gossip.Supply) string {
 	return b.String()
 }
 
+// sameSummary reports whether a and b differ at most in their free-card
+// count (Addrs and Leaving are the mesh's, not the node's).
+func sameSummary(a, b mesh.Meta) bool {
+	return a.Region == b.Region && a.Cards == b.Cards && a.Coordinator == b.Coordinator && slices.Equal(a.Models, b.Models)
+}
+
 // metaOf is the short capacity summary memberlist carries.
 func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator bool) mesh.Meta {
 	m := mesh.Meta{Region: region, Coordinator: coordinator}

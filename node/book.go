@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
-	"github.com/gpumesh/gpumesh/mesh"
 )
 
 // book is the market's view of the mesh's capacity: the offers folded from
@@ -23,15 +22,15 @@ var _ market.CompletenessView = (*book)(nil)
 // last check: until then, jobs the book cannot satisfy wait rather than fail.
 func (b *book) Complete() bool { return b.complete }
 
-// checkBook recomputes whether the book has an ad from every live member.
+// checkBook recomputes whether the book has an ad from every live member
+// (suspects included: they were alive a moment ago, so they have one). It
+// runs every second and after news (foldPending), so it reads the cheap
+// list of live peers, not a full membership snapshot.
 func (n *Node) checkBook(now time.Time) {
 	n.book.checked = now
 	gb := n.gossip.Book()
-	for _, m := range n.mesh.Members() {
-		if m.Self || m.State != mesh.StateAlive {
-			continue
-		}
-		if _, ok := gb.Get(m.ID, now); !ok {
+	for _, p := range n.mesh.AlivePeers() {
+		if !gb.Has(p, now) {
 			n.book.complete = false
 			return
 		}

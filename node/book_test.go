@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -68,4 +70,74 @@ func TestDeadMembersCardsLeaveTheBookAtOnce(t *testing.T) {
 		cards, _ := a.BookCards()
 		return ok && m.State == mesh.StateAlive && cards == 7
 	})
+}
+
+// Once a node has heard every live member's ad, a job the mesh could never
+// hold fails at once with what is missing (until then it would wait in
+// pending: the missing ads might hold the cards).
+func TestImpossibleJobFailsFastOnceEveryMemberIsHeard(t *testing.T) {
+	sm := newSimMesh(t, "", "h100-sxm-80g:2", "a100-80g:1")
+	coord := sm.nodes[0]
+	sm.neverCoordinate(sm.nodes[1:]...)
+	sm.waitBook(coord, 3)
+	eventually(t, 5*time.Second, "the book is complete", func() bool {
+		var complete bool
+		if err := coord.do(context.Background(), func() { complete = coord.book.Complete() }); err != nil {
+			t.Fatal(err)
+		}
+		return complete
+	})
+	spec := market.JobSpec{ID: "huge", Cards: 16, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 60, Command: []string{"true"}}
+	if _, err := coord.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "huge", 10*time.Second, market.JobFailed)
+	if !strings.Contains(rec.Reason, "needs 16 cards of h100-sxm-80g") || !strings.Contains(rec.Reason, "the mesh has 2") {
+		t.Fatalf("failed with reason %q, want what is missing", rec.Reason)
+	}
+}
+
+// A placement changes a supplier's free cards in every peer's book at once
+// (its capacity ad), but its membership metadata — gossiped to every member
+// by memberlist — at most every MetaFreeEvery: the free count alone does not
+// start a membership wave per placement. The held-back count still follows.
+func TestFreeCountReachesMembershipAtMostEveryInterval(t *testing.T) {
+	const every = 8 * time.Second
+	sm := newSimMeshWith(t, func(c *Config) { c.MetaFreeEvery = every }, "", "a100-80g:2")
+	coord, sup := sm.nodes[0], sm.nodes[1]
+	sm.waitBook(coord, 2)
+	metaFree := func() int {
+		m, ok := coord.Mesh().Member(sup.ID())
+		if !ok {
+			t.Fatal("the coordinator does not know the supplier")
+		}
+		return m.FreeCards
+	}
+	eventually(t, 10*time.Second, "the membership shows both cards free", func() bool { return metaFree() == 2 })
+	// Turning coordination off changes the summary: the metadata goes out
+	// at once, and free-count changes are held for `every` after it.
+	sm.neverCoordinate(sup)
+	sent := time.Now()
+
+	spec := market.JobSpec{ID: "one", Cards: 1, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
+	if _, err := coord.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, coord, "one", 10*time.Second, market.JobRunning)
+	eventually(t, 2*time.Second, "the book shows one card free", func() bool {
+		_, free := coord.BookCards()
+		return free == 1
+	})
+	// Memberlist spreads news within a few hundred ms here: a second
+	// without it is the hold, not the gossip's delay.
+	for hold := time.Now().Add(time.Second); time.Now().Before(hold) && time.Now().Before(sent.Add(every-time.Second)); {
+		if metaFree() != 2 {
+			t.Fatalf("the membership showed the new free count %v after the summary went out, within MetaFreeEvery (%v)", time.Since(sent).Round(time.Millisecond), every)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the membership view
+	}
+	eventually(t, every+5*time.Second, "the membership shows one card free", func() bool { return metaFree() == 1 })
+	if held := time.Since(sent); held < every-time.Second {
+		t.Errorf("the free count reached the membership %v after the last update, want about %v", held.Round(time.Millisecond), every)
+	}
 }

@@ -45,6 +45,7 @@ const (
 	DefaultCoordinatorAfter = 30 * time.Second
 	DefaultSendWorkers      = 8
 	DefaultReplicas         = 3
+	DefaultMetaFreeEvery    = 10 * time.Second
 )
 
 // Config configures a Node. DataDir is required; every other field has the
@@ -110,6 +111,10 @@ type Config struct {
 	CheckpointLimit int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
+	// MetaFreeEvery is the least time between two membership metadata
+	// updates that change only the free-card count (the capacity ads carry
+	// it at once; see updateMeta). Default 10 s.
+	MetaFreeEvery time.Duration
 	// SendWorkers bounds the goroutines that deliver market messages.
 	// Default 8.
 	SendWorkers int
@@ -137,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = DefaultTickInterval
+	}
+	if c.MetaFreeEvery <= 0 {
+		c.MetaFreeEvery = DefaultMetaFreeEvery
 	}
 	if c.SendWorkers <= 0 {
 		c.SendWorkers = DefaultSendWorkers

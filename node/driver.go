@@ -95,6 +95,7 @@ func (n *Node) drive() {
 			return
 		case now := <-ticker.C:
 			n.updateCoordinatorFlag()
+			n.flushMeta(now)
 			n.refreshStatus(now)
 			if now.Sub(n.book.checked) > time.Second {
 				n.checkBook(now)
@@ -230,7 +231,12 @@ func (n *Node) foldPending() {
 	n.pendingMu.Unlock()
 
 	now := time.Now()
-	defer n.checkBook(now)
+	if len(members) > 0 || !n.book.complete {
+		// Only membership news can make a complete book incomplete (a
+		// new member without an ad yet); an ad can only complete it. The
+		// driver's ticker catches ads that expire.
+		defer n.checkBook(now)
+	}
 	for p, ad := range ads {
 		if p == n.id {
 			continue // the market knows its own cards
@@ -354,15 +360,43 @@ func (n *Node) updateCoordinatorFlag() {
 	}
 }
 
-// updateMeta refreshes what memberlist tells peers about this node.
+// updateMeta refreshes what memberlist tells peers about this node: at
+// once when its cards, models, region or coordinator flag changed; when
+// only the free count did, at most every Config.MetaFreeEvery (the ticker
+// sends a change held back: flushMeta). Every update is an alive message
+// that memberlist gossips to every member, and the capacity ads already
+// carry the free cards at once; the membership's count is only the
+// fallback of `gpumesh peers` for a member whose ad is missing. Without the
+// limit each placement would start a membership wave from every supplier
+// it touches. Driver only.
 func (n *Node) updateMeta() {
 	var statuses []market.CardStatus
 	if n.mk != nil {
 		statuses = n.mk.Cards()
 	}
 	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load())
+	if !n.metaSentAt.IsZero() && sameSummary(meta, n.metaSent) {
+		if meta.FreeCards == n.metaSent.FreeCards {
+			n.metaHeld = false
+			return
+		}
+		if time.Since(n.metaSentAt) < n.cfg.MetaFreeEvery {
+			n.metaHeld = true
+			return
+		}
+	}
 	if err := n.mesh.UpdateMeta(meta); err != nil {
 		n.log.Warn("cannot update node metadata", "err", err)
+		return
+	}
+	n.metaSent, n.metaSentAt, n.metaHeld = meta, time.Now(), false
+}
+
+// flushMeta sends a free-count change updateMeta held back, once
+// Config.MetaFreeEvery has passed. Driver only.
+func (n *Node) flushMeta(now time.Time) {
+	if n.metaHeld && now.Sub(n.metaSentAt) >= n.cfg.MetaFreeEvery {
+		n.updateMeta()
 	}
 }
 

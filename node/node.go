@@ -35,6 +35,12 @@ type Node struct {
 	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
 	published string    // the card states last handed to the advertiser (supplyKey); driver only
 
+	// The membership metadata last sent, when, and whether a change of
+	// its free count is held back (updateMeta); driver only.
+	metaSent   mesh.Meta
+	metaSentAt time.Time
+	metaHeld   bool
+
 	store      *store.Store
 	writeFault atomic.Pointer[error] // the last store write's error; nil after one succeeds
 	devices    *device.Manager
