@@ -87,13 +87,21 @@ func TestOwnersReadAndSteerOnlyTheirOwnJobsThroughAnyPeer(t *testing.T) {
 	if rec.Spec.Owner != string(alice.ID()) || rec.Signature == nil {
 		t.Fatalf("record of the submission: owner %q, signature %v", rec.Spec.Owner, rec.Signature)
 	}
+	var last string // what was missing at the last look, for the failure
+	defer func() {
+		if t.Failed() {
+			t.Logf("last look: %s", last)
+		}
+	}()
 	eventually(t, 20*time.Second, "alice's job runs and has a checkpoint", func() bool {
 		r, err := apiClient(t, sm.nodes[2], alice).Job(ctx, id)
 		if err != nil || r.State != market.JobRunning {
+			last = fmt.Sprintf("job: %s %v (%s)", r.State, err, r.Reason)
 			return false
 		}
 		var ck bytes.Buffer
 		_, err = apiClient(t, sm.nodes[2], alice).Checkpoint(ctx, id, 0, &ck)
+		last = fmt.Sprintf("job running; checkpoint: %d bytes, %v", ck.Len(), err)
 		return err == nil && ck.Len() > 0
 	})
 
