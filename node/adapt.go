@@ -84,14 +84,34 @@ func (n *Node) advertise(ad market.Ad) {
 }
 
 // publishSupply hands the advertiser this node's cards as the market has
-// them now. (The membership metadata's short summary follows only the
-// market's ad: updating it waits for memberlist's broadcast, too slow for
-// the driver on every change of a card.) It remembers what it published, so
-// that a change the market's ad does not show (reserved → running: neither
-// is free) is still published (supplyChanged).
+// them now, unless the change since the last ad only reserves cards for a
+// bid or releases such a reservation: that waits reserveSettle
+// (settleSupply publishes it then, if it still stands). Most reservations
+// end within it — an award makes the cards busy, a lost auction frees them
+// — so a placement costs each winner one ad instead of two and a losing
+// bidder none, and the ads of a large placement no longer go to every node
+// while its bids are in flight; a reservation that lasts is still shown.
+// (The membership metadata's short summary follows only the market's ad:
+// updating it waits for memberlist's broadcast, too slow for the driver on
+// every change of a card.) It remembers what it published, so that a change
+// the market's ad does not show (reserved → running: neither is free) is
+// still published (supplyChanged).
 func (n *Node) publishSupply() {
 	s := n.supply()
+	if n.adv != nil && onlyReservations(n.publishedStates, s) {
+		if n.settleAt.IsZero() {
+			n.settleAt = time.Now().Add(n.reserveSettle)
+		}
+		return
+	}
+	n.publishNow(s)
+}
+
+// publishNow hands s to the advertiser at once.
+func (n *Node) publishNow(s gossip.Supply) {
+	n.settleAt = time.Time{}
 	n.published = supplyKey(s)
+	n.publishedStates = statesOf(s)
 	if n.adv == nil {
 		return // still starting: the advertiser starts from n.supply()
 	}
@@ -100,6 +120,50 @@ func (n *Node) publishSupply() {
 	if err := n.adv.Update(ctx, s); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("cannot update the capacity ad", "err", err)
 	}
+}
+
+// settleSupply publishes a reservation change publishSupply held back,
+// once reserveSettle has passed; one that was undone meanwhile needs no ad.
+// Driver only.
+func (n *Node) settleSupply(now time.Time) {
+	if n.settleAt.IsZero() || now.Before(n.settleAt) {
+		return
+	}
+	s := n.supply()
+	if supplyKey(s) == n.published {
+		n.settleAt = time.Time{}
+		return
+	}
+	n.publishNow(s)
+}
+
+// onlyReservations reports whether s differs from the card states last
+// published at most by cards turned from free to reserved or back.
+func onlyReservations(published map[string]gossip.CardState, s gossip.Supply) bool {
+	if published == nil || len(published) != len(s.Cards) {
+		return false
+	}
+	for _, c := range s.Cards {
+		was, ok := published[c.Card.ID]
+		switch {
+		case !ok:
+			return false
+		case was == c.State:
+		case (was == gossip.CardFree || was == gossip.CardReserved) && (c.State == gossip.CardFree || c.State == gossip.CardReserved):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// statesOf is the state of every card of s by card ID.
+func statesOf(s gossip.Supply) map[string]gossip.CardState {
+	out := make(map[string]gossip.CardState, len(s.Cards))
+	for _, c := range s.Cards {
+		out[c.Card.ID] = c.State
+	}
+	return out
 }
 
 // supplyChanged reports whether the cards' states differ from what was

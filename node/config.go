@@ -111,6 +111,12 @@ type Config struct {
 	CheckpointLimit int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
+	// ReserveSettle is how long a change of this node's cards that only
+	// reserves them for a bid, or releases such a reservation, waits before
+	// it is advertised (most end within it; see publishSupply). Default:
+	// the market's BidWindow + AwardTimeout (650 ms), one bid-and-award
+	// cycle.
+	ReserveSettle time.Duration
 	// MetaFreeEvery is the least time between two membership metadata
 	// updates that change only the free-card count (the capacity ads carry
 	// it at once; see updateMeta). Default 10 s.
@@ -177,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if c.CoordinatorAfter < 0 {
 		return fmt.Errorf("node: CoordinatorAfter %s: must not be negative", c.CoordinatorAfter)
+	}
+	if c.ReserveSettle < 0 {
+		return fmt.Errorf("node: ReserveSettle %s: must not be negative", c.ReserveSettle)
 	}
 	for model, p := range c.Prices {
 		if p <= 0 || p > market.MaxPriceCap {

@@ -37,6 +37,10 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.mk = mk
+	n.reserveSettle = n.cfg.ReserveSettle
+	if n.reserveSettle == 0 {
+		n.reserveSettle = mcfg.BidWindow + mcfg.AwardTimeout
+	}
 
 	var restored, ended int
 	err = n.store.ForEach(store.Jobs, func(id string, raw []byte) error {
@@ -96,6 +100,7 @@ func (n *Node) drive() {
 		case now := <-ticker.C:
 			n.updateCoordinatorFlag()
 			n.flushMeta(now)
+			n.settleSupply(now)
 			n.refreshStatus(now)
 			if now.Sub(n.book.checked) > time.Second {
 				n.checkBook(now)

@@ -34,6 +34,12 @@ type Node struct {
 
 	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
 	published string    // the card states last handed to the advertiser (supplyKey); driver only
+	// publishedStates are those states by card; settleAt, when set, is when
+	// a held-back reservation change is published (publishSupply);
+	// reserveSettle is Config.ReserveSettle or its default. Driver only.
+	publishedStates map[string]gossip.CardState
+	settleAt        time.Time
+	reserveSettle   time.Duration
 
 	// The membership metadata last sent, when, and whether a change of
 	// its free count is held back (updateMeta); driver only.
