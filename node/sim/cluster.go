@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -49,6 +50,11 @@ type ClusterConfig struct {
 	TickInterval time.Duration
 	// StartWorkers is how many nodes start at once. Default 4.
 	StartWorkers int
+	// OnStarted, when set, is called by StartCluster after each node it
+	// starts, with the nodes up so far and the nodes of the plan, from the
+	// goroutine that started it: calls may come at once from StartWorkers
+	// goroutines.
+	OnStarted func(up, total int)
 	// OnEvent, when set, receives every node's API events (job changes,
 	// reroutes, members) from the goroutine that reads that node's
 	// subscription. It must not block for long.
@@ -98,10 +104,24 @@ type Member struct {
 // ErrClusterClosed is returned by calls on a closed cluster.
 var ErrClusterClosed = errors.New("sim: cluster closed")
 
+// StartError is StartCluster's error: what stopped the start (ctx's error
+// when it ended), and how many of the plan's nodes were up then (they were
+// stopped before StartCluster returned).
+type StartError struct {
+	Up, Total int
+	Err       error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+
+// Unwrap returns what stopped the start.
+func (e *StartError) Unwrap() error { return e.Err }
+
 // StartCluster starts the gateway, then the other suppliers joining
 // through it, StartWorkers at a time. It returns once every node is up (not
-// once the mesh has converged: see WaitFormed). On error every node started
-// is stopped.
+// once the mesh has converged: see WaitFormed). On error (ctx ending
+// included: no node starts after that) every node started is stopped and
+// the error is a *StartError.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if len(cfg.Suppliers) == 0 || cfg.Dir == "" {
 		return nil, errors.New("sim: a cluster needs suppliers and a directory")
@@ -135,9 +155,28 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.members[s.Name] = &Member{Supplier: s, Cards: cards}
 		c.order = append(c.order, s.Name)
 	}
-	if err := c.Start(ctx, c.order[0]); err != nil {
+	total := len(c.order)
+	var up atomic.Int64
+	start := func(name string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := c.Start(ctx, name); err != nil {
+			return err
+		}
+		n := int(up.Add(1))
+		if cfg.OnStarted != nil {
+			cfg.OnStarted(n, total)
+		}
+		return nil
+	}
+	fail := func(err error) (*Cluster, error) {
+		e := &StartError{Up: len(c.Up()), Total: total, Err: err}
 		c.Close()
-		return nil, err
+		return nil, e
+	}
+	if err := start(c.order[0]); err != nil {
+		return fail(err)
 	}
 	sem := make(chan struct{}, cfg.StartWorkers)
 	errs := make(chan error, len(c.order))
@@ -153,16 +192,19 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 				return
 			}
 			defer func() { <-sem }()
-			errs <- c.Start(ctx, name)
+			errs <- start(name)
 		}()
 	}
 	wg.Wait()
 	close(errs)
+	var first error
 	for err := range errs {
-		if err != nil {
-			c.Close()
-			return nil, err
+		if err != nil && (first == nil || errors.Is(first, ctx.Err())) {
+			first = err // a node's own failure says more than ctx's end
 		}
+	}
+	if first != nil {
+		return fail(first)
 	}
 	return c, nil
 }

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -59,6 +57,10 @@ type DemoConfig struct {
 	TimeScale float64
 	// Trace, when set, supplies the jobs (PlanOptions.Trace).
 	Trace *workload.Trace
+	// Availability, when set, decides who leaves and comes back when
+	// instead of the tiers' churn (AvailabilitySchedule), TimeScale times
+	// faster than the trace. It needs Chaos.
+	Availability *workload.Availability
 	// Mix is the supply. Default DefaultMix().
 	Mix []TierProfile
 	// Load is the share of the cards the workload keeps busy on average.
@@ -69,8 +71,9 @@ type DemoConfig struct {
 	Dir string
 	// FormTimeout bounds the wait for the mesh to form. Default 20 s.
 	FormTimeout time.Duration
-	// Progress, when set, is called about once a second from one
-	// goroutine, and once more at the end.
+	// Progress, when set, is called once for each node started while the
+	// nodes start, then about once a second, and once more at the end;
+	// never by two goroutines at once.
 	Progress func(Progress)
 	// Logger receives the nodes' logs. Default: discard.
 	Logger *slog.Logger
@@ -93,6 +96,7 @@ type Progress struct {
 	Elapsed   time.Duration // since the workload started
 	Duration  time.Duration
 	Formation Formation
+	Started   int // nodes up so far, while starting (of len(Plan))
 	Jobs      Counts
 	Busy      []ModelBusy
 	SpendCNY  float64
@@ -106,12 +110,17 @@ type Progress struct {
 
 // RunDemo runs an in-process mesh of simulated suppliers with a workload
 // and (with Chaos) churn, until Duration passes or ctx ends, and returns
-// what happened. Ending early (ctx) still returns the summary so far, with
-// ctx's error. The nodes are stopped before it returns.
+// what happened. Ending early (ctx), even while the nodes start, still
+// returns the summary so far (Summary.Stopped says when), with ctx's
+// error. The nodes are stopped before it returns. A demo that would not
+// fit in the memory available is refused (CheckDemoMemory).
 func RunDemo(ctx context.Context, cfg DemoConfig) (*Summary, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if err := CheckDemoMemory(cfg.Nodes); err != nil {
+		return nil, fmt.Errorf("sim: %d nodes: %w", cfg.Nodes, err)
 	}
 	plan, err := PlanSuppliers(cfg.Nodes, cfg.Mix, cfg.Seed)
 	if err != nil {
@@ -147,9 +156,16 @@ func RunDemo(ctx context.Context, cfg DemoConfig) (*Summary, error) {
 		ccfg.API = &api.Config{Addr: cfg.API, Logger: cfg.Logger, OwnerTokens: map[string]owner.Key{cfg.OwnerToken: who}}
 	}
 	d := &demo{cfg: cfg, obs: obs, plan: plan}
+	ccfg.OnStarted = func(up, _ int) { d.report(Progress{Phase: PhaseStarting, Started: up}) }
 	d.report(Progress{Phase: PhaseStarting})
 	c, err := StartCluster(ctx, ccfg)
 	if err != nil {
+		var se *StartError
+		if ctx.Err() != nil && errors.As(err, &se) {
+			sum := d.summarize(Formation{}, 0)
+			sum.Stopped, sum.Started, sum.Invariants = PhaseStarting, se.Up, nil
+			return sum, ctx.Err()
+		}
 		return nil, err
 	}
 	d.cluster = c
@@ -198,9 +214,10 @@ func demoOwner(seed uint64) (owner.Key, error) {
 	return owner.KeyFromSeed(b)
 }
 
-// MaxDemoNodes is the most suppliers a demo runs: each full node takes
-// several MB and a share of a core.
-const MaxDemoNodes = 2000
+// MaxDemoNodes bounds the suppliers of a demo whatever the memory (each
+// full node takes about FullNodeMiB and a share of a core;
+// CheckDemoMemory refuses fewer where it can tell).
+const MaxDemoNodes = 10000
 
 func (c DemoConfig) validate() error {
 	switch {
@@ -210,6 +227,8 @@ func (c DemoConfig) validate() error {
 		return fmt.Errorf("sim: duration %v: want at least 1s", c.Duration)
 	case !(c.TimeScale > 0):
 		return fmt.Errorf("sim: time scale %v: want more than 0", c.TimeScale)
+	case c.Availability != nil && !c.Chaos:
+		return errors.New("sim: an availability trace needs Chaos")
 	}
 	return nil
 }
@@ -225,11 +244,17 @@ type demo struct {
 	form    Formation
 	scale   ScaleResult
 	source  string     // the workload's trace
-	mu      sync.Mutex // guards form, scale, started
+	churnOf string     // where the churn came from
+	mu      sync.Mutex // guards form, scale, started, churnOf
+	// reportMu serializes calls to cfg.Progress (the nodes' starts report
+	// from several goroutines).
+	reportMu sync.Mutex
 }
 
 func (d *demo) report(p Progress) {
 	if d.cfg.Progress != nil {
+		d.reportMu.Lock()
+		defer d.reportMu.Unlock()
 		p.Duration, p.API, p.Plan, p.Seed = d.cfg.Duration, d.api, d.plan, d.cfg.Seed
 		if d.api != "" {
 			p.Token = d.cfg.OwnerToken
@@ -268,7 +293,9 @@ func (d *demo) run(ctx context.Context) (*Summary, error) {
 	})
 	cancel()
 	if err != nil && ctx.Err() != nil {
-		return d.summarize(form, 0), ctx.Err()
+		sum := d.summarize(form, 0)
+		sum.Stopped, sum.Started, sum.Invariants = PhaseForming, form.Up, nil
+		return sum, ctx.Err()
 	}
 	cards := 0
 	for _, s := range d.plan {
@@ -291,10 +318,9 @@ func (d *demo) run(ctx context.Context) (*Summary, error) {
 	go func() { defer wg.Done(); d.trainingLoop(runCtx, start, wl) }()
 	go func() { defer wg.Done(); d.sampleLoop(runCtx) }()
 	if d.cfg.Chaos {
-		for _, ev := range ChaosSchedule(d.plan, d.cfg.Duration, d.cfg.TimeScale, d.cfg.Seed) {
-			wg.Add(1)
-			go func() { defer wg.Done(); d.churn(runCtx, start, ev) }()
-		}
+		events := d.chaos()
+		wg.Add(1)
+		go func() { defer wg.Done(); d.runChurn(runCtx, start, events) }()
 	}
 	timer := time.NewTimer(d.cfg.Duration)
 	select {
@@ -308,7 +334,33 @@ func (d *demo) run(ctx context.Context) (*Summary, error) {
 	d.report(d.progress(PhaseRunning))
 	elapsed := min(time.Since(start), d.cfg.Duration)
 	d.source = wl.Source
-	return d.summarize(form, elapsed), ctx.Err()
+	sum := d.summarize(form, elapsed)
+	if ctx.Err() != nil {
+		sum.Stopped = PhaseRunning
+	}
+	return sum, ctx.Err()
+}
+
+// chaos is the churn schedule: the availability trace's, or drawn from
+// the tiers' churn.
+func (d *demo) chaos() []ChaosEvent {
+	if av := d.cfg.Availability; av != nil {
+		events, use := AvailabilitySchedule(d.plan, *av, d.cfg.Duration, d.cfg.TimeScale)
+		desc := fmt.Sprintf("availability trace %s: %d trace nodes drive suppliers", use.Name, len(use.Drives))
+		if len(use.Unused) > 0 {
+			desc += fmt.Sprintf(", %d unused", len(use.Unused))
+		}
+		d.setChurn(desc)
+		return events
+	}
+	d.setChurn("drawn from the tiers' churn")
+	return ChaosSchedule(d.plan, d.cfg.Duration, d.cfg.TimeScale, d.cfg.Seed)
+}
+
+func (d *demo) setChurn(desc string) {
+	d.mu.Lock()
+	d.churnOf = desc
+	d.mu.Unlock()
 }
 
 // submitAll submits the planned jobs through the gateway at their times,
@@ -464,78 +516,6 @@ func (d *demo) freeClassNodes() int {
 		}
 	}
 	return n
-}
-
-// ChaosEvent is one supplier's leaving or coming back.
-type ChaosEvent struct {
-	At       time.Duration
-	Supplier string
-	Up       bool // coming back
-	Crash    bool // leaving without a goodbye (home PCs are switched off)
-}
-
-// ChaosSchedule draws when each supplier that does not coordinate leaves
-// and comes back within duration: up-sessions from its tier's churn, run
-// timeScale times faster. Home PCs crash; café PCs leave gracefully.
-func ChaosSchedule(plan []Supplier, duration time.Duration, timeScale float64, seed uint64) []ChaosEvent {
-	r := rand.New(rand.NewPCG(seed, 0xc4a05))
-	var out []ChaosEvent
-	for _, s := range plan {
-		if s.Coordinates || s.Churn.MTBF <= 0 {
-			continue
-		}
-		churn := workloadChurn(s, timeScale)
-		for i, ss := range workload.Sessions(s.Name, churn, duration, r) {
-			if i > 0 {
-				out = append(out, ChaosEvent{At: ss.Up, Supplier: s.Name, Up: true})
-			}
-			if ss.Down != workload.Forever {
-				out = append(out, ChaosEvent{At: ss.Down, Supplier: s.Name, Crash: s.Tier == TierHome})
-			}
-		}
-	}
-	slices.SortStableFunc(out, func(a, b ChaosEvent) int { return int(a.At - b.At) })
-	return out
-}
-
-func workloadChurn(s Supplier, timeScale float64) workload.Churn {
-	return workload.Churn{MTBF: time.Duration(float64(s.Churn.MTBF) / timeScale), MTTR: time.Duration(float64(s.Churn.MTTR) / timeScale)}
-}
-
-// churn carries out one chaos event at its time. Events of one supplier
-// are apart by at least a millisecond; one that finds the supplier in the
-// wrong state (its leave still running) waits for it briefly.
-func (d *demo) churn(ctx context.Context, start time.Time, ev ChaosEvent) {
-	t := time.NewTimer(time.Until(start.Add(ev.At)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-t.C:
-	}
-	for range 50 {
-		var err error
-		switch {
-		case ev.Up:
-			err = d.cluster.Start(ctx, ev.Supplier)
-		case ev.Crash:
-			err = d.cluster.Crash(ev.Supplier)
-		default:
-			err = d.cluster.Leave(ev.Supplier)
-		}
-		if err == nil {
-			d.obs.churn(ev.Up)
-			return
-		}
-		if errors.Is(err, ErrClusterClosed) || ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond): // the supplier's previous change is still under way
-		}
-	}
 }
 
 // sampleLoop samples every node's processes five times a second, folds the

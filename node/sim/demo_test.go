@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -99,12 +100,111 @@ func TestDemoStoppedEarlyStillSummarizes(t *testing.T) {
 	}
 }
 
+// TestDemoStoppedWhileStarting cancels a demo while its nodes start: it
+// returns a summary that says how many were up and that nothing ran, with
+// the context's error, and leaves no node behind (TestMain's leak check).
+func TestDemoStoppedWhileStarting(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		seen   []int // Started of each starting report
+		starts int   // reports after the cancel
+	)
+	sum, err := RunDemo(ctx, DemoConfig{
+		Nodes:    20,
+		Duration: time.Minute,
+		Seed:     1,
+		Dir:      t.TempDir(),
+		Progress: func(p Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if p.Phase != PhaseStarting {
+				t.Errorf("a %s report: the demo went on past starting", p.Phase)
+				return
+			}
+			seen = append(seen, p.Started)
+			if ctx.Err() != nil {
+				starts++
+			}
+			if p.Started >= 2 {
+				cancel()
+			}
+		},
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	total := DemoNodes(20)
+	// At most StartWorkers (4) starts were under way when it was cancelled.
+	if sum == nil || sum.Stopped != PhaseStarting || sum.Started < 2 || sum.Started > 2+4 || sum.Nodes != total || sum.Jobs.Submitted != 0 {
+		t.Fatalf("summary %+v; want stopped while starting with 2 to 6 of %d nodes up", sum, total)
+	}
+	var out bytes.Buffer
+	if err := sum.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	want := fmt.Sprintf("stopped while starting: %d of %d nodes up\n", sum.Started, total)
+	if !strings.Contains(text, want) || !strings.Contains(text, "nothing ran") || strings.Contains(text, "placement latency") {
+		t.Errorf("summary text lacks %q or says more than it has:\n%s", want, text)
+	}
+	if !sum.OK() {
+		t.Errorf("invariants %+v: none can have broken", sum.Invariants)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 || seen[0] != 0 || starts > 4 {
+		t.Errorf("starting reports %v, %d after the cancel", seen, starts)
+	}
+}
+
+// TestDemoFollowsAvailabilityTrace runs a demo whose churn is an
+// availability trace: home-1 is down from 60 s to 180 s of the trace (1 s
+// to 3 s at 60×); it goes at its time, comes back at its time, and no
+// other supplier moves.
+func TestDemoFollowsAvailabilityTrace(t *testing.T) {
+	av, err := workload.ParseAvailability(strings.NewReader("node,up_s,down_s\nhome-1,0,60\nhome-1,180,\n"), "av.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := RunDemo(context.Background(), DemoConfig{
+		Nodes:        6,
+		Duration:     5 * time.Second,
+		Seed:         2,
+		Chaos:        true,
+		Availability: &av,
+		Dir:          t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Churned) != 2 || sum.Left != 1 || sum.Joined != 1 {
+		t.Fatalf("churn %+v (%d left, %d back); want home-1 down and back", sum.Churned, sum.Left, sum.Joined)
+	}
+	down, back := sum.Churned[0], sum.Churned[1]
+	if down.Supplier != "home-1" || down.Up || !down.Crash || down.At < time.Second {
+		t.Errorf("departure %+v: want home-1 crashing at 1 s or later", down)
+	}
+	if back.Supplier != "home-1" || !back.Up || back.At < 3*time.Second {
+		t.Errorf("return %+v: want home-1 back at 3 s or later", back)
+	}
+	if !strings.Contains(sum.ChurnFrom, "availability trace av.csv: 1 trace nodes drive suppliers") {
+		t.Errorf("churn from %q", sum.ChurnFrom)
+	}
+	if !sum.OK() {
+		t.Errorf("an invariant broke: %+v", sum.Invariants)
+	}
+}
+
 func TestDemoRefusesBadConfig(t *testing.T) {
+	av := workload.Availability{Name: "av", Sessions: []workload.Session{{Node: "home-1", Down: workload.Forever}}}
 	for _, cfg := range []DemoConfig{
 		{Nodes: -1},
 		{Nodes: MaxDemoNodes + 1},
 		{Duration: time.Millisecond},
 		{TimeScale: -2},
+		{Availability: &av}, // without Chaos
 	} {
 		if _, err := RunDemo(context.Background(), cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)

@@ -28,6 +28,7 @@ type observer struct {
 	samples    int
 	left       int // departures (leave or crash)
 	joined     int // suppliers back
+	churned    []ChaosEvent
 }
 
 // jobTrack is what the observer knows of one job.
@@ -202,11 +203,13 @@ func (o *observer) modelUse(m string) *modelUse {
 	return u
 }
 
-// churn counts a supplier leaving (up false) or coming back.
-func (o *observer) churn(up bool) {
+// churn records a supplier leaving or coming back (ev.At: when it was
+// done, after the workload started).
+func (o *observer) churn(ev ChaosEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if up {
+	o.churned = append(o.churned, ev)
+	if ev.Up {
 		o.joined++
 	} else {
 		o.left++

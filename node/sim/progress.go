@@ -13,7 +13,7 @@ func (p Progress) Lines() []string {
 	head := fmt.Sprintf("gpumesh demo · seed %d · %s", p.Seed, Describe(p.Plan))
 	switch p.Phase {
 	case PhaseStarting:
-		return []string{head, "starting the nodes…"}
+		return []string{head, fmt.Sprintf("starting the nodes… %d of %d up", p.Started, len(p.Plan))}
 	case PhaseForming:
 		f := p.Formation
 		return []string{head, fmt.Sprintf("mesh forming: the gateway hears %d of %d nodes, %d of %d coordinators, %d of %d cards",

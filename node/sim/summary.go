@@ -16,14 +16,26 @@ import (
 // Summary is what a demo did: placement and reroute latency, utilization
 // and cost, and the invariant checks.
 type Summary struct {
-	Seed     uint64
-	Mesh     string // Describe(plan)
-	Nodes    int
-	Cards    int
-	Chaos    bool
+	Seed  uint64
+	Mesh  string // Describe(plan)
+	Nodes int
+	Cards int
+	Chaos bool
+	// ChurnFrom says where the churn came from (with Chaos): the tiers'
+	// churn or an availability trace.
+	ChurnFrom string
+	// Churned lists the departures and returns carried out, with when
+	// (after the workload started).
+	Churned  []ChaosEvent
 	Workload string
 	Duration time.Duration // asked
 	Elapsed  time.Duration // of the workload (shorter when stopped early)
+	// Stopped is the phase the demo was in when ctx ended it: "" when it
+	// ran its Duration; PhaseStarting or PhaseForming when no job ran.
+	Stopped Phase
+	// Started is how many nodes were up when it was stopped while
+	// starting or forming.
+	Started int
 	// Formed is how far the mesh had formed when the workload started.
 	Formed Formation
 	Jobs   Counts
@@ -116,13 +128,14 @@ func (d *demo) summarize(form Formation, elapsed time.Duration) *Summary {
 	d.mu.Lock()
 	scale := d.scale
 	source := d.source
+	churnOf := d.churnOf
 	d.mu.Unlock()
 	o := d.obs
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := &Summary{Seed: d.cfg.Seed, Mesh: Describe(d.plan), Nodes: len(d.plan), Chaos: d.cfg.Chaos, Workload: source,
 		Duration: d.cfg.Duration, Elapsed: elapsed, Formed: form, Jobs: o.countsLocked(), Left: o.left, Joined: o.joined,
-		Training: scale, Utilization: o.busyLocked()}
+		Training: scale, Utilization: o.busyLocked(), ChurnFrom: churnOf, Churned: slices.Clone(o.churned)}
 	for _, p := range d.plan {
 		s.Cards += p.Cards
 	}
@@ -351,9 +364,26 @@ func first(s []string, n int) []string { return s[:min(n, len(s))] }
 // WriteText writes the summary as the tables the demo prints at the end.
 func (s *Summary) WriteText(w io.Writer) error {
 	var b strings.Builder
+	switch s.Stopped {
+	case PhaseStarting, PhaseForming:
+		fmt.Fprintf(&b, "gpumesh demo · seed %d · %s\n", s.Seed, s.Mesh)
+		if s.Stopped == PhaseStarting {
+			fmt.Fprintf(&b, "stopped while starting: %d of %d nodes up\n", s.Started, s.Nodes)
+		} else {
+			f := s.Formed
+			fmt.Fprintf(&b, "stopped while the mesh formed: %d of %d nodes up; the gateway heard %d of them, %d of %d coordinators, %d of %d cards\n",
+				f.Up, s.Nodes, f.Members, f.Coordinators, f.Coordinating, f.Book, f.Cards)
+		}
+		b.WriteString("nothing ran: no job was submitted, no supplier left\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	chaos := "off"
 	if s.Chaos {
 		chaos = fmt.Sprintf("on: %d suppliers left, %d came back", s.Left, s.Joined)
+		if s.ChurnFrom != "" {
+			chaos += " (" + s.ChurnFrom + ")"
+		}
 	}
 	fmt.Fprintf(&b, "gpumesh demo · seed %d · %s of %s · %s · chaos %s\n", s.Seed, round(s.Elapsed), round(s.Duration), s.Mesh, chaos)
 	fmt.Fprintf(&b, "workload: %s\n\n", s.Workload)

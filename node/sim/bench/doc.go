@@ -14,7 +14,8 @@
 //   - scaleup: a running elastic job from 1 to 1000 cards.
 //   - failover: reroute latency after a crash and after a silent loss; CDF.
 //   - gossip: ad propagation, idle bytes per node and memory per node on a
-//     1000-node gossip mesh.
+//     1000-node gossip mesh (the resident set's growth, held to 1 MB, and
+//     the Go heap and stacks).
 //   - quality: throughput and cost of the mesh's placements against an
 //     ideal central matcher on the same workload.
 //

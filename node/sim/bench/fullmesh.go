@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 		f.cards += s.Cards
 	}
 	profile := sim.SimProfile()
-	m0, rss0 := heapInUse(), rssBytes()
+	m0, rss0 := memBaseline()
 	start := time.Now()
 	c, err := sim.StartCluster(ctx, sim.ClusterConfig{
 		Suppliers:    f.plan,
@@ -124,6 +125,15 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 		f.rssPerNode = float64(rssBytes()-rss0) / float64(cfg.Nodes)
 	}
 	return f, nil
+}
+
+// memBaseline returns the heap and stacks in use and the resident set
+// (heapInUse, rssBytes) after handing the pages free so far back to the
+// system, so that a later rssBytes counts what was built since and not
+// pages an earlier scenario left resident.
+func memBaseline() (heap, rss int64) {
+	debug.FreeOSMemory()
+	return heapInUse(), rssBytes()
 }
 
 // heapInUse is the heap and goroutine stacks in use after a collection.

@@ -1,32 +1,33 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gpumesh/gpumesh/node/sim"
 )
 
 // Memory a run needs, measured on linux/amd64 with Go 1.25 (heap, stacks
-// and the runtime's overhead, rounded up).
+// and the runtime's overhead, rounded up). gpumesh demo refuses a mesh by
+// the same figures (sim.CheckDemoMemory).
 const (
 	// FullNodeMiB is one full node of the in-process mesh (node.Start on
 	// mesh.SimNetwork: libp2p host, memberlist, gossipsub, market, bbolt)
-	// plus its share of the links.
-	FullNodeMiB = 10
+	// plus its share of the links: sim.FullNodeMiB.
+	FullNodeMiB = sim.FullNodeMiB
 	// GossipNodeMiB is one node of the gossip-only mesh with about 20 links.
 	GossipNodeMiB = 1
 	// VirtualNodeKiB is one node of the virtual-time market mesh.
 	VirtualNodeKiB = 64
 	// baseMiB is the process itself.
-	baseMiB = 100
+	baseMiB = sim.BaseMiB
 )
 
-// ErrTooBig is wrapped by CheckMemory when a run would not fit.
-var ErrTooBig = errors.New("not enough memory")
+// ErrTooBig is wrapped by CheckMemory when a run would not fit
+// (sim.ErrTooBig).
+var ErrTooBig = sim.ErrTooBig
 
 // EstimateMiB estimates the memory a run of cfg needs at its peak: the
 // biggest of the meshes it builds (they are built one after another).
@@ -52,8 +53,8 @@ func EstimateMiB(cfg Config) uint64 {
 }
 
 // CheckMemory refuses a run whose estimate (EstimateMiB) is above 80% of
-// the memory available now. Where the available memory is unknown (no
-// /proc/meminfo) it lets the run go.
+// the memory available now (sim.MemoryShare). Where the available memory
+// is unknown (no /proc/meminfo) it lets the run go.
 func CheckMemory(cfg Config) error {
 	cfg = cfg.withDefaults()
 	if len(cfg.Scenarios) == 0 {
@@ -64,47 +65,16 @@ func CheckMemory(cfg Config) error {
 		return nil
 	}
 	need := EstimateMiB(cfg)
-	if float64(need) > 0.8*float64(avail) {
+	if !sim.Fits(need, avail) {
 		return fmt.Errorf("%w: %d full nodes × %d MiB, %d gossip nodes × %d MiB: about %d MiB at the peak, and %d MiB is available (at most 80%% of it is used); ask for fewer nodes (at most about %d full nodes here)",
-			ErrTooBig, cfg.Nodes, FullNodeMiB, cfg.GossipNodes, GossipNodeMiB, need, avail, maxFullNodes(avail))
+			ErrTooBig, cfg.Nodes, FullNodeMiB, cfg.GossipNodes, GossipNodeMiB, need, avail, sim.MaxFullNodes(avail))
 	}
 	return nil
 }
 
-func maxFullNodes(availMiB uint64) uint64 {
-	budget := 0.8*float64(availMiB) - baseMiB
-	if budget < 0 {
-		return 0
-	}
-	return uint64(budget) / FullNodeMiB
-}
-
-// memInfo reads the machine's total and available memory in MiB from
-// /proc/meminfo; zeros where it cannot.
-func memInfo() (total, avail uint64) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, 0
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "MemTotal:":
-			total = v / 1024
-		case "MemAvailable:":
-			avail = v / 1024
-		}
-	}
-	return total, avail
-}
+// memInfo is the machine's total and available memory in MiB
+// (sim.MemInfo).
+func memInfo() (total, avail uint64) { return sim.MemInfo() }
 
 // rssBytes is this process's resident set size (VmRSS of
 // /proc/self/status), 0 where unknown.

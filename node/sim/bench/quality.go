@@ -147,8 +147,12 @@ func runQuality(ctx context.Context, r *runner) error {
 		Note: "compute units placed, every job"}, "≥ 98%", tput >= 0.98))
 	r.row(target(Row{Scenario: ScenarioQuality, Case: "mesh / central", Metric: "effective cost", Value: 100 * eff, Unit: "%",
 		Note: "Σ price / (survival × CU) over the jobs both placed: what both minimize"}, "≤ 101%", eff <= 1.01))
-	r.row(Row{Scenario: ScenarioQuality, Case: "mesh / central", Metric: "cost", Value: 100 * ratio(meshBoth.costCNY, idealBoth.costCNY), Unit: "%",
-		Note: "CNY/h asked, the jobs both placed"})
+	cost := ratio(meshBoth.costCNY, idealBoth.costCNY)
+	r.row(target(Row{Scenario: ScenarioQuality, Case: "mesh / central", Metric: "cost", Value: 100 * cost, Unit: "%",
+		Note: "CNY/h the chosen cards ask, the jobs both placed"}, "≤ 101%", cost <= 1.01))
+	r.row(Row{Scenario: ScenarioQuality, Case: "mesh / central", Metric: "paid", Value: 100 * ratio(meshBoth.paidCNY, idealBoth.costCNY), Unit: "%",
+		Note: "CNY/h the jobs pay at the uniform clearing price (each winner gets the best losing offer, converted to its card, never below its ask) against the central matcher's asks: the pricing rule's premium, not a placement choice"})
+	r.note("quality: the auction minimizes survival-weighted effective cost, Σ price / (survival × CU), as the central matcher does; it may take a dearer card on a steadier supplier, so its CNY cost can exceed the central matcher's while its effective cost does not. Both cost rows are held to the target of 101%%.")
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/node/sim"
 )
 
 // runner is one run: the configuration, what was measured so far, and the
@@ -123,7 +125,7 @@ func (r *runner) fullMesh(ctx context.Context) (*fullMesh, error) {
 	if _, avail := memInfo(); avail > 0 && r.cfg.Nodes < 1000 {
 		need := uint64(1000*FullNodeMiB + baseMiB)
 		fits := "would fit in memory"
-		if float64(need) > 0.8*float64(avail) {
+		if !sim.Fits(need, avail) {
 			fits = "would not fit in memory"
 		}
 		r.note("1000 full nodes need about %d MiB and %d MiB is available: they %s; this run used %d (--nodes), which started and formed in %s on %d CPUs",

@@ -117,12 +117,41 @@ func TestScenarios(t *testing.T) {
 		t.Errorf("gossip trials %d", g.N)
 	}
 
+	// gossip memory: the resident set per node is held to the target of
+	// 1 MB; the heap and stacks are a figure of their own.
+	if rssBytes() > 0 {
+		rss := find(t, res, ScenarioGossip, "nodes", "", "RSS/node")
+		if rss.Value <= 0 || rss.Unit != "MB" || rss.Met == nil || *rss.Met != (rss.Value < 1) {
+			t.Errorf("gossip RSS row %+v", rss)
+		}
+	}
+	if heap := find(t, res, ScenarioGossip, "nodes", "", "heap+stacks/node"); heap.Value <= 0 || heap.Met != nil {
+		t.Errorf("gossip heap row %+v: a figure without a target", heap)
+	}
+
 	// quality: the auction is within a few percent of the central
-	// matcher on a tiny mesh.
-	for _, m := range []string{"throughput", "effective cost"} {
-		if q := find(t, res, ScenarioQuality, "mesh / central", "", m); q.Value < 90 || q.Value > 110 {
+	// matcher on a tiny mesh, and every ratio with a target is marked
+	// by its value.
+	for _, m := range []string{"throughput", "effective cost", "cost", "paid"} {
+		if q := find(t, res, ScenarioQuality, "mesh / central", "", m); q.Value < 90 || q.Value > 130 {
 			t.Errorf("quality %s %v%%", m, q.Value)
 		}
+	}
+	for _, c := range []struct {
+		metric string
+		met    func(v float64) bool
+	}{
+		{"throughput", func(v float64) bool { return v >= 98 }},
+		{"effective cost", func(v float64) bool { return v <= 101 }},
+		{"cost", func(v float64) bool { return v <= 101 }},
+	} {
+		q := find(t, res, ScenarioQuality, "mesh / central", "", c.metric)
+		if q.Met == nil || *q.Met != c.met(q.Value) {
+			t.Errorf("quality %s %v%% marked %v", c.metric, q.Value, q.Met)
+		}
+	}
+	if !strings.Contains(strings.Join(res.Notes, "\n"), "survival-weighted effective cost") {
+		t.Errorf("no note on why CNY cost may exceed the central matcher's: %q", res.Notes)
 	}
 	if len(res.Plots) != 2 {
 		t.Errorf("plots %d, want placement and failover", len(res.Plots))
