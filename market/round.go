@@ -387,7 +387,7 @@ func (c *coordinator) explainRound(j *job, r *round) {
 	}
 	e := r.expl
 	r.x.finish(&e, c.n.cfg.ExplainEntries)
-	c.track.annotate(&e, r.lots)
+	c.track.annotate(&e, r.lots, r.lotBy)
 	j.explain = &e
 	c.touch(j)
 }

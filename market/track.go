@@ -230,6 +230,9 @@ func (b *trackBook) bid(node string, a Availability) {
 
 // losses is e's decayed loss weight at now, e unchanged.
 func (b *trackBook) losses(e *trackEntry, now time.Time) float64 {
+	if e.Losses < cleanLosses {
+		return e.Losses // clean already, however long ago: no need to decay
+	}
 	if dt := now.Sub(e.At); dt > 0 {
 		return e.Losses * math.Exp2(-float64(dt)/float64(b.n.cfg.TrackHalfLife))
 	}
@@ -297,8 +300,8 @@ func (b *trackBook) note(node string, adv time.Duration, advKnown bool) string {
 
 // annotate appends the track-record note to the kept entries of suppliers
 // whose MTBF their record lowered. lots are the round's bids (their
-// Availability is what clearing weighed).
-func (b *trackBook) annotate(e *Explanation, lots []Lot) {
+// Availability is what clearing weighed), lotBy their index by node.
+func (b *trackBook) annotate(e *Explanation, lots []Lot, lotBy map[string]int) {
 	if b == nil || len(b.recs) == 0 {
 		return
 	}
@@ -309,7 +312,7 @@ func (b *trackBook) annotate(e *Explanation, lots []Lot) {
 		}
 		var adv time.Duration
 		known := false
-		if k := slices.IndexFunc(lots, func(l Lot) bool { return l.Node == en.Node }); k >= 0 {
+		if k, ok := lotBy[en.Node]; ok && k < len(lots) {
 			adv, known = lots[k].Availability.MTBF.Std(), true
 		}
 		if n := b.note(en.Node, adv, known); n != "" {
