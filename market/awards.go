@@ -84,7 +84,7 @@ func (c *coordinator) onAccept(from string, m *Accept) error {
 
 // accepted records that the node of an awarded attempt committed its cards.
 func (c *coordinator) accepted(j *job, p *placement) {
-	p.lastHeard = c.n.now
+	p.lastHeard, p.watched = c.n.now, true
 	p.State = PlacementAccepted
 	if !j.twoPhase() {
 		p.State = PlacementRunning

@@ -146,7 +146,7 @@ func feasibleCards(in clearInput) ([]candidate, []int) {
 			in.explainGroup(lot, ReasonExcluded, len(lot.Cards), "the node already runs a share of this job")
 			continue
 		}
-		p := in.scorer.survival(lot.Availability)
+		p := in.scorer.survival(lot.Node, lot.Availability)
 		avoid := in.avoid[lot.Node]
 		var failed map[Reason]int
 		var firstFail map[Reason]cardFacts
@@ -378,7 +378,7 @@ func (in *clearInput) price(res *clearing) {
 	for wi := range res.winners {
 		w := &res.winners[wi]
 		lot := &in.lots[w.lot]
-		p := in.scorer.survival(lot.Availability)
+		p := in.scorer.survival(lot.Node, lot.Availability)
 		w.pay = make([]float64, len(w.cards))
 		for i, ci := range w.cards {
 			c := &lot.Cards[ci]

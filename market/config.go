@@ -119,6 +119,19 @@ type Config struct {
 	// ExplainEntries is the most entries kept in a job's Explanation.
 	// Default 64.
 	ExplainEntries int
+
+	// TrackRecordLimit is the most suppliers this node keeps a track record
+	// of as a coordinator (track.go); past it the least recently seen
+	// record without losses goes first. 0 keeps none: clearing takes every
+	// advertised MTBF at its word. Default 4096 (about a megabyte).
+	TrackRecordLimit int
+	// TrackHalfLife is how fast a track record forgets: its losses and run
+	// time halve every TrackHalfLife. Default 24h.
+	TrackHalfLife time.Duration
+	// TrackRecords are the track records persisted by an earlier run of
+	// this node (Ready.TrackRecords), restored at start; each must pass
+	// TrackRecord.Validate. Default none.
+	TrackRecords []TrackRecord
 }
 
 // DefaultConfig returns the defaults documented on Config for node id.
@@ -144,6 +157,8 @@ func DefaultConfig(id string) Config {
 		UnknownMTBF:         6 * time.Hour,
 		UnknownComputeUnits: 0.1,
 		ExplainEntries:      64,
+		TrackRecordLimit:    4096,
+		TrackHalfLife:       24 * time.Hour,
 	}
 }
 
@@ -162,10 +177,10 @@ func (c *Config) Validate() error {
 		"ReserveTTL": c.ReserveTTL, "RenewInterval": c.RenewInterval, "FenceAfter": c.FenceAfter,
 		"ReportTTL": c.ReportTTL, "BidWindow": c.BidWindow, "AwardTimeout": c.AwardTimeout,
 		"LostAfter": c.LostAfter, "HintGrace": c.HintGrace, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
-		"DefaultDuration": c.DefaultDuration, "UnknownMTBF": c.UnknownMTBF,
+		"DefaultDuration": c.DefaultDuration, "UnknownMTBF": c.UnknownMTBF, "TrackHalfLife": c.TrackHalfLife,
 	}
 	for _, name := range []string{"ReserveTTL", "RenewInterval", "FenceAfter", "ReportTTL", "BidWindow", "AwardTimeout",
-		"LostAfter", "HintGrace", "RetryMin", "RetryMax", "DefaultDuration", "UnknownMTBF"} {
+		"LostAfter", "HintGrace", "RetryMin", "RetryMax", "DefaultDuration", "UnknownMTBF", "TrackHalfLife"} {
 		if positive[name] <= 0 {
 			return bad(name, "must be positive, got %v", positive[name])
 		}
@@ -189,6 +204,8 @@ func (c *Config) Validate() error {
 		return bad("UnknownComputeUnits", "must be above 0 and at most 100, got %v", c.UnknownComputeUnits)
 	case c.ExplainEntries < 0:
 		return bad("ExplainEntries", "must not be negative, got %d", c.ExplainEntries)
+	case c.TrackRecordLimit < 0 || c.TrackRecordLimit > maxTrackRecords:
+		return bad("TrackRecordLimit", "must be between 0 and %d, got %d", maxTrackRecords, c.TrackRecordLimit)
 	case !(c.Prices.PreemptibleFactor > 0) || c.Prices.PreemptibleFactor > 1:
 		return bad("Prices.PreemptibleFactor", "must be above 0 and at most 1, got %v", c.Prices.PreemptibleFactor)
 	case c.Availability.MTBF < 0:
@@ -200,6 +217,11 @@ func (c *Config) Validate() error {
 	for model, p := range c.Prices.PerModel {
 		if math.IsNaN(p) || p <= 0 || p > MaxPriceCap {
 			return bad("Prices.PerModel["+model+"]", "must be above 0 and at most %d, got %v", MaxPriceCap, p)
+		}
+	}
+	for i := range c.TrackRecords {
+		if err := c.TrackRecords[i].Validate(); err != nil {
+			return bad(fmt.Sprintf("TrackRecords[%d]", i), "%v", err)
 		}
 	}
 	seen := map[string]bool{}

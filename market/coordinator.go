@@ -16,6 +16,13 @@ type coordinator struct {
 	active map[string]*job // jobs with something left to do
 	order  []string        // tick's scratch: the active jobs by ID
 
+	track    *trackBook // what this node saw of each supplier (track.go)
+	lastTick time.Time  // the previous Tick
+	// resumedAt is the Tick that ended a gap of FenceAfter/2 since the one
+	// before (this node was frozen): losses of attempts not heard from
+	// since are not charged to their suppliers.
+	resumedAt time.Time
+
 	// Candidate selection's scratch, reused from call to call.
 	lists  []modelList
 	best   offerHeap
@@ -23,7 +30,7 @@ type coordinator struct {
 }
 
 func newCoordinator(n *Node) *coordinator {
-	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}}
+	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}, track: newTrackBook(n)}
 }
 
 type shareEpoch struct {
@@ -94,6 +101,9 @@ type placement struct {
 	gang         *GangInfo // the roster sent in its Start
 	world        int       // the cards of that roster
 	moving       bool      // its node is draining (see drain.go)
+	// watched: this coordinator saw the attempt accept or renew, so its
+	// end counts in its node's track record.
+	watched bool
 }
 
 func (j *job) flexible() bool {
@@ -215,7 +225,7 @@ func (c *coordinator) newJob(spec JobSpec) *job {
 	return &job{
 		spec:        spec,
 		match:       newMatcher(FilterOf(&spec)),
-		scorer:      &scorer{duration: dur, unknownMTBF: c.n.cfg.UnknownMTBF, unknownCU: c.n.cfg.UnknownComputeUnits},
+		scorer:      &scorer{duration: dur, unknownMTBF: c.n.cfg.UnknownMTBF, unknownCU: c.n.cfg.UnknownComputeUnits, track: c.track},
 		seed:        seedOf(spec.ID),
 		term:        1,
 		target:      spec.TotalCards(),

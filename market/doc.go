@@ -30,6 +30,7 @@
 //		for n.HasReady() {
 //			rd := n.Ready()
 //			persist(rd.Jobs, rd.Attempts)    // before anything leaves the node
+//			persist(rd.ForgetTrackRecords, rd.TrackRecords) // restored via cfg.TrackRecords
 //			send(rd.Messages)                 // To "" means the broadcast topic
 //			executor.Stop(rd.Stop)            // each reports ExecutionExited when gone
 //			executor.Start(rd.Start)          // each reports ExecutionStarted
@@ -48,6 +49,11 @@
 // run, the most network, caps on the memory, pids and CPU weight a job
 // declares in its Resources) decides which BidRequests it bids for; it
 // declines the others with the reason, which the job's Explanation keeps.
+//
+// A coordinator keeps a track record of every supplier it watched run
+// attempts (losses, clean ends, run time; TrackRecords), from what it saw
+// itself only, and clearing takes a supplier that lost shares here at a
+// lower MTBF than it advertises (see the README).
 //
 // The Book (BookView) is the coordinator's read-only view of the mesh's
 // free capacity; node folds the capacity ads it hears into a *Book with

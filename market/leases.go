@@ -39,6 +39,10 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	default:
 		return stop(fmt.Sprintf("the attempt is %s", p.State))
 	}
+	if p.watched {
+		c.track.ran(from, min(c.n.now.Sub(p.lastHeard), c.n.cfg.LostAfter))
+	}
+	p.watched = true
 	p.lastHeard, p.suspectSince = c.n.now, time.Time{}
 	c.bill(j, p, m.CardSeconds)
 	if m.Started && p.StartedAt.IsZero() {
@@ -106,6 +110,9 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	default:
 		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause))
 	}
+	// Fenced or a card lost: the supplier lost it. Preempted: it said so,
+	// for work the job's kind lets take its cards.
+	c.trackEnd(p, p.State == PlacementLost && m.Cause != CausePreempted)
 	switch p.State {
 	case PlacementExited:
 		c.onExit(j, p, code)
@@ -182,9 +189,24 @@ func (c *coordinator) replace(j *job, p *placement) {
 // already if it could not reach this coordinator).
 func (c *coordinator) declareLost(j *job, p *placement, why string) {
 	c.n.send(p.Node, &Stop{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, Reason: why})
+	c.trackEnd(p, true)
 	c.settle(j, p, PlacementLost, "", why)
 	c.onLost(j, p)
 	c.refresh(j)
+}
+
+// trackEnd adds the end of an attempt to its node's track record: one this
+// coordinator watched (saw accept or renew), and, for a loss, heard from
+// since this coordinator was last frozen (then the silence was its own).
+func (c *coordinator) trackEnd(p *placement, lost bool) {
+	if !p.watched || lost && p.lastHeard.Before(c.resumedAt) {
+		return
+	}
+	run := time.Duration(0)
+	if !lost {
+		run = min(c.n.now.Sub(p.lastHeard), c.n.cfg.LostAfter)
+	}
+	c.track.ended(p.Node, lost, run)
 }
 
 // peerLost notes the hint: the node's attempts are checked HintGrace after
@@ -202,6 +224,10 @@ func (c *coordinator) peerLost(node string) {
 func (c *coordinator) tick() {
 	now := c.n.now
 	cfg := &c.n.cfg
+	if !c.lastTick.IsZero() && now.Sub(c.lastTick) > cfg.FenceAfter/2 {
+		c.resumedAt = now
+	}
+	c.lastTick = now
 	// By job ID, not map order: what a tick sends comes out in the same
 	// order on every run, so a harness replays a seed exactly.
 	c.order = c.order[:0]

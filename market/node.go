@@ -49,6 +49,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.sup = newSupplier(n)
 	n.coord = newCoordinator(n)
+	n.cfg.TrackRecords = nil // the coordinator holds them now
 	return n, nil
 }
 
@@ -206,7 +207,7 @@ func (n *Node) send(to string, p Payload) {
 // HasReady reports whether Ready would return anything.
 func (n *Node) HasReady() bool {
 	return len(n.msgs) > 0 || len(n.starts) > 0 || len(n.stops) > 0 || len(n.notes) > 0 ||
-		len(n.dirtyJobs) > 0 || len(n.dirtyAttempts) > 0 || n.adDirty || n.pendingAd != nil
+		len(n.dirtyJobs) > 0 || len(n.dirtyAttempts) > 0 || n.adDirty || n.pendingAd != nil || n.coord.track.hasReady()
 }
 
 // Ready returns what the node has decided since the last Advance. Calling
@@ -235,6 +236,7 @@ func (n *Node) Ready() Ready {
 		}
 	}
 	rd.Ad = n.pendingAd
+	n.coord.track.ready(&rd)
 	return rd
 }
 
@@ -268,6 +270,7 @@ func (n *Node) Advance(rd Ready) {
 	if rd.Ad != nil && n.pendingAd != nil && rd.Ad.Seq == n.pendingAd.Seq {
 		n.pendingAd = nil
 	}
+	n.coord.track.advance(&rd)
 }
 
 // dropFront removes the first k elements, reusing nothing the caller holds.
@@ -312,6 +315,11 @@ func (n *Node) Forget(id string) error {
 	delete(n.coord.active, id)
 	return nil
 }
+
+// TrackRecords returns the track record this node keeps, as a
+// coordinator, of each supplier it has seen run attempts, by node, with
+// losses and run time decayed to the latest event's time.
+func (n *Node) TrackRecords() []TrackRecord { return n.coord.track.records() }
 
 // Cards returns this node's cards and what each is doing.
 func (n *Node) Cards() []CardStatus { return n.sup.status() }

@@ -5,7 +5,8 @@ import "time"
 // Ready is what a Node has decided since the last Advance. The driver
 // handles it in this order, then calls Advance with it:
 //
-//  1. persist Jobs and Attempts (so nothing acknowledged is lost),
+//  1. persist Jobs, Attempts and TrackRecords, delete ForgetTrackRecords
+//     (before TrackRecords: a supplier may be dropped and seen again),
 //  2. send Messages (To "" is the broadcast topic),
 //  3. stop the executions in Stop, start those in Start,
 //  4. deliver Notifications to API watchers, publish Ad if set.
@@ -20,6 +21,15 @@ type Ready struct {
 	Notifications []Notification
 	// Ad is this node's capacity ad when it changed, else nil.
 	Ad *Ad
+	// TrackRecords are the supplier track records this node keeps as a
+	// coordinator that changed (an attempt ended): persist them and hand
+	// them back in Config.TrackRecords at the next start.
+	// ForgetTrackRecords names suppliers whose record was dropped
+	// (Config.TrackRecordLimit): delete them.
+	TrackRecords       []TrackRecord
+	ForgetTrackRecords []string
+
+	trackVersions []uint64 // TrackRecords' versions, for Advance
 }
 
 // Execution asks the executor to start one share of a job on this node's

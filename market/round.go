@@ -171,6 +171,7 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 		return release(ErrRefused, "%d cards bid, %d asked", len(m.Cards), want)
 	}
 	lot := Lot{Node: from, Availability: m.Availability, Cards: m.Cards}
+	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
 	if !r.exclude[from] {
 		for i := range m.Cards {
@@ -386,6 +387,7 @@ func (c *coordinator) explainRound(j *job, r *round) {
 	}
 	e := r.expl
 	r.x.finish(&e, c.n.cfg.ExplainEntries)
+	c.track.annotate(&e, r.lots, r.lotBy)
 	j.explain = &e
 	c.touch(j)
 }

@@ -331,6 +331,16 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 			return "no explanation", nil
 		}
 		return strings.TrimRight(r.Explanation.String(), "\n"), nil
+	case "track":
+		// track NODE: the track records NODE keeps as a coordinator.
+		var lines []string
+		for _, r := range h.Peer(pos[0]).Node.TrackRecords() {
+			lines = append(lines, fmt.Sprintf("%s lost=%d ended=%d losses=%.3f run=%.1fs", r.Node, r.Lost, r.Ended, r.Losses, r.RunSeconds))
+		}
+		if len(lines) == 0 {
+			return "no track records", nil
+		}
+		return strings.Join(lines, "\n"), nil
 	case "errors":
 		var keys []string
 		for k := range h.Errors {

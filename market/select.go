@@ -225,7 +225,7 @@ func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool,
 			if perNode > 0 {
 				take = min(avail, perNode)
 			}
-			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Availability), o.ComputeUnits)})
+			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Node, o.Availability), o.ComputeUnits)})
 			if early {
 				best.trim(spareCards)
 			}

@@ -19,7 +19,8 @@ import (
 // file holds: the jobs it coordinated are adopted again under a higher term
 // (those still going, and those that ended with attempts still stopping);
 // attempts it ran whose processes died with the node are recorded as lost
-// (their coordinators place them again when the leases lapse).
+// (their coordinators place them again when the leases lapse); the track
+// records it kept of suppliers are handed back to the market.
 func (n *Node) startMarket(cards []device.Card) error {
 	n.book = &book{Book: market.NewBook()}
 	mcfg := market.DefaultConfig(n.id.String())
@@ -32,6 +33,11 @@ func (n *Node) startMarket(cards []device.Card) error {
 	if n.cfg.Market != nil {
 		n.cfg.Market(&mcfg)
 	}
+	recs, err := n.readTrackRecords()
+	if err != nil {
+		return err
+	}
+	mcfg.TrackRecords = recs
 	mk, err := market.New(mcfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -84,6 +90,33 @@ func (n *Node) startMarket(cards []device.Card) error {
 	}
 	n.drain()
 	return nil
+}
+
+// readTrackRecords reads the suppliers' track records back from the state
+// file; one that cannot be read, or fails market's check, is logged and
+// left out (the supplier starts afresh).
+func (n *Node) readTrackRecords() ([]market.TrackRecord, error) {
+	var recs []market.TrackRecord
+	err := n.store.ForEach(store.TrackRecords, func(node string, raw []byte) error {
+		var r market.TrackRecord
+		err := json.Unmarshal(raw, &r)
+		if err == nil {
+			err = r.Validate()
+		}
+		if err == nil && r.Node != node {
+			err = fmt.Errorf("stored under %q", node)
+		}
+		if err != nil {
+			n.log.Error("unreadable track record in the state file; skipped", "supplier", node, "err", err)
+			return nil
+		}
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: reading track records: %w", err)
+	}
+	return recs, nil
 }
 
 // drive is the one goroutine that owns the market: it feeds it time,
@@ -158,6 +191,12 @@ func (n *Node) drain() {
 // before anything that depends on them leaves the node.
 func (n *Node) persist(rd market.Ready) {
 	var ops []store.Op
+	for _, node := range rd.ForgetTrackRecords { // before TrackRecords: one may be dropped and seen again
+		ops = append(ops, store.Delete(store.TrackRecords, node))
+	}
+	for _, r := range rd.TrackRecords {
+		ops = append(ops, store.Put(store.TrackRecords, r.Node, r))
+	}
 	for _, rec := range rd.Jobs {
 		if rec.State == market.JobMoved && rec.MovedTo != "" {
 			// This node let the job go: it keeps the job, as a replica of

@@ -82,7 +82,9 @@ attempt at a share: node, cards, model, state, price per card-hour, cost).
 --explain adds how its latest placement round went: what it needed, how many
 nodes were asked and bid, the clearing price, and why each candidate lost
 (SCORE is a candidate's effective price in CNY per compute-unit hour, lower
-is better; STAGE "book" is candidate selection, "bid" is clearing).
+is better; STAGE "book" is candidate selection, "bid" is clearing). A
+supplier that lost shares under this coordinator before ranks as if its MTBF
+were lower; its DETAIL says so ("track record here: 3 of 5 attempts lost").
 --json prints the whole record (explanation included).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

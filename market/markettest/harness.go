@@ -101,6 +101,9 @@ type Peer struct {
 	// Jobs and Attempts hold the latest persisted record of each.
 	Jobs     map[string]market.JobRecord
 	Attempts map[AttemptKey]market.Attempt
+	// TrackRecords holds the latest persisted track record of each
+	// supplier the node has coordinated attempts on.
+	TrackRecords map[string]market.TrackRecord
 	// Running are the executions whose simulated process is alive.
 	Running map[AttemptKey]*Process
 }
@@ -150,7 +153,8 @@ func (h *Harness) Add(cfg market.Config) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{ID: cfg.ID, Node: n, Jobs: map[string]market.JobRecord{}, Attempts: map[AttemptKey]market.Attempt{}, Running: map[AttemptKey]*Process{}}
+	p := &Peer{ID: cfg.ID, Node: n, Jobs: map[string]market.JobRecord{}, Attempts: map[AttemptKey]market.Attempt{},
+		TrackRecords: map[string]market.TrackRecord{}, Running: map[AttemptKey]*Process{}}
 	h.peers[cfg.ID] = p
 	h.order = append(h.order, cfg.ID)
 	h.drain(p)
@@ -279,6 +283,12 @@ func (h *Harness) drain(p *Peer) {
 			} else {
 				p.Attempts[k] = a
 			}
+		}
+		for _, node := range rd.ForgetTrackRecords {
+			delete(p.TrackRecords, node)
+		}
+		for _, r := range rd.TrackRecords {
+			p.TrackRecords[r.Node] = r
 		}
 		p.Notifications = append(p.Notifications, rd.Notifications...)
 		for _, m := range rd.Messages {

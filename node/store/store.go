@@ -1,6 +1,6 @@
 // Package store keeps a node's durable state in one bbolt file under the data
-// dir: the job records it coordinates or replicates, the attempts it runs, and
-// their usage. Writes are grouped into one transaction per Ready, committed
+// dir: the job records it coordinates or replicates, the attempts it runs,
+// their usage, and its suppliers' track records. Writes are grouped into one transaction per Ready, committed
 // with fsync before the node sends anything that depends on them, so what a
 // node acknowledged survives its restart.
 //
@@ -31,10 +31,13 @@ const (
 	Meta     Bucket = "meta"     // node facts: schema version, first start
 	// Checkpoints maps "job/share" to the latest accepted checkpoint.
 	Checkpoints Bucket = "checkpoints"
+	// TrackRecords maps a supplier's peer ID to the track record this
+	// node keeps of it as a coordinator (market.TrackRecord).
+	TrackRecords Bucket = "track_records"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints}
+var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords}
 
 const schemaVersion = "1"
 
