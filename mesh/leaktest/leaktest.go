@@ -43,6 +43,10 @@ func VerifyMain(m *testing.M, opts ...goleak.Option) {
 		goleak.IgnoreAnyFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handleNewStream"),
 		goleak.IgnoreAnyFunction("github.com/libp2p/go-libp2p-pubsub.(*PubSub).handleSendingMessages"),
 		goleak.IgnoreTopFunction("github.com/multiformats/go-multistream.(*once).Do"),
+		// The same lazy negotiation while it is blocked in the stream's
+		// read, below (*once).Do (the 1000-node gossip mesh of the bench
+		// left one in about half the runs).
+		goleak.IgnoreAnyFunction("github.com/multiformats/go-multistream.(*lazyClientConn[...]).doReadHandshake"),
 	)
 	code := m.Run()
 	if code == 0 {
