@@ -72,7 +72,11 @@ func waitMesh(t testing.TB, gs ...*Gossip) {
 
 // env encodes ad as an envelope after mut has had its way with it.
 func env(ad Ad, mut func(*gossippb.Envelope)) []byte {
-	e := envelopeOf(ad, bytes.Repeat([]byte{7}, NonceSize))
+	return marshalMutated(envelopeOf(ad, bytes.Repeat([]byte{7}, NonceSize)), mut)
+}
+
+// marshalMutated encodes e after mut (if any) has had its way with it.
+func marshalMutated(e *gossippb.Envelope, mut func(*gossippb.Envelope)) []byte {
 	if mut != nil {
 		mut(e)
 	}
@@ -250,14 +254,7 @@ func bidEnv(sender peer.ID, now time.Time, mut func(*gossippb.Envelope)) []byte 
 		Nonce:       bytes.Repeat([]byte{7}, NonceSize),
 		Body:        &gossippb.Envelope_Payload{Payload: &gossippb.Payload{Kind: "bid-request", Data: []byte(`{"cards":8}`)}},
 	}
-	if mut != nil {
-		mut(e)
-	}
-	b, err := proto.Marshal(e)
-	if err != nil {
-		panic(err)
-	}
-	return b
+	return marshalMutated(e, mut)
 }
 
 func payloadOf(e *gossippb.Envelope) *gossippb.Payload {

@@ -390,17 +390,26 @@ func livePlacement(rec market.JobRecord) (market.Placement, bool) {
 	return market.Placement{}, false
 }
 
-func TestRunnerCrashMovesTheShare(t *testing.T) {
+// oneCardJobOnTwoRunners starts a coordinator (node 0) and two runners of
+// one card each, and runs a one-card job of the given ID: it returns the
+// mesh, the job's first placement and the runner that holds it.
+func oneCardJobOnTwoRunners(t *testing.T, id string) (*simMesh, market.Placement, *Node) {
+	t.Helper()
 	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
 	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
 	sm.waitBook(sm.nodes[0], 2)
-	coord := sm.nodes[0]
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "moving", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
-	rec := waitState(t, coord, "moving", 20*time.Second, market.JobRunning)
+	rec := waitState(t, sm.nodes[0], id, 20*time.Second, market.JobRunning)
 	first, _ := livePlacement(rec)
-	runner := sm.byID(first.Node)
+	return sm, first, sm.byID(first.Node)
+}
+
+func TestRunnerCrashMovesTheShare(t *testing.T) {
+	sm, first, runner := oneCardJobOnTwoRunners(t, "moving")
+	coord := sm.nodes[0]
+	var rec market.JobRecord
 	start := time.Now()
 	if err := sm.net.Crash(runner.ID()); err != nil {
 		t.Fatal(err)

@@ -29,16 +29,8 @@ func trackRecordOf(t *testing.T, n *Node, supplier string) (market.TrackRecord, 
 }
 
 func TestTrackRecordSurvivesACoordinatorRestart(t *testing.T) {
-	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
-	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
-	sm.waitBook(sm.nodes[0], 2)
+	sm, first, runner := oneCardJobOnTwoRunners(t, "flaky")
 	coord := sm.nodes[0]
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "flaky", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
-		t.Fatal(err)
-	}
-	rec := waitState(t, coord, "flaky", 20*time.Second, market.JobRunning)
-	first, _ := livePlacement(rec)
-	runner := sm.byID(first.Node)
 	if err := sm.net.Crash(runner.ID()); err != nil {
 		t.Fatal(err)
 	}
