@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,11 +176,18 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		}
 		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job %s: %v", spec.ID, stepErr)
 	}
-	// The record reaches its replicas before the acknowledgement leaves.
-	if want := len(n.replicaTargets(spec.ID)); want > 0 {
-		if got := n.replicate(ctx, rec); got < want {
-			n.log.Warn("job acknowledged with fewer replicas than asked", "job", spec.ID, "replicas", got, "want", want)
+	// The record reaches its replicas before the acknowledgement leaves:
+	// what is acknowledged survives the loss of this node.
+	if missing := n.replicateForAck(ctx, rec); len(missing) > 0 {
+		n.repl.missed(spec.ID) // the replicate loop goes on trying
+		names := make([]string, len(missing))
+		for i, id := range missing {
+			names[i] = id.ShortString()
 		}
+		n.log.Warn("job not acknowledged: replicas did not confirm its record", "job", spec.ID, "missing", names)
+		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable,
+			"job %s: %d of its %d replicas (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
+			spec.ID, len(missing), len(n.replicaTargets(spec.ID)), strings.Join(names, ", "), replicaAckWait)
 	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil

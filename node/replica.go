@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 
 // Replication and succession. A job's record lives on its coordinator and
 // on the next R-1 members of its HRW list (Config.Replicas). The coordinator
-// sends the record to them before it acknowledges the submission and again
-// after every change. When the coordinator is lost, the first live member
+// sends the record to them before it acknowledges the submission (a
+// submission whose replicas do not all confirm within replicaAckWait is
+// answered 503: submit it again with the same ID) and again after every
+// change. When the coordinator is lost, the first live member
 // of the job's HRW list that holds a replica adopts the job under a higher
 // term (market.JobAdopted); runners follow the higher term. A coordinator
 // that comes back yields to a higher or equal term held elsewhere.
@@ -138,16 +141,54 @@ func (n *Node) replicaTargets(job string) []peer.ID {
 	return out
 }
 
+// replicaAckWait bounds how long a submission waits for its record to
+// reach every replica (replicateForAck) before it is answered 503.
+// replicaAckPause is the pause before a replica that failed at once (a
+// refused dial, a reset stream) is asked again within that time.
+const (
+	replicaAckWait  = 3 * time.Second
+	replicaAckPause = 100 * time.Millisecond
+)
+
+// replicateForAck sends rec to the job's replicas — the members after this
+// node in its HRW list when the call starts; fewer when the mesh has fewer
+// coordinator-eligible members than Config.Replicas — and asks again those
+// that did not confirm, until every one has or replicaAckWait (or ctx) has
+// passed. It returns the replicas that never confirmed.
+func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
+	missing := n.replicaTargets(rec.ID)
+	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
+	defer cancel()
+	for len(missing) > 0 {
+		acked := n.replicateTo(ctx, rec, missing)
+		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return acked[t] })
+		if len(missing) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return missing
+		case <-time.After(replicaAckPause):
+		}
+	}
+	return missing
+}
+
 // replicate sends rec to its replicas and returns how many acknowledged.
 func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
+	return len(n.replicateTo(ctx, rec, n.replicaTargets(rec.ID)))
+}
+
+// replicateTo sends rec to targets, at once, each call bounded by
+// replicateAfter, and returns those that acknowledged.
+func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []peer.ID) map[peer.ID]bool {
+	acked := map[peer.ID]bool{}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		n.log.Error("cannot encode a job record", "job", rec.ID, "err", err)
-		return 0
+		return acked
 	}
-	targets := n.replicaTargets(rec.ID)
 	var mu sync.Mutex
-	acks := 0
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Add(1)
@@ -160,7 +201,7 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 				switch m.Kind {
 				case kindAck:
 					mu.Lock()
-					acks++
+					acked[t] = true
 					mu.Unlock()
 					return nil
 				case kindSuperseded:
@@ -174,7 +215,7 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 		}()
 	}
 	wg.Wait()
-	return acks
+	return acked
 }
 
 // serveReplicate stores a replica sent by the job's coordinator. When this

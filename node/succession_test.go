@@ -3,16 +3,19 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // A member ranked above the successor in the job's HRW list that never got
-// the record (here its link to the coordinator is cut, as a replica fails
-// to reach a node that has just restarted) must not hold the job up: the
-// next member that holds the record takes the job over.
+// the record (here it became a coordinator after the job was submitted,
+// and its link to the coordinator is cut, as a replica fails to reach a
+// node that has just restarted) must not hold the job up: the next member
+// that holds the record takes the job over.
 func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	sm := newSimMesh(t, "", "", "", "a100-80g:1")
 	runner := sm.nodes[3]
@@ -35,11 +38,21 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 		}
 	}
 	coord, skipped, successor := sm.byID(order[0]), sm.byID(order[1]), sm.byID(order[2])
-	sm.net.Cut(coord.ID(), skipped.ID())
-
+	// The submission is acknowledged once the job's group of the moment
+	// (the coordinator and the successor) holds the record; only then
+	// does the skipped member join the group, out of the coordinator's
+	// reach.
+	sm.neverCoordinate(runner, skipped)
 	if _, err := successor.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
+	sm.net.Cut(coord.ID(), skipped.ID())
+	if err := skipped.SetCoordinator(context.Background(), CoordinatorAuto); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the successor counts the skipped member among the job's group", func() bool {
+		return slices.Equal(successor.coordinators(id, 3), []peer.ID{coord.ID(), skipped.ID(), successor.ID()})
+	})
 	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
 	if rec.Coordinator != coord.ID().String() {
 		t.Fatalf("coordinated by %s, want %s", rec.Coordinator, coord.ID())
