@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 type marker struct {
 	started, ended time.Time
 	pgid           int
-	from           int  // the step it resumed from (step jobs)
+	from, at       int  // the step it resumed from and the one it reached (step jobs)
+	hasFrom        bool // it wrote where it resumed
 	twice          bool // a second attempt started under the same share and epoch
 }
 
@@ -54,7 +56,10 @@ func (c *cluster) markers(job string) map[[2]uint64]marker {
 		case "end":
 			m.ended = info.ModTime()
 		case "from":
-			fmt.Sscanf(string(b), "%d", &m.from)
+			_, err := fmt.Sscanf(string(b), "%d", &m.from)
+			m.hasFrom = err == nil
+		case "at":
+			fmt.Sscanf(string(b), "%d", &m.at)
 		case "twice":
 			m.twice = true
 		}
@@ -141,6 +146,9 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 				add("job %s share %d epoch %d: two attempts started under one epoch (two coordinators placed the share)", j.id, k[0], k[1])
 			}
 		}
+		if j.spec.Env[envSteps] != "" {
+			bad = append(bad, checkResumes(j.id, marks)...)
+		}
 		// At most one accepted result per share, and only a result that an
 		// attempt really produced.
 		exited := map[int][]uint64{}
@@ -183,6 +191,45 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 	c.mu.Lock()
 	bad = append(bad, c.doubleUse...)
 	c.mu.Unlock()
+	return bad
+}
+
+// checkResumes checks where a step job's attempts resumed (.from) against
+// the steps attempts reached (.at): an attempt resumes from 0 or from a
+// step an attempt that started before it had reached — never from
+// progress no attempt made — and, among the attempts one coordinator
+// placed in one term (their epochs share its slot of the term's range;
+// market/term.go), never from an earlier step than one it placed before:
+// that coordinator's latest accepted checkpoint only moves forward.
+func checkResumes(job string, marks map[[2]uint64]marker) []string {
+	type attempt struct {
+		share int
+		epoch uint64
+		marker
+	}
+	var as []attempt
+	for k, m := range marks {
+		if !m.started.IsZero() && m.hasFrom {
+			as = append(as, attempt{int(k[0]), k[1], m})
+		}
+	}
+	slices.SortFunc(as, func(a, b attempt) int { return a.started.Compare(b.started) })
+	var bad []string
+	reached := 0                 // the most any attempt started so far had reached
+	last := map[uint64]attempt{} // coordinator run → its latest attempt
+	for _, a := range as {
+		if a.from > reached {
+			bad = append(bad, fmt.Sprintf("job %s share %d epoch %d resumed from step %d, but the attempts before it reached at most step %d",
+				job, a.share, a.epoch, a.from, reached))
+		}
+		run := (a.epoch - 1) / market.EpochsPerSlot
+		if prev, ok := last[run]; ok && a.from < prev.from {
+			bad = append(bad, fmt.Sprintf("job %s share %d epoch %d resumed from step %d, but epoch %d of the same coordinator and term had resumed from step %d: the checkpoint went back",
+				job, a.share, a.epoch, a.from, prev.epoch, prev.from))
+		}
+		last[run] = a
+		reached = max(reached, a.from, a.at)
+	}
 	return bad
 }
 
