@@ -227,8 +227,10 @@ func (w *replicaWatch) loop() {
 			switch {
 			case n == 0 && w.zeroAt.IsZero():
 				w.zeroAt = now
+				w.c.note("service %s: no replica alive", w.job)
 			case n > 0 && !w.zeroAt.IsZero():
 				w.zero = max(w.zero, now.Sub(w.zeroAt))
+				w.c.note("service %s: a replica alive again after %v", w.job, now.Sub(w.zeroAt).Round(time.Millisecond))
 				w.zeroAt = time.Time{}
 			}
 			w.mu.Unlock()

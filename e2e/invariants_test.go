@@ -76,8 +76,8 @@ func (c *cluster) attemptStarted(job string, share int, epoch uint64) (time.Time
 
 // settle waits until every job has ended (cancelling the services first)
 // and returns the final records; a job still going at the deadline is
-// reported with its last record.
-func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
+// reported with its last record and counted in unsettled.
+func (c *cluster) settle(within time.Duration) (recs map[string]market.JobRecord, unsettled int) {
 	c.t.Helper()
 	for _, j := range c.jobs {
 		if j.spec.Kind == market.KindService && !j.cancelled {
@@ -103,7 +103,7 @@ func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 			}
 		}
 		if left == 0 {
-			return out
+			return out, 0
 		}
 		if time.Now().After(deadline) {
 			break
@@ -113,9 +113,10 @@ func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 	for _, j := range c.jobs {
 		if r := out[j.id]; !r.State.Terminal() || len(r.Live()) > 0 {
 			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&r), errs[j.id])
+			unsettled++
 		}
 	}
-	return out
+	return out, unsettled
 }
 
 // billSlack is how much more usage than its award-to-end interval a
@@ -254,10 +255,11 @@ func (c *cluster) noStrayProcesses(within time.Duration) []string {
 }
 
 // finish settles the jobs, checks every invariant and fails the test on a
-// violation. It returns the final records and the number of violations.
+// violation. It returns the final records and the number of violations,
+// a job that did not end in time counted as one.
 func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int) {
 	c.t.Helper()
-	recs := c.settle(within)
+	recs, unsettled := c.settle(within)
 	if c.t.Failed() && os.Getenv("GPUMESH_CHAOS_LOGS") != "" {
 		c.dumpStacks()
 	}
@@ -272,5 +274,5 @@ func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int
 			c.t.Logf("final %s: %s", j.id, describe(&r))
 		}
 	}
-	return recs, len(bad)
+	return recs, unsettled + len(bad)
 }
