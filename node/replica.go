@@ -321,20 +321,8 @@ func (n *Node) yieldTo(rec market.JobRecord) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
-	// The attempts of the job that run here and that the new coordinator
-	// holds live follow it first: letting the job go stops what this node
-	// placed, and this node's own runner, frozen with it (the new
-	// coordinator took over while this process was stopped), has not yet
-	// heard the new coordinator's renewal ack that would have it ignore
-	// that stop.
-	for _, p := range rec.Live() {
-		if p.Node == n.id.String() {
-			n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
-				From: rec.Coordinator, To: n.id.String(),
-				Payload: &market.RenewalAck{Job: rec.ID, Term: rec.Term, Share: p.Share, Epoch: p.Epoch},
-			}})
-		}
-	}
+	// The job's attempts that run on this node follow the new coordinator
+	// rather than stop (market: onSuperseded).
 	n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
 		From: rec.Coordinator, To: n.id.String(),
 		Payload: &market.Superseded{Job: rec.ID, Term: rec.Term, Coordinator: rec.Coordinator},
