@@ -119,8 +119,8 @@ func supplyKey(s gossip.Supply) string {
 }
 
 // metaOf is the short capacity summary memberlist carries.
-func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator bool) mesh.Meta {
-	m := mesh.Meta{Region: region, Coordinator: coordinator}
+func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator, standby bool) mesh.Meta {
+	m := mesh.Meta{Region: region, Coordinator: coordinator, Standby: standby}
 	for _, c := range cards {
 		if !c.Health.Healthy {
 			continue

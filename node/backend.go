@@ -137,6 +137,7 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 			LastHeard:   m.LastHeard,
 			RTTMillis:   float64(m.RTT.Microseconds()) / 1000,
 			Coordinator: m.Coordinator,
+			Standby:     m.Standby,
 		}
 		if s, ok := book[m.ID]; ok {
 			p.Cards, p.FreeCards, p.Models = s.Cards, s.FreeCards, s.Models

@@ -24,6 +24,8 @@ const (
 	// for Config.CoordinatorAfter. Nodes that come and go often (a café PC
 	// taken back, a home PC switched off) rarely stay that long, so they
 	// rarely coordinate: the rule keeps job records on steady machines.
+	// Before that the node is a standby: it holds job records while the
+	// mesh has fewer coordinators than Config.Replicas.
 	CoordinatorAuto CoordinatorMode = "auto"
 	// CoordinatorNever: the node only supplies cards and forwards
 	// submissions.

@@ -341,11 +341,15 @@ func (n *Node) postWait(f func()) {
 }
 
 // updateCoordinatorFlag advertises this node as a coordinator once it has
-// been up for CoordinatorAfter in auto mode.
+// been up for CoordinatorAfter in auto mode, and as a standby before that
+// (see coordinators).
 func (n *Node) updateCoordinatorFlag() {
-	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter && !n.draining.Load()
-	if want != n.coordNow.Load() {
+	auto := n.cfg.Coordinator == CoordinatorAuto && !n.draining.Load()
+	want := auto && time.Since(n.started) >= n.cfg.CoordinatorAfter
+	standby := auto && !want
+	if want != n.coordNow.Load() || standby != n.standby.Load() {
 		n.coordNow.Store(want)
+		n.standby.Store(standby)
 		n.updateMeta()
 	}
 }
@@ -356,7 +360,7 @@ func (n *Node) updateMeta() {
 	if n.mk != nil {
 		statuses = n.mk.Cards()
 	}
-	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load())
+	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load(), n.standby.Load())
 	if err := n.mesh.UpdateMeta(meta); err != nil {
 		n.log.Warn("cannot update node metadata", "err", err)
 	}

@@ -31,28 +31,37 @@ const (
 // coordinators returns the members that should hold a job, best first:
 // rendezvous hashing (market.Coordinators) over the coordinator-eligible
 // alive members. Eligible are the members whose metadata says they
-// coordinate (see CoordinatorMode); while no member is eligible yet (a mesh
-// that has just formed), every alive member is. Every node computes the
-// same list from the same membership, so "submit anywhere, ask anywhere"
-// needs no directory.
+// coordinate (see CoordinatorMode). While fewer than r are, the list goes
+// on with the standbys (auto members not yet members for CoordinatorAfter),
+// by rendezvous hashing too: in a mesh whose nodes have all restarted
+// lately, the one node up long enough must not hold every record alone.
+// While no member is either (a mesh of CoordinatorNever nodes), every
+// alive member is eligible. Every node computes the same list from the
+// same membership, so "submit anywhere, ask anywhere" needs no directory.
 func (n *Node) coordinators(job string, r int) []peer.ID {
-	var eligible, alive []string
+	var eligible, standby, alive []string
 	for _, m := range n.mesh.Members() {
 		if m.State != mesh.StateAlive {
 			continue
 		}
 		alive = append(alive, m.ID.String())
-		if m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving {
+		switch {
+		case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving:
 			eligible = append(eligible, m.ID.String())
+		case m.Self && n.standby.Load() || !m.Self && m.Standby && !m.Leaving:
+			standby = append(standby, m.ID.String())
 		}
 	}
-	if len(eligible) == 0 {
+	if len(eligible) == 0 && len(standby) == 0 {
 		eligible = alive
 	}
-	if len(eligible) == 0 {
+	if len(eligible) == 0 && len(standby) == 0 {
 		eligible = []string{n.id.String()}
 	}
 	ids := market.Coordinators(job, eligible, r)
+	if len(ids) < r && len(standby) > 0 {
+		ids = append(ids, market.Coordinators(job, standby, r-len(ids))...)
+	}
 	out := make([]peer.ID, 0, len(ids))
 	for _, s := range ids {
 		if id, err := peer.Decode(s); err == nil {

@@ -59,6 +59,7 @@ type Node struct {
 	book     *book
 	runs     map[attemptKey]*runSlot
 	coordNow atomic.Bool // this node advertises itself as a coordinator
+	standby  atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
 	draining atomic.Bool // Drain was called: no new work
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
@@ -156,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	mcfg := cfg.Mesh
-	mcfg.Meta = metaOf(cfg.Region, cards, nil, false)
+	n.standby.Store(cfg.Coordinator == CoordinatorAuto)
+	mcfg.Meta = metaOf(cfg.Region, cards, nil, false, n.standby.Load())
 	if cfg.Sim != nil && mcfg.Identity == nil {
 		// A simulated node keeps its identity across restarts too.
 		if mcfg.Identity, _, err = mesh.LoadIdentity(cfg.DataDir); err != nil {

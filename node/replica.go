@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,6 +242,10 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 	}
 	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
+		if held, ok := n.view.job(rec.ID); ok {
+			n.log.Debug("replica not newer than the record held; kept that", "job", rec.ID, "term", rec.Term, "version", rec.Version,
+				"held_coordinator", held.Coordinator, "held_term", held.Term, "held_version", held.Version, "held_state", held.State)
+		}
 		return nil, nil // we hold as new a record already
 	}
 	if err := n.store.Apply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
@@ -361,7 +366,8 @@ func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 		n.log.Warn("cannot take over job", "job", rec.ID, "from", lost.ShortString(), "err", err)
 		return
 	}
-	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term)
+	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term,
+		"record_term", rec.Term, "record_version", rec.Version, "live", livePlacements(rec))
 	n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost"})
 }
 
@@ -500,13 +506,14 @@ func (n *Node) askRecords(job string, ids []peer.ID, wait time.Duration, skip pe
 
 // quorumOthers is how many other members of a job's coordinator group
 // (the coordinator and its Replicas successors, as many as the mesh has
-// coordinator-eligible members it has not seen leave) a successor must
+// coordinator-eligible and standby members it has not seen leave; see
+// coordinators) a successor must
 // reach before it adopts the job: with itself, a majority. A group of two
 // cannot tell a crash from a partition; its survivor adopts alone.
 func (n *Node) quorumOthers() int {
 	eligible := 0
 	for _, m := range n.mesh.Members() {
-		if m.State != mesh.StateLeft && (m.Self && n.coordNow.Load() || !m.Self && m.Coordinator) {
+		if m.State != mesh.StateLeft && (m.Self && (n.coordNow.Load() || n.standby.Load()) || !m.Self && (m.Coordinator || m.Standby)) {
 			eligible++
 		}
 	}
@@ -681,4 +688,18 @@ func answered(err error) bool {
 // whose ends must be heard and billed.
 func settling(rec market.JobRecord) bool {
 	return rec.State != market.JobMoved && (!rec.State.Terminal() || len(rec.Live()) > 0)
+}
+
+// livePlacements describes a record's live placements for a log line:
+// share/epoch@node:state each.
+func livePlacements(rec market.JobRecord) string {
+	var parts []string
+	for _, p := range rec.Live() {
+		node := p.Node
+		if id, err := peer.Decode(p.Node); err == nil {
+			node = id.ShortString()
+		}
+		parts = append(parts, fmt.Sprintf("%d/%d@%s:%s", p.Share, p.Epoch, node, p.State))
+	}
+	return strings.Join(parts, " ")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,89 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 	if n := len(rec.Placements); n != 1 {
 		t.Errorf("%d placements after the resubmission, want 1: %s", n, fmt.Sprint(rec.Placements))
 	}
+}
+
+// A mesh whose nodes have all restarted lately has one coordinator (the
+// only node a member for CoordinatorAfter); the others are standbys. A
+// job's record still goes to R-1 members, standbys, before its submission
+// is acknowledged, and when the coordinator is lost the first of them
+// takes the job over with the latest record: the share runs on, the same
+// attempt.
+func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) {
+		if !strings.HasPrefix(filepath.Base(c.DataDir), "node-0-") {
+			c.CoordinatorAfter = time.Hour // standbys throughout the test
+		}
+	}, "", "", "", "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[4]
+	if err := runner.SetCoordinator(context.Background(), CoordinatorNever); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range sm.nodes[:4] {
+		sm.waitBook(n, 1)
+	}
+	eventually(t, 10*time.Second, "every node sees one coordinator and three standbys", func() bool {
+		for _, n := range sm.nodes {
+			coords, standbys := 0, 0
+			for _, m := range n.Mesh().Members() {
+				switch {
+				case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator:
+					coords++
+				case m.Self && n.standby.Load() || !m.Self && m.Standby:
+					standbys++
+				}
+			}
+			if coords != 1 || standbys != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	group := coord.coordinators("few", 3)
+	if len(group) != 3 || group[0] != coord.ID() {
+		t.Fatalf("the job's group is %v; want the coordinator and two standbys", group)
+	}
+	rec, err := runner.Submit(context.Background(), market.JobSpec{ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Coordinator != coord.ID().String() {
+		t.Fatalf("coordinated by %s, want the one coordinator", rec.Coordinator)
+	}
+	successor := sm.byID(group[1].String())
+	if _, ok := successor.view.job("few"); !ok {
+		t.Fatal("the first standby of the job's group holds no record when the submission is acknowledged")
+	}
+	running := waitState(t, coord, "few", 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(running)
+	eventually(t, 10*time.Second, "the standby holds the running record", func() bool {
+		r, ok := successor.view.job("few")
+		_, live := livePlacement(r)
+		return ok && live
+	})
+	if err := sm.net.Crash(coord.ID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "a standby takes the job over", func() bool {
+		r, err := runner.Job(context.Background(), "few")
+		return err == nil && r.Coordinator != coord.ID().String() && r.Term > running.Term
+	})
+	// The attempt runs on under the successor, past the runner's fencing
+	// deadline (FenceAfter, 2.3 s).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if run, ok := runner.exec.Lookup(attemptName("few", first.Share, first.Epoch)); !ok || isDone(run.Done()) {
+			r, _ := runner.Job(context.Background(), "few")
+			t.Fatalf("the running attempt stopped after the coordinator was lost: %s", describePlacements(r))
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+func describePlacements(r market.JobRecord) string {
+	var parts []string
+	for _, p := range r.Placements {
+		parts = append(parts, fmt.Sprintf("%d/%d@%s:%s(%s)", p.Share, p.Epoch, p.Node[len(p.Node)-6:], p.State, p.Reason))
+	}
+	return fmt.Sprintf("term %d coordinator %s: %s", r.Term, r.Coordinator, strings.Join(parts, " "))
 }
