@@ -204,3 +204,20 @@ func lastShare(rec market.JobRecord) int {
 	}
 	return best
 }
+
+// An attempt that runs on its job's coordinator ships its checkpoints to
+// that node too: they are accepted, with no call to make.
+func TestCheckpointOfAJobOnItsOwnCoordinatorIsAccepted(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 150 * time.Millisecond }, "a100-80g:1")
+	n := sm.nodes[0]
+	sm.waitBook(n, 1)
+	if _, err := n.Submit(context.Background(), market.JobSpec{ID: "self", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+		t.Fatal(err)
+	}
+	w := newCheckpointWatcher(t, n, "self")
+	defer w.stop()
+	eventually(t, 20*time.Second, "a checkpoint of the attempt accepted by its own coordinator", func() bool {
+		s, ok := w.last(1)
+		return ok && s > 0
+	})
+}
