@@ -240,8 +240,11 @@ func (n *Node) foldPending() {
 		}
 		n.book.Put(p.String(), offersOf(ad, now))
 	}
-	readvertise := false
+	readvertise, regroup := false, false
 	defer func() {
+		if regroup {
+			n.replicateAll() // a member's role changed: it joins or leaves some jobs' groups
+		}
 		if readvertise && n.adv != nil {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 			defer cancel()
@@ -279,6 +282,12 @@ func (n *Node) foldPending() {
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
 			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
+			if m, ok := n.mesh.Member(ev.Peer); ok {
+				if role := roleOf(m); role != n.roles[ev.Peer] {
+					regroup = regroup || ev.Kind == mesh.EventUpdate
+					n.roles[ev.Peer] = role
+				}
+			}
 			if ev.Kind == mesh.EventJoin {
 				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
@@ -298,6 +307,25 @@ func (n *Node) foldPending() {
 			}
 		}
 	}
+}
+
+// memberRole is what a member's metadata says of its coordinating.
+type memberRole uint8
+
+const (
+	roleNone memberRole = iota
+	roleStandby
+	roleCoordinator
+)
+
+func roleOf(m mesh.Member) memberRole {
+	switch {
+	case m.Coordinator && !m.Leaving:
+		return roleCoordinator
+	case m.Standby && !m.Leaving:
+		return roleStandby
+	}
+	return roleNone
 }
 
 // replicateAll queues every live job this node coordinates for
@@ -351,6 +379,7 @@ func (n *Node) updateCoordinatorFlag() {
 		n.coordNow.Store(want)
 		n.standby.Store(standby)
 		n.updateMeta()
+		n.replicateAll() // this node's own place in the jobs' groups changed
 	}
 }
 

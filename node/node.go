@@ -77,6 +77,9 @@ type Node struct {
 	// lostAttempts died with the node's last run; their coordinators are
 	// told once peers can be reached (reportLost).
 	lostAttempts []market.Attempt
+	// roles are the members' coordinator roles as last seen (driver-owned):
+	// a change moves records between groups (see coordinators).
+	roles map[peer.ID]memberRole
 
 	closeOnce sync.Once
 }
@@ -111,6 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		outbox:     make(chan outgoing, 4096),
 		runs:       map[attemptKey]*runSlot{},
 		pendingAds: map[peer.ID]gossip.Ad{},
+		roles:      map[peer.ID]memberRole{},
 		view:       newView(),
 		repl:       newReplicator(),
 		ship:       &shipper{sent: map[string]string{}},
