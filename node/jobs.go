@@ -380,6 +380,9 @@ func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, er
 	case err != nil:
 		return rec, err
 	case !ok:
+		if held, found := n.view.job(id); found && ended(held) {
+			return held, nil // it ended: cancelling it again changes nothing
+		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
 	case stepErr != nil && !errors.Is(stepErr, market.ErrJobEnded):
 		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
