@@ -108,8 +108,9 @@ type Config struct {
 	CheckpointLimit int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
-	// SendWorkers bounds the goroutines that deliver market messages.
-	// Default 8.
+	// SendWorkers bounds how many destinations market messages are sent
+	// to at once; each destination has its own queue, so one that does not
+	// answer holds up only its own messages. Default 8.
 	SendWorkers int
 	// Version is this binary's version, shown in status and metrics.
 	Version string

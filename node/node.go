@@ -51,7 +51,7 @@ type Node struct {
 
 	inputs  chan func()   // run on the driver goroutine
 	wake    chan struct{} // one token: pending ads or members changed
-	outbox  chan outgoing // to the send workers
+	out     *lanes        // market messages on their way, by destination (send.go)
 	started time.Time
 
 	// Driver-owned (touched only on the driver goroutine).
@@ -107,11 +107,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		inputs:     make(chan func(), 4096),
-		wake:       make(chan struct{}, 1),
-		outbox:     make(chan outgoing, 4096),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		inputs: make(chan func(), 4096),
+		wake:   make(chan struct{}, 1),
+
 		runs:       map[attemptKey]*runSlot{},
 		pendingAds: map[peer.ID]gossip.Ad{},
 		roles:      map[peer.ID]memberRole{},
@@ -123,6 +123,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ownerKey:   ownerKey,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.out = newLanes(n.ctx, &n.wg, cfg.SendWorkers, n.deliver, func(to peer.ID, count int, err error) {
+		n.log.Debug("market messages not delivered", "to", to, "count", count, "err", err)
+	})
 	var closers []func()
 	up := false
 	defer func() {
@@ -237,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
-	n.wg.Add(7 + cfg.SendWorkers)
+	n.wg.Add(7)
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()
@@ -245,9 +248,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.pumpMembers(sub)
 	go n.pumpHealth()
 	go n.drive()
-	for range cfg.SendWorkers {
-		go n.sendWorker()
-	}
 
 	if apiLn != nil {
 		n.serveAPI(apiLn, *cfg.API)
