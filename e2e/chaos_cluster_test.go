@@ -169,6 +169,12 @@ func (c *cluster) watchCards() {
 			}
 			holders := map[string]map[string]bool{}
 			for _, p := range jobProcs(envMarks, c.marks) {
+				if p.env["GPUMESH_JOB_ID"] == "" || p.env["GPUMESH_SHARE"] == "" || p.env["GPUMESH_EPOCH"] == "" {
+					// Its environment was read in part: a process exiting as
+					// it was read (a step job's sleep, every 100 ms) shows
+					// a truncated one, which names no attempt.
+					continue
+				}
 				attempt := p.env["GPUMESH_JOB_ID"] + "/" + p.env["GPUMESH_SHARE"] + "/e" + p.env["GPUMESH_EPOCH"]
 				for _, card := range strings.Split(p.env["CUDA_VISIBLE_DEVICES"], ",") {
 					if card == "" {
