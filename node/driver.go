@@ -277,6 +277,12 @@ func (n *Node) foldPending() {
 			// (LostAfter) decides, and a dropped connection (a process
 			// that died) is the early hint.
 			n.succeed(ev.Peer)
+			// Members lost with a coordinator (a rack's power cut) leave
+			// its jobs' groups only as membership declares them dead, one
+			// after another: a successor that could not reach a majority
+			// of the group when the coordinator went may reach one now,
+			// before the runners' fencing deadline.
+			n.succeedDeadCoordinators(ev.Peer)
 			n.replicateAll() // its replicas move to the next members
 		case mesh.EventDisconnect:
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})

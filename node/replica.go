@@ -359,6 +359,24 @@ func (n *Node) succeed(lost peer.ID) {
 	}
 }
 
+// succeedDeadCoordinators runs succeed again for the coordinators, other
+// than except, of the jobs this node holds records of that membership
+// declares dead or gone: the group of their jobs changed. It runs on the
+// driver.
+func (n *Node) succeedDeadCoordinators(except peer.ID) {
+	seen := map[peer.ID]bool{except: true, n.id: true}
+	for _, rec := range n.view.all() {
+		c, err := peer.Decode(rec.Coordinator)
+		if err != nil || seen[c] || !settling(rec) {
+			continue
+		}
+		seen[c] = true
+		if m, ok := n.mesh.Member(c); ok && (m.State == mesh.StateDead || m.State == mesh.StateLeft) {
+			n.succeed(c)
+		}
+	}
+}
+
 // adopt makes this node the job's coordinator under term.
 func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 	now := time.Now()
