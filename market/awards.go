@@ -88,7 +88,6 @@ func (c *coordinator) accepted(j *job, p *placement) {
 	p.State = PlacementAccepted
 	if !j.twoPhase() {
 		p.State = PlacementRunning
-		c.replaced(j, p)
 	}
 	c.touch(j)
 	if r := p.round; r != nil && r == j.round {
