@@ -162,6 +162,19 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 			return market.JobRecord{}, api.Errorf(http.StatusBadGateway, "job %s: %v", spec.ID, err)
 		}
 	}
+	if held, ok := n.view.job(spec.ID); ok && held.Coordinator != n.id.String() {
+		// Another node coordinates the job (this one holds its replica, or
+		// let it go): a submission retried after a 503 that finds a new
+		// first member of the job's list, its coordinator of the first try
+		// having become unreachable meanwhile. Creating the job again here
+		// would give it two coordinators of one term, handing out the same
+		// epochs.
+		if !reflect.DeepEqual(held.Spec, spec) {
+			return market.JobRecord{}, api.Errorf(http.StatusConflict, "job %s exists with another spec", spec.ID)
+		}
+		n.log.Info("job already coordinated elsewhere; answering with its record", "job", spec.ID, "coordinator", held.Coordinator)
+		return held, nil
+	}
 	var rec market.JobRecord
 	var stepErr error
 	err := n.do(ctx, func() {

@@ -53,13 +53,35 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		}
 	}
 
+	// The same submission reaching a replica holder (its coordinator
+	// seemed unreachable to the submitter) is answered with the job's
+	// record: the replica holder does not start a second coordinator.
+	retry := spec("replicated")
+	if err := checkSpec(&retry); err != nil {
+		t.Fatal(err)
+	}
+	signed, err := replicas[0].signAsNode(retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordOf, _ := group("replicated")
+	again, err := replicas[0].submitLocal(context.Background(), signed, entry.ID().String())
+	if err != nil || again.Coordinator != coordOf.ID().String() {
+		t.Fatalf("resubmission to a replica holder: %v, coordinated by %s; want the record of %s", err, again.Coordinator, coordOf.ID())
+	}
+	var second bool
+	replicas[0].do(context.Background(), func() { _, second = replicas[0].mk.Job("replicated") })
+	if second {
+		t.Fatal("the replica holder coordinates the job too")
+	}
+
 	// A coordinator cut off from both its replicas.
 	id := "cut-off-replicas"
 	coord, replicas := group(id)
 	for _, r := range replicas {
 		sm.net.Cut(coord.ID(), r.ID())
 	}
-	_, err := entry.Submit(context.Background(), spec(id))
+	_, err = entry.Submit(context.Background(), spec(id))
 	var he *api.HTTPError
 	if !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable {
 		t.Fatalf("submit with the replicas cut off: %v, want a 503", err)
