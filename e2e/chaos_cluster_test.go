@@ -81,15 +81,16 @@ echo $$ > $m.end
 exit $CHAOS_EXIT`
 
 // stepScript counts CHAOS_STEPS steps of 100 ms in its checkpoint, resuming
-// from the restored one (.from says where each attempt resumed), then
-// writes CHAOS_CKPT_KB of ballast to the checkpoint and ends; the runner
-// ships the checkpoint as the attempt ends.
+// from the restored one (.from says where each attempt resumed, .at the
+// step it reached, written before the checkpoint holds it), then writes
+// CHAOS_CKPT_KB of ballast to the checkpoint and ends; the runner ships the
+// checkpoint every --checkpoint-interval and as the attempt ends.
 const stepScript = checkTwice + `
 d=$GPUMESH_CHECKPOINT_DIR
 s=$(cat $d/step 2>/dev/null || echo 0)
 echo $$ > $m.start
 echo $s > $m.from
-while [ $s -lt $CHAOS_STEPS ]; do s=$((s+1)); echo $s > $d/step; sleep 0.1; done
+while [ $s -lt $CHAOS_STEPS ]; do s=$((s+1)); echo $s > $m.at; echo $s > $d/step; sleep 0.1; done
 head -c ${CHAOS_CKPT_KB}k /dev/urandom > $d/ballast
 echo $$ > $m.end
 exit 0`
@@ -168,6 +169,12 @@ func (c *cluster) watchCards() {
 			}
 			holders := map[string]map[string]bool{}
 			for _, p := range jobProcs(envMarks, c.marks) {
+				if p.env["GPUMESH_JOB_ID"] == "" || p.env["GPUMESH_SHARE"] == "" || p.env["GPUMESH_EPOCH"] == "" {
+					// Its environment was read in part: a process exiting as
+					// it was read (a step job's sleep, every 100 ms) shows
+					// a truncated one, which names no attempt.
+					continue
+				}
 				attempt := p.env["GPUMESH_JOB_ID"] + "/" + p.env["GPUMESH_SHARE"] + "/e" + p.env["GPUMESH_EPOCH"]
 				for _, card := range strings.Split(p.env["CUDA_VISIBLE_DEVICES"], ",") {
 					if card == "" {

@@ -33,13 +33,12 @@ func chaosSeed(t testing.TB) uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
-// eligible returns the peer IDs that coordinate jobs now, as a live node
-// sees them: the alive members that say they coordinate, or every alive
-// member while none does (a young mesh).
-func (c *cluster) eligible() []string {
-	var coord, alive []string
+// roles returns, as the live node with the fullest view sees them, the
+// alive members that coordinate, those on standby (they will once members
+// long enough) and all alive members.
+func (c *cluster) roles() (coord, standby, alive []string) {
 	var view map[string]api.Peer
-	for _, p := range c.live() { // the fullest view
+	for _, p := range c.live() {
 		if v := p.peers(); countAlive(v) > countAlive(view) {
 			view = v
 		}
@@ -49,14 +48,41 @@ func (c *cluster) eligible() []string {
 			continue
 		}
 		alive = append(alive, id)
-		if m.Coordinator {
+		switch {
+		case m.Coordinator:
 			coord = append(coord, id)
+		case m.Standby:
+			standby = append(standby, id)
 		}
 	}
-	if len(coord) == 0 {
-		return alive
+	return coord, standby, alive
+}
+
+// eligible returns the peer IDs that may be first in a job's group now:
+// the members that coordinate, else the standbys, else every alive member.
+func (c *cluster) eligible() []string {
+	coord, standby, alive := c.roles()
+	switch {
+	case len(coord) > 0:
+		return coord
+	case len(standby) > 0:
+		return standby
 	}
-	return coord
+	return alive
+}
+
+// groupOf is a job's coordinator group of depth as the nodes compute it
+// (node's coordinators) from roles: rendezvous hashing over the
+// coordinators, then, while they are too few, over the standbys.
+func groupOf(id string, depth int, coord, standby, alive []string) []string {
+	if len(coord) == 0 && len(standby) == 0 {
+		coord = alive
+	}
+	top := market.Coordinators(id, coord, depth)
+	if len(top) < depth {
+		top = append(top, market.Coordinators(id, standby, depth-len(top))...)
+	}
+	return top
 }
 
 var jobSeq atomic.Int64
@@ -68,14 +94,18 @@ var jobSeq atomic.Int64
 // (TestChaosPartition leaves it out; see the chaos branch's notes).
 func (c *cluster) idFor(coord *proc, avoid ...*proc) string {
 	c.t.Helper()
-	members := c.eligible()
+	coords, standby, alive := c.roles()
+	members := len(coords) + len(standby)
+	if members == 0 {
+		members = len(alive)
+	}
 	depth := 3
-	if len(members)-len(avoid) < 3 {
+	if members-len(avoid) < 3 {
 		depth = 2
 	}
 	for range 10000 {
 		id := fmt.Sprintf("chaos-%d-%d", c.rng.Uint32()%100000, jobSeq.Add(1))
-		top := market.Coordinators(id, members, depth)
+		top := groupOf(id, depth, coords, standby, alive)
 		if len(top) < 2 || top[0] != coord.peerID {
 			continue
 		}
@@ -87,7 +117,7 @@ func (c *cluster) idFor(coord *proc, avoid ...*proc) string {
 			return id
 		}
 	}
-	c.t.Fatalf("no job ID makes %s the coordinator among %d eligible members", coord.name, len(members))
+	c.t.Fatalf("no job ID makes %s the coordinator among %d eligible members", coord.name, members)
 	return ""
 }
 
@@ -227,8 +257,10 @@ func (w *replicaWatch) loop() {
 			switch {
 			case n == 0 && w.zeroAt.IsZero():
 				w.zeroAt = now
+				w.c.note("service %s: no replica alive", w.job)
 			case n > 0 && !w.zeroAt.IsZero():
 				w.zero = max(w.zero, now.Sub(w.zeroAt))
+				w.c.note("service %s: a replica alive again after %v", w.job, now.Sub(w.zeroAt).Round(time.Millisecond))
 				w.zeroAt = time.Time{}
 			}
 			w.mu.Unlock()

@@ -124,6 +124,11 @@ func TestChaosCrashes(t *testing.T) {
 	c.waitMarker(j6.id, old.Share, old.Epoch, "end", 10*time.Second)
 	time.Sleep(time.Duration(c.rng.IntN(100)) * time.Millisecond) // a random moment of the end, not synchronization
 	c.crash(c.byID(old.Node), "runner of "+j6.id+" as it finishes")
+	// The crashed runner comes back first: until the mesh sees it dead,
+	// it is still in the coordinator groups, and a submission waits for
+	// its replica (up to 3 s, then a 503 and a retry) while the next
+	// job, which runs half a second, could end before it is acknowledged.
+	c.restartAll()
 
 	// A runner or the coordinator crashes while the attempt's last
 	// checkpoint (8 MiB) is shipped.

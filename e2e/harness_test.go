@@ -117,6 +117,7 @@ func startNode(t testing.TB, name string, extra ...string) *proc {
 		"--mdns=false",
 		"--no-nat",
 		"--isolation", "process",
+		"--checkpoint-interval", "300ms", // step jobs ship checkpoints mid-run, not only at their end
 		"--log-level", "debug",
 	}, extra...)
 	p.start()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 type marker struct {
 	started, ended time.Time
 	pgid           int
-	from           int  // the step it resumed from (step jobs)
+	from, at       int  // the step it resumed from and the one it reached (step jobs)
+	hasFrom        bool // it wrote where it resumed
 	twice          bool // a second attempt started under the same share and epoch
 }
 
@@ -54,7 +56,10 @@ func (c *cluster) markers(job string) map[[2]uint64]marker {
 		case "end":
 			m.ended = info.ModTime()
 		case "from":
-			fmt.Sscanf(string(b), "%d", &m.from)
+			_, err := fmt.Sscanf(string(b), "%d", &m.from)
+			m.hasFrom = err == nil
+		case "at":
+			fmt.Sscanf(string(b), "%d", &m.at)
 		case "twice":
 			m.twice = true
 		}
@@ -71,8 +76,8 @@ func (c *cluster) attemptStarted(job string, share int, epoch uint64) (time.Time
 
 // settle waits until every job has ended (cancelling the services first)
 // and returns the final records; a job still going at the deadline is
-// reported with its last record.
-func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
+// reported with its last record and counted in unsettled.
+func (c *cluster) settle(within time.Duration) (recs map[string]market.JobRecord, unsettled int) {
 	c.t.Helper()
 	for _, j := range c.jobs {
 		if j.spec.Kind == market.KindService && !j.cancelled {
@@ -98,7 +103,7 @@ func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 			}
 		}
 		if left == 0 {
-			return out
+			return out, 0
 		}
 		if time.Now().After(deadline) {
 			break
@@ -108,9 +113,10 @@ func (c *cluster) settle(within time.Duration) map[string]market.JobRecord {
 	for _, j := range c.jobs {
 		if r := out[j.id]; !r.State.Terminal() || len(r.Live()) > 0 {
 			c.t.Errorf("job %s did not end within %v: %s (%v)", j.id, within, describe(&r), errs[j.id])
+			unsettled++
 		}
 	}
-	return out
+	return out, unsettled
 }
 
 // billSlack is how much more usage than its award-to-end interval a
@@ -140,6 +146,9 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 			if m.twice {
 				add("job %s share %d epoch %d: two attempts started under one epoch (two coordinators placed the share)", j.id, k[0], k[1])
 			}
+		}
+		if j.spec.Env[envSteps] != "" {
+			bad = append(bad, checkResumes(j.id, marks)...)
 		}
 		// At most one accepted result per share, and only a result that an
 		// attempt really produced.
@@ -186,6 +195,45 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 	return bad
 }
 
+// checkResumes checks where a step job's attempts resumed (.from) against
+// the steps attempts reached (.at): an attempt resumes from 0 or from a
+// step an attempt that started before it had reached — never from
+// progress no attempt made — and, among the attempts one coordinator
+// placed in one term (their epochs share its slot of the term's range;
+// market/term.go), never from an earlier step than one it placed before:
+// that coordinator's latest accepted checkpoint only moves forward.
+func checkResumes(job string, marks map[[2]uint64]marker) []string {
+	type attempt struct {
+		share int
+		epoch uint64
+		marker
+	}
+	var as []attempt
+	for k, m := range marks {
+		if !m.started.IsZero() && m.hasFrom {
+			as = append(as, attempt{int(k[0]), k[1], m})
+		}
+	}
+	slices.SortFunc(as, func(a, b attempt) int { return a.started.Compare(b.started) })
+	var bad []string
+	reached := 0                 // the most any attempt started so far had reached
+	last := map[uint64]attempt{} // coordinator run → its latest attempt
+	for _, a := range as {
+		if a.from > reached {
+			bad = append(bad, fmt.Sprintf("job %s share %d epoch %d resumed from step %d, but the attempts before it reached at most step %d",
+				job, a.share, a.epoch, a.from, reached))
+		}
+		run := (a.epoch - 1) / market.EpochsPerSlot
+		if prev, ok := last[run]; ok && a.from < prev.from {
+			bad = append(bad, fmt.Sprintf("job %s share %d epoch %d resumed from step %d, but epoch %d of the same coordinator and term had resumed from step %d: the checkpoint went back",
+				job, a.share, a.epoch, a.from, prev.epoch, prev.from))
+		}
+		last[run] = a
+		reached = max(reached, a.from, a.at)
+	}
+	return bad
+}
+
 // noStrayProcesses waits until no process of the test's jobs is left (a
 // stopped attempt has its grace to end), and reports those that stay.
 func (c *cluster) noStrayProcesses(within time.Duration) []string {
@@ -207,10 +255,11 @@ func (c *cluster) noStrayProcesses(within time.Duration) []string {
 }
 
 // finish settles the jobs, checks every invariant and fails the test on a
-// violation. It returns the final records and the number of violations.
+// violation. It returns the final records and the number of violations,
+// a job that did not end in time counted as one.
 func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int) {
 	c.t.Helper()
-	recs := c.settle(within)
+	recs, unsettled := c.settle(within)
 	if c.t.Failed() && os.Getenv("GPUMESH_CHAOS_LOGS") != "" {
 		c.dumpStacks()
 	}
@@ -225,5 +274,5 @@ func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int
 			c.t.Logf("final %s: %s", j.id, describe(&r))
 		}
 	}
-	return recs, len(bad)
+	return recs, unsettled + len(bad)
 }

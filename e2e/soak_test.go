@@ -404,7 +404,10 @@ func (s *soak) cancelOne() bool {
 	return false
 }
 
-// summary is the soak's report.
+// summary is the soak's report. Its last line counts every kind of
+// failure the test fails on: invariant violations (cluster.finish: jobs
+// lost or wrongly ended, double results, bills, resumes, stray processes,
+// jobs that did not end), the service at zero replicas, false reroutes.
 func (s *soak) summary(recs map[string]market.JobRecord, least int, zero time.Duration, violations int) string {
 	c := s.c
 	var b strings.Builder
@@ -443,6 +446,11 @@ func (s *soak) summary(recs map[string]market.JobRecord, least int, zero time.Du
 	fmt.Fprintf(&b, "  short stalls: %d, shares they moved (false reroutes): %d\n", s.shortStalls, s.falseReroutes)
 	fmt.Fprintf(&b, "  3-replica service: at least %d alive throughout, longest with none %v\n", least, zero)
 	fmt.Fprintf(&b, "  billed: %.4f CNY\n", cost)
-	fmt.Fprintf(&b, "  invariant violations: %d", violations)
+	atZero := 0
+	if least < 1 {
+		atZero = 1
+	}
+	fmt.Fprintf(&b, "  failures: %d (invariant violations %d, service at zero replicas %d, false reroutes %d)",
+		violations+atZero+s.falseReroutes, violations, atZero, s.falseReroutes)
 	return b.String()
 }

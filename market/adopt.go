@@ -108,12 +108,24 @@ func (c *coordinator) findMissing(j *job, done map[int]bool) {
 // onSuperseded lets a job go when a runner reports a coordinator of a
 // higher term: everything this node still holds for the job is stopped
 // (runners that follow the new coordinator ignore that, being of the
-// higher term; attempts this node placed alone stop) and the job leaves
-// this node's books with a last record in state JobMoved.
+// higher term, and so does this node's own runner, which follows it from
+// now on; attempts this node placed alone stop) and the job leaves this
+// node's books with a last record in state JobMoved.
 func (c *coordinator) onSuperseded(from string, m *Superseded) error {
 	j := c.jobs[m.Job]
 	if j == nil || !Outranks(m.Term, m.Coordinator, j.term, c.n.cfg.ID) {
 		return fmt.Errorf("%w: superseded at term %d", ErrStale, m.Term)
+	}
+	// An attempt of the job on this very node follows the coordinator of
+	// the higher term instead of stopping: that coordinator acks its
+	// renewals if it holds it live, and stops it if not. Stopping it here
+	// would move a share whenever this node went silent for a moment —
+	// frozen for a second or two, which memberlist takes for a death and a
+	// successor for a reason to adopt — while the share ran on.
+	for _, p := range j.liveSorted() {
+		if p.Node == c.n.cfg.ID {
+			c.n.sup.follow(m.Job, p.Share, p.Epoch, m.Term, m.Coordinator)
+		}
 	}
 	c.abandon(j, fmt.Sprintf("coordinated by %s at term %d now", m.Coordinator, m.Term))
 	for _, p := range j.liveSorted() {

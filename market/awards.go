@@ -33,7 +33,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	meta := &r.meta[w.lot]
 	meta.used = true
 	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.n.cfg.AwardTimeout), lastHeard: c.n.now}
-	p.Share, p.Epoch, p.Node, p.State, p.AwardedAt = share, epoch, lot.Node, PlacementAwarded, c.n.now
+	p.Share, p.Epoch, p.Node, p.Region, p.State, p.AwardedAt = share, epoch, lot.Node, lot.Region, PlacementAwarded, c.n.now
 	p.Model = lot.Cards[w.cards[0]].Model
 	for i, ci := range w.cards {
 		p.Cards = append(p.Cards, lot.Cards[ci].ID)
@@ -88,7 +88,6 @@ func (c *coordinator) accepted(j *job, p *placement) {
 	p.State = PlacementAccepted
 	if !j.twoPhase() {
 		p.State = PlacementRunning
-		c.replaced(j, p)
 	}
 	c.touch(j)
 	if r := p.round; r != nil && r == j.round {

@@ -9,6 +9,7 @@ import (
 // Lot is what one supplier offers a job in a round: the cards of its bid.
 type Lot struct {
 	Node         string
+	Region       string // as the supplier's bid says; "" unknown
 	Availability Availability
 	Cards        []BidCard
 	// Expired marks a lot whose reservation has lapsed (or is about to):
@@ -41,13 +42,16 @@ func (n Need) total() int { return n.Cards + n.Slots*n.PerSlot }
 
 // clearInput is one clearing problem.
 type clearInput struct {
-	lots     []Lot
-	need     Need
-	match    *matcher
-	scorer   *scorer
-	seed     uint64
-	exclude  map[string]bool // nodes that may not win (they hold a share that must be apart)
-	avoid    map[string]bool // nodes that win only when nothing else will do
+	lots    []Lot
+	need    Need
+	match   *matcher
+	scorer  *scorer
+	seed    uint64
+	exclude map[string]bool // nodes that may not win (they hold a share that must be apart)
+	avoid   map[string]bool // nodes that win only when nothing else will do
+	// spread, when not nil, spreads slot winners over regions (service
+	// replicas, spread.go); the regions in it hold a replica already.
+	spread   map[string]bool
 	maxPrice float64
 	explain  *explainer // nil: do not explain
 }
@@ -341,9 +345,26 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 		}
 		return cmp.Compare(a.tie, b.tie)
 	})
+	winners, losers := qualified[:s], qualified[s:]
+	passedOver := 0 // losers[:passedOver] rank above a winner: passed over for their region
+	if in.spread != nil {
+		picked, rest := spreadOver(len(qualified), s,
+			func(i int) string { return in.lots[qualified[i].lot].Region },
+			func(i int) bool { return qualified[i].avoid }, in.spread)
+		winners, losers = make([]nodeSet, 0, s), make([]nodeSet, 0, len(rest))
+		for _, i := range picked {
+			winners = append(winners, qualified[i])
+		}
+		for _, i := range rest {
+			losers = append(losers, qualified[i])
+			if i < picked[len(picked)-1] {
+				passedOver++
+			}
+		}
+	}
 	res := clearing{ok: true, priceCU: -1}
 	worst := 0.0
-	for _, set := range qualified[:s] {
+	for _, set := range winners {
 		w := winner{lot: set.lot, cost: set.cost}
 		for _, c := range cands[set.first : set.first+k] {
 			w.cards = append(w.cards, c.card)
@@ -352,22 +373,36 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 		res.cost += set.cost
 		worst = max(worst, set.cost/float64(k))
 	}
-	if rest := qualified[s:]; len(rest) > 0 && !rest[0].avoid { // sorted: non-avoided first, best first
-		res.priceCU = rest[0].cost / float64(k)
+	if len(losers) > 0 && !losers[0].avoid { // in rank order: non-avoided first, best first
+		res.priceCU = losers[0].cost / float64(k)
 	}
-	if res.priceCU < 0 {
-		res.priceCU = worst
-	}
+	// With no loser, or only avoided ones, the worst winner sets the
+	// price; so it does when a cheaper loser was passed over for its
+	// region: a uniform price below a winner's score would pay that
+	// winner its bid only.
+	res.priceCU = max(res.priceCU, worst)
 	in.price(&res)
 	if in.explain != nil {
 		var won []candidate
-		for _, set := range qualified[:s] {
+		for _, set := range winners {
 			won = append(won, cands[set.first:set.first+k]...)
 			in.explainLot(cands[set.first+k:set.first+perLot[set.lot]], ReasonNotNeeded, res.priceCU)
 		}
 		in.explainWinners(&res, won)
-		for _, set := range qualified[s:] {
-			in.explainLot(cands[set.first:set.first+perLot[set.lot]], ReasonOutbid, res.priceCU)
+		for i, set := range losers {
+			lot := cands[set.first : set.first+perLot[set.lot]]
+			if i < passedOver && !set.avoid {
+				c := &lot[0]
+				l := &in.lots[c.lot]
+				detail := fmt.Sprintf("region %s holds a replica already; a node in another region won", l.Region)
+				if l.Region == "" {
+					detail = "the node advertises no region; nodes in regions without a replica won"
+				}
+				in.explain.add(ExplainEntry{Stage: "bid", Node: l.Node, Model: l.Cards[c.card].Model, Cards: len(lot),
+					Reason: ReasonRegion, Score: c.score, Detail: detail})
+				continue
+			}
+			in.explainLot(lot, ReasonOutbid, res.priceCU)
 		}
 	}
 	return res

@@ -6,8 +6,10 @@ import "fmt"
 // runs. The coordinator moves the share off that node:
 //
 //   - a service's replica gets a replacement under a new share number,
-//     placed avoiding the node; once the replacement runs, the old replica
-//     is stopped, so the service never has fewer replicas running;
+//     placed avoiding the node; once the replacement's process runs (its
+//     runner's renewal says it started: an accepted award is not yet a
+//     process), the old replica is stopped, so the service never has
+//     fewer replicas running;
 //   - any other share is stopped at once (SIGTERM: it can checkpoint) and,
 //     when its end is reported, placed again elsewhere under a new epoch.
 
@@ -46,8 +48,8 @@ func (c *coordinator) onMoving(from string, m *Moving) error {
 	return nil
 }
 
-// replaced stops the replica a new share replaces, now that the new share
-// runs.
+// replaced stops the replica a new share replaces, now that the new
+// share's process runs.
 func (c *coordinator) replaced(j *job, p *placement) {
 	old := j.replaces[p.Share]
 	if old == nil {

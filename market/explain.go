@@ -140,7 +140,7 @@ func reasonRank(r Reason) int {
 	switch r {
 	case ReasonWon:
 		return 0
-	case ReasonOutbid, ReasonNotNeeded, ReasonAvoided, ReasonNotAsked:
+	case ReasonOutbid, ReasonNotNeeded, ReasonAvoided, ReasonNotAsked, ReasonRegion:
 		return 1
 	case ReasonRejected, ReasonTimedOut, ReasonLease, ReasonDeclined, ReasonSilent:
 		return 2

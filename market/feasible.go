@@ -33,6 +33,7 @@ const (
 	ReasonDeclined  Reason = "declined"           // the supplier declined the bid request
 	ReasonSilent    Reason = "no_reply"           // the supplier did not answer within the window
 	ReasonAvoided   Reason = "avoided"            // node lost a share of this job; used only as a last resort
+	ReasonRegion    Reason = "region_has_replica" // a service's replica runs in the node's region; one elsewhere won
 	ReasonWon       Reason = "won"                // not a loss: the candidate won
 	ReasonRejected  Reason = "award_rejected"     // the supplier rejected the award
 	ReasonTimedOut  Reason = "award_timed_out"    // the supplier did not answer the award

@@ -48,6 +48,7 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	if m.Started && p.StartedAt.IsZero() {
 		p.StartedAt = c.n.now
 		c.touch(j)
+		c.replaced(j, p) // a replica it replaces stops once its process runs
 	}
 	if p.State == PlacementRunning && !m.Started && p.gang != nil {
 		c.sendStart(j, p) // the Start was lost

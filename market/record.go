@@ -56,12 +56,15 @@ func (s PlacementState) live() bool {
 // (slot layouts) or is replaced by new shares (LayoutAny), and its new
 // attempt has a higher epoch.
 type Placement struct {
-	Share int            `json:"share"`
-	Epoch uint64         `json:"epoch"`
-	Node  string         `json:"node"`
-	Cards []string       `json:"cards"`
-	Model string         `json:"model"` // of the first card
-	State PlacementState `json:"state"`
+	Share int    `json:"share"`
+	Epoch uint64 `json:"epoch"`
+	Node  string `json:"node"`
+	// Region is the node's region as its bid said ("" unknown): a
+	// service's replicas are spread over regions by it.
+	Region string         `json:"region,omitempty"`
+	Cards  []string       `json:"cards"`
+	Model  string         `json:"model"` // of the first card
+	State  PlacementState `json:"state"`
 	// Cause says why an attempt that is over ended.
 	Cause  Cause  `json:"cause,omitempty"`
 	Reason string `json:"reason,omitempty"`

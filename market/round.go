@@ -170,7 +170,7 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	if len(m.Cards) > want {
 		return release(ErrRefused, "%d cards bid, %d asked", len(m.Cards), want)
 	}
-	lot := Lot{Node: from, Availability: m.Availability, Cards: m.Cards}
+	lot := Lot{Node: from, Region: m.Region, Availability: m.Availability, Cards: m.Cards}
 	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
 	if !r.exclude[from] {
@@ -247,7 +247,7 @@ func (c *coordinator) expireLots(r *round) {
 
 func (c *coordinator) clearInput(j *job, r *round, lots []Lot, need Need, x *explainer) clearInput {
 	return clearInput{lots: lots, need: need, match: j.match, scorer: j.scorer, seed: j.seed ^ r.id,
-		exclude: r.exclude, avoid: j.avoid, maxPrice: j.spec.MaxPriceCNY, explain: x}
+		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x}
 }
 
 func (c *coordinator) closeBidding(j *job, r *round) {

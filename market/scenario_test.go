@@ -490,6 +490,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		cards := append([]string(nil), p.Cards...)
 		slices.Sort(cards)
 		fmt.Fprintf(&b, "\n  share=%d epoch=%d %s [%s] %s price=%.2f bid=%.2f", p.Share, p.Epoch, p.Node, strings.Join(cards, " "), p.State, p.PriceCNY, p.BidCNY)
+		if p.Region != "" {
+			fmt.Fprintf(&b, " region=%s", p.Region)
+		}
 		if p.Cause != "" {
 			fmt.Fprintf(&b, " cause=%s", p.Cause)
 		}

@@ -21,6 +21,7 @@ type ask struct {
 // nodeOffer aggregates what one node offers a job in the book.
 type nodeOffer struct {
 	node   string
+	region string
 	model  string
 	avail  int
 	scores []scoredAvail // ascending
@@ -46,6 +47,8 @@ type scoredAvail struct {
 // drawn at random (seeded by the job and draw) from the next ones, within
 // the best offers holding four times the cards needed, so that coordinators
 // with the same book do not all fall back on the same spares.
+// For a service, the best node of each region that holds no replica yet
+// comes first among those asked for sure (spread.go).
 // With spread > 1 (an extension after the round fell short, which means
 // other coordinators want the same cards) every candidate is drawn at
 // random from the best spread times as many: jobs that all lost the same
@@ -92,6 +95,18 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 		}
 		return cmp.Compare(a.tie, b.tie)
 	})
+	if used := j.spreadRegions(); used != nil && need.Slots > 0 {
+		// A service: the best node of each region without a replica is
+		// asked for sure, so that clearing can spread (spread.go).
+		picked, rest := spreadOver(len(nodes), need.Slots,
+			func(i int) string { return nodes[i].region },
+			func(i int) bool { return nodes[i].avoid }, used)
+		spread := make([]*nodeOffer, 0, len(nodes))
+		for _, i := range append(picked, rest...) {
+			spread = append(spread, nodes[i])
+		}
+		nodes = spread
+	}
 	take := func(o *nodeOffer) int {
 		if need.Slots > 0 {
 			return want
@@ -268,7 +283,7 @@ func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
 			}
 		}
 		if no == nil {
-			slab = append(slab, nodeOffer{node: o.Node, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, ""), scores: scores[i : i : i+1]})
+			slab = append(slab, nodeOffer{node: o.Node, region: o.Region, model: o.Model, best: so.score, avoid: j.avoid[o.Node], tie: tieKey(j.seed, o.Node, ""), scores: scores[i : i : i+1]})
 			no = &slab[len(slab)-1]
 			out = append(out, no)
 			if index != nil {

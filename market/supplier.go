@@ -391,6 +391,19 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 	return a, nil
 }
 
+// follow makes an attempt of this node renew with a coordinator that
+// outranks the one it follows (that one, this node itself, let the job
+// go): the new coordinator acks it if it holds it live, and stops it if
+// not. A Stop from the old coordinator is then refused as outranked.
+func (s *supplier) follow(job string, share int, epoch, term uint64, coordinator string) {
+	a := s.attempts[attemptKey{job, share, epoch}]
+	if a == nil || a.end != nil || !Outranks(term, coordinator, a.rec.Term, a.rec.Coordinator) {
+		return
+	}
+	a.rec.Term, a.rec.Coordinator = term, coordinator
+	s.touch(a)
+}
+
 func (s *supplier) onStart(from string, m *Start) error {
 	a, err := s.attemptFrom(from, m.Job, m.Share, m.Epoch, m.Term)
 	if err != nil {

@@ -44,6 +44,7 @@ var ErrBadMeta = errors.New("bad node metadata")
 //	5 models     repeated string
 //	6 leaving    bool
 //	7 coordinator bool
+//	8 standby     bool
 //
 // Unknown fields are skipped, so later versions may add fields.
 type Meta struct {
@@ -68,6 +69,10 @@ type Meta struct {
 	// Coordinator says the node coordinates jobs now (its --coordinator
 	// mode and how long it has been a member decide; see package node).
 	Coordinator bool
+	// Standby says the node does not coordinate yet but will (it has not
+	// been a member long enough): package node lets it hold job records
+	// while the mesh has too few coordinators.
+	Standby bool
 }
 
 // validate checks the field limits.
@@ -127,6 +132,10 @@ func encodeMeta(m Meta) ([]byte, error) {
 	}
 	if m.Coordinator {
 		buf = protowire.AppendTag(buf, 7, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, 1)
+	}
+	if m.Standby {
+		buf = protowire.AppendTag(buf, 8, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
 	if len(buf) > MaxMetaSize {
@@ -207,7 +216,7 @@ func decodeMeta(b []byte) (Meta, error) {
 			}
 			m.Models = append(m.Models, v)
 			b = b[n:]
-		case (num == 6 || num == 7) && typ == protowire.VarintType:
+		case num >= 6 && num <= 8 && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return Meta{}, fmt.Errorf("%w: flag %d: %v", ErrBadMeta, num, protowire.ParseError(n))
@@ -215,13 +224,16 @@ func decodeMeta(b []byte) (Meta, error) {
 			if v > 1 {
 				return Meta{}, fmt.Errorf("%w: flag %d is %d, want 0 or 1", ErrBadMeta, num, v)
 			}
-			if num == 6 {
+			switch num {
+			case 6:
 				m.Leaving = v == 1
-			} else {
+			case 7:
 				m.Coordinator = v == 1
+			default:
+				m.Standby = v == 1
 			}
 			b = b[n:]
-		case num >= 1 && num <= 7:
+		case num >= 1 && num <= 8:
 			return Meta{}, fmt.Errorf("%w: field %d has wire type %d", ErrBadMeta, num, typ)
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)

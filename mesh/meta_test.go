@@ -46,6 +46,14 @@ func TestMetaRoundTrip(t *testing.T) {
 	if _, err := decodeMeta(append(b, 7<<3, 2)); err == nil {
 		t.Fatal("a coordinator flag of 2 was accepted")
 	}
+	in.Coordinator, in.Standby = false, true
+	b, _ = encodeMeta(in)
+	if out, _ := decodeMeta(b); out.Coordinator || !out.Standby {
+		t.Fatalf("standby flag lost: %+v", out)
+	}
+	if _, err := decodeMeta(append(b, 8<<3, 2)); err == nil {
+		t.Fatal("a standby flag of 2 was accepted")
+	}
 }
 
 func TestEncodeMetaKeepsWithinLimitPreferringPublicAddresses(t *testing.T) {

@@ -189,8 +189,8 @@ func sameSummary(a, b mesh.Meta) bool {
 }
 
 // metaOf is the short capacity summary memberlist carries.
-func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator bool) mesh.Meta {
-	m := mesh.Meta{Region: region, Coordinator: coordinator}
+func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator, standby bool) mesh.Meta {
+	m := mesh.Meta{Region: region, Coordinator: coordinator, Standby: standby}
 	for _, c := range cards {
 		if !c.Health.Healthy {
 			continue

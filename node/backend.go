@@ -137,6 +137,7 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 			LastHeard:   m.LastHeard,
 			RTTMillis:   float64(m.RTT.Microseconds()) / 1000,
 			Coordinator: m.Coordinator,
+			Standby:     m.Standby,
 		}
 		// The Book's figures when it has them: it holds no dead or
 		// departed member's cards. Otherwise the membership's summary,

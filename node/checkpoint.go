@@ -119,7 +119,13 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 	note := checkpointNote{Job: a.JobID, Share: a.Share, Epoch: a.Epoch, Ref: ref, At: time.Now()}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 	defer cancel()
-	if err := n.noteCall(ctx, coord, kindCheckpointOffer, note); err != nil {
+	offer := func() error { return n.noteCall(ctx, coord, kindCheckpointOffer, note) }
+	if coord == n.id {
+		// This node coordinates the job it runs: no call to make (a dial
+		// to itself fails).
+		offer = func() error { return n.acceptCheckpoint(ctx, n.id, note) }
+	}
+	if err := offer(); err != nil {
 		n.log.Info("checkpoint refused or undelivered", "job", a.JobID, "share", a.Share, "epoch", a.Epoch, "err", err)
 		return
 	}

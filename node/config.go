@@ -24,6 +24,8 @@ const (
 	// for Config.CoordinatorAfter. Nodes that come and go often (a café PC
 	// taken back, a home PC switched off) rarely stay that long, so they
 	// rarely coordinate: the rule keeps job records on steady machines.
+	// Before that the node is a standby: it holds job records while the
+	// mesh has fewer coordinators than Config.Replicas.
 	CoordinatorAuto CoordinatorMode = "auto"
 	// CoordinatorNever: the node only supplies cards and forwards
 	// submissions.
@@ -121,8 +123,9 @@ type Config struct {
 	// updates that change only the free-card count (the capacity ads carry
 	// it at once; see updateMeta). Default 10 s.
 	MetaFreeEvery time.Duration
-	// SendWorkers bounds the goroutines that deliver market messages.
-	// Default 8.
+	// SendWorkers bounds how many destinations market messages are sent
+	// to at once; each destination has its own queue, so one that does not
+	// answer holds up only its own messages. Default 8.
 	SendWorkers int
 	// Version is this binary's version, shown in status and metrics.
 	Version string

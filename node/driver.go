@@ -290,8 +290,11 @@ func (n *Node) foldPending() {
 		}
 		n.book.Put(p.String(), offersOf(ad, now))
 	}
-	readvertise := false
+	readvertise, regroup := false, false
 	defer func() {
+		if regroup {
+			n.replicateAll() // a member's role changed: it joins or leaves some jobs' groups
+		}
 		if readvertise && n.adv != nil {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 			defer cancel()
@@ -327,11 +330,23 @@ func (n *Node) foldPending() {
 			// (LostAfter) decides, and a dropped connection (a process
 			// that died) is the early hint.
 			n.succeed(ev.Peer)
+			// Members lost with a coordinator (a rack's power cut) leave
+			// its jobs' groups only as membership declares them dead, one
+			// after another: a successor that could not reach a majority
+			// of the group when the coordinator went may reach one now,
+			// before the runners' fencing deadline.
+			n.succeedDeadCoordinators(ev.Peer)
 			n.replicateAll() // its replicas move to the next members
 		case mesh.EventDisconnect:
 			n.step(market.PeerLost{Now: now, Node: ev.Peer.String()})
 			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
+			if m, ok := n.mesh.Member(ev.Peer); ok {
+				if role := roleOf(m); role != n.roles[ev.Peer] {
+					regroup = regroup || ev.Kind == mesh.EventUpdate
+					n.roles[ev.Peer] = role
+				}
+			}
 			if ev.Kind == mesh.EventJoin {
 				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
@@ -352,6 +367,25 @@ func (n *Node) foldPending() {
 			}
 		}
 	}
+}
+
+// memberRole is what a member's metadata says of its coordinating.
+type memberRole uint8
+
+const (
+	roleNone memberRole = iota
+	roleStandby
+	roleCoordinator
+)
+
+func roleOf(m mesh.Member) memberRole {
+	switch {
+	case m.Coordinator && !m.Leaving:
+		return roleCoordinator
+	case m.Standby && !m.Leaving:
+		return roleStandby
+	}
+	return roleNone
 }
 
 // replicateAll queues every live job this node coordinates for
@@ -395,12 +429,17 @@ func (n *Node) postWait(f func()) {
 }
 
 // updateCoordinatorFlag advertises this node as a coordinator once it has
-// been up for CoordinatorAfter in auto mode.
+// been up for CoordinatorAfter in auto mode, and as a standby before that
+// (see coordinators).
 func (n *Node) updateCoordinatorFlag() {
-	want := n.cfg.Coordinator == CoordinatorAuto && time.Since(n.started) >= n.cfg.CoordinatorAfter && !n.draining.Load()
-	if want != n.coordNow.Load() {
+	auto := n.cfg.Coordinator == CoordinatorAuto && !n.draining.Load()
+	want := auto && time.Since(n.started) >= n.cfg.CoordinatorAfter
+	standby := auto && !want
+	if want != n.coordNow.Load() || standby != n.standby.Load() {
 		n.coordNow.Store(want)
+		n.standby.Store(standby)
 		n.updateMeta()
+		n.replicateAll() // this node's own place in the jobs' groups changed
 	}
 }
 
@@ -418,7 +457,7 @@ func (n *Node) updateMeta() {
 	if n.mk != nil {
 		statuses = n.mk.Cards()
 	}
-	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load())
+	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load(), n.standby.Load())
 	if !n.metaSentAt.IsZero() && sameSummary(meta, n.metaSent) {
 		if meta.FreeCards == n.metaSent.FreeCards {
 			n.metaHeld = false

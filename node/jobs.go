@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,28 +31,37 @@ const (
 // coordinators returns the members that should hold a job, best first:
 // rendezvous hashing (market.Coordinators) over the coordinator-eligible
 // alive members. Eligible are the members whose metadata says they
-// coordinate (see CoordinatorMode); while no member is eligible yet (a mesh
-// that has just formed), every alive member is. Every node computes the
-// same list from the same membership, so "submit anywhere, ask anywhere"
-// needs no directory.
+// coordinate (see CoordinatorMode). While fewer than r are, the list goes
+// on with the standbys (auto members not yet members for CoordinatorAfter),
+// by rendezvous hashing too: in a mesh whose nodes have all restarted
+// lately, the one node up long enough must not hold every record alone.
+// While no member is either (a mesh of CoordinatorNever nodes), every
+// alive member is eligible. Every node computes the same list from the
+// same membership, so "submit anywhere, ask anywhere" needs no directory.
 func (n *Node) coordinators(job string, r int) []peer.ID {
-	var eligible, alive []string
+	var eligible, standby, alive []string
 	for _, m := range n.mesh.Members() {
 		if m.State != mesh.StateAlive {
 			continue
 		}
 		alive = append(alive, m.ID.String())
-		if m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving {
+		switch {
+		case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving:
 			eligible = append(eligible, m.ID.String())
+		case m.Self && n.standby.Load() || !m.Self && m.Standby && !m.Leaving:
+			standby = append(standby, m.ID.String())
 		}
 	}
-	if len(eligible) == 0 {
+	if len(eligible) == 0 && len(standby) == 0 {
 		eligible = alive
 	}
-	if len(eligible) == 0 {
+	if len(eligible) == 0 && len(standby) == 0 {
 		eligible = []string{n.id.String()}
 	}
 	ids := market.Coordinators(job, eligible, r)
+	if len(ids) < r && len(standby) > 0 {
+		ids = append(ids, market.Coordinators(job, standby, r-len(ids))...)
+	}
 	out := make([]peer.ID, 0, len(ids))
 	for _, s := range ids {
 		if id, err := peer.Decode(s); err == nil {
@@ -152,6 +162,19 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 			return market.JobRecord{}, api.Errorf(http.StatusBadGateway, "job %s: %v", spec.ID, err)
 		}
 	}
+	if held, ok := n.view.job(spec.ID); ok && held.Coordinator != n.id.String() {
+		// Another node coordinates the job (this one holds its replica, or
+		// let it go): a submission retried after a 503 that finds a new
+		// first member of the job's list, its coordinator of the first try
+		// having become unreachable meanwhile. Creating the job again here
+		// would give it two coordinators of one term, handing out the same
+		// epochs.
+		if !reflect.DeepEqual(held.Spec, spec) {
+			return market.JobRecord{}, api.Errorf(http.StatusConflict, "job %s exists with another spec", spec.ID)
+		}
+		n.log.Info("job already coordinated elsewhere; answering with its record", "job", spec.ID, "coordinator", held.Coordinator)
+		return held, nil
+	}
 	var rec market.JobRecord
 	var stepErr error
 	err := n.do(ctx, func() {
@@ -175,11 +198,18 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		}
 		return market.JobRecord{}, api.Errorf(http.StatusBadRequest, "job %s: %v", spec.ID, stepErr)
 	}
-	// The record reaches its replicas before the acknowledgement leaves.
-	if want := len(n.replicaTargets(spec.ID)); want > 0 {
-		if got := n.replicate(ctx, rec); got < want {
-			n.log.Warn("job acknowledged with fewer replicas than asked", "job", spec.ID, "replicas", got, "want", want)
+	// The record reaches its replicas before the acknowledgement leaves:
+	// what is acknowledged survives the loss of this node.
+	if missing := n.replicateForAck(ctx, rec); len(missing) > 0 {
+		n.repl.missed(spec.ID) // the replicate loop goes on trying
+		names := make([]string, len(missing))
+		for i, id := range missing {
+			names[i] = id.ShortString()
 		}
+		n.log.Warn("job not acknowledged: replicas did not confirm its record", "job", spec.ID, "missing", names)
+		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable,
+			"job %s: %d of its %d replicas (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
+			spec.ID, len(missing), len(n.replicaTargets(spec.ID)), strings.Join(names, ", "), replicaAckWait)
 	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil
@@ -363,6 +393,9 @@ func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, er
 	case err != nil:
 		return rec, err
 	case !ok:
+		if held, found := n.view.job(id); found && ended(held) {
+			return held, nil // it ended: cancelling it again changes nothing
+		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
 	case stepErr != nil && !errors.Is(stepErr, market.ErrJobEnded):
 		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)

@@ -64,7 +64,7 @@ type Node struct {
 
 	inputs  chan func()   // run on the driver goroutine
 	wake    chan struct{} // one token: pending ads or members changed
-	outbox  chan outgoing // to the send workers
+	out     *lanes        // market messages on their way, by destination (send.go)
 	started time.Time
 
 	// Driver-owned (touched only on the driver goroutine).
@@ -72,6 +72,7 @@ type Node struct {
 	book     *book
 	runs     map[attemptKey]*runSlot
 	coordNow atomic.Bool // this node advertises itself as a coordinator
+	standby  atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
 	draining atomic.Bool // Drain was called: no new work
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
@@ -89,6 +90,9 @@ type Node struct {
 	// lostAttempts died with the node's last run; their coordinators are
 	// told once peers can be reached (reportLost).
 	lostAttempts []market.Attempt
+	// roles are the members' coordinator roles as last seen (driver-owned):
+	// a change moves records between groups (see coordinators).
+	roles map[peer.ID]memberRole
 
 	closeOnce sync.Once
 }
@@ -116,13 +120,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		inputs:     make(chan func(), 4096),
-		wake:       make(chan struct{}, 1),
-		outbox:     make(chan outgoing, 4096),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		inputs: make(chan func(), 4096),
+		wake:   make(chan struct{}, 1),
+
 		runs:       map[attemptKey]*runSlot{},
 		pendingAds: map[peer.ID]gossip.Ad{},
+		roles:      map[peer.ID]memberRole{},
 		view:       newView(),
 		repl:       newReplicator(),
 		ship:       &shipper{sent: map[string]string{}},
@@ -131,6 +136,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ownerKey:   ownerKey,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.out = newLanes(n.ctx, &n.wg, cfg.SendWorkers, n.deliver, func(to peer.ID, count int, err error) {
+		n.log.Debug("market messages not delivered", "to", to, "count", count, "err", err)
+	})
 	var closers []func()
 	up := false
 	defer func() {
@@ -169,7 +177,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	mcfg := cfg.Mesh
-	mcfg.Meta = metaOf(cfg.Region, cards, nil, false)
+	n.standby.Store(cfg.Coordinator == CoordinatorAuto)
+	mcfg.Meta = metaOf(cfg.Region, cards, nil, false, n.standby.Load())
 	if cfg.Sim != nil && mcfg.Identity == nil {
 		// A simulated node keeps its identity across restarts too.
 		if mcfg.Identity, _, err = mesh.LoadIdentity(cfg.DataDir); err != nil {
@@ -247,7 +256,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
-	n.wg.Add(7 + cfg.SendWorkers)
+	n.wg.Add(7)
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()
@@ -255,9 +264,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.pumpMembers(sub)
 	go n.pumpHealth()
 	go n.drive()
-	for range cfg.SendWorkers {
-		go n.sendWorker()
-	}
 
 	if apiLn != nil {
 		n.serveAPI(apiLn, *cfg.API)

@@ -471,3 +471,35 @@ func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
 	}
 	waitState(t, runner, "orphan", 10*time.Second, market.JobCancelled)
 }
+
+// Cancelling a job that has ended is answered with its record, also once
+// its coordinator has restarted and holds the job only as a record, not in
+// its market: a retried cancel (the first answer was lost) must not look
+// like a lost job.
+func TestCancelOfAnEndedJobAfterItsCoordinatorRestarted(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.waitBook(coord, 1)
+	sm.neverCoordinate(runner)
+	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "done", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, coord, "done", 30*time.Second, market.JobSucceeded)
+	dir, cfg := coord.cfg.DataDir, coord.cfg
+	coord.Close()
+	sm.nodes[0] = nil
+	cfg.Mesh.Join = runner.Mesh().Addrs()
+	restarted, err := Start(context.Background(), Config{DataDir: dir, Sim: sm.net, Devices: []device.Backend{}, CoordinatorAfter: time.Millisecond,
+		Mesh: cfg.Mesh, Executor: executor.Config{Isolation: executor.IsolationProcess}, Logger: testLogger(), Owner: testOwner(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.nodes[0] = restarted
+	rec, err := restarted.Cancel(context.Background(), "done")
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if rec.State != market.JobSucceeded {
+		t.Errorf("cancel answered %s, want the job's end, succeeded", rec.State)
+	}
+}

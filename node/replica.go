@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +21,10 @@ import (
 
 // Replication and succession. A job's record lives on its coordinator and
 // on the next R-1 members of its HRW list (Config.Replicas). The coordinator
-// sends the record to them before it acknowledges the submission and again
-// after every change. When the coordinator is lost, the first live member
+// sends the record to them before it acknowledges the submission (a
+// submission whose replicas do not all confirm within replicaAckWait is
+// answered 503: submit it again with the same ID) and again after every
+// change. When the coordinator is lost, the first live member
 // of the job's HRW list that holds a replica adopts the job under a higher
 // term (market.JobAdopted); runners follow the higher term. A coordinator
 // that comes back yields to a higher or equal term held elsewhere.
@@ -138,16 +142,54 @@ func (n *Node) replicaTargets(job string) []peer.ID {
 	return out
 }
 
+// replicaAckWait bounds how long a submission waits for its record to
+// reach every replica (replicateForAck) before it is answered 503.
+// replicaAckPause is the pause before a replica that failed at once (a
+// refused dial, a reset stream) is asked again within that time.
+const (
+	replicaAckWait  = 3 * time.Second
+	replicaAckPause = 100 * time.Millisecond
+)
+
+// replicateForAck sends rec to the job's replicas — the members after this
+// node in its HRW list when the call starts; fewer when the mesh has fewer
+// coordinator-eligible members than Config.Replicas — and asks again those
+// that did not confirm, until every one has or replicaAckWait (or ctx) has
+// passed. It returns the replicas that never confirmed.
+func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
+	missing := n.replicaTargets(rec.ID)
+	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
+	defer cancel()
+	for len(missing) > 0 {
+		acked := n.replicateTo(ctx, rec, missing)
+		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return acked[t] })
+		if len(missing) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return missing
+		case <-time.After(replicaAckPause):
+		}
+	}
+	return missing
+}
+
 // replicate sends rec to its replicas and returns how many acknowledged.
 func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
+	return len(n.replicateTo(ctx, rec, n.replicaTargets(rec.ID)))
+}
+
+// replicateTo sends rec to targets, at once, each call bounded by
+// replicateAfter, and returns those that acknowledged.
+func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []peer.ID) map[peer.ID]bool {
+	acked := map[peer.ID]bool{}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		n.log.Error("cannot encode a job record", "job", rec.ID, "err", err)
-		return 0
+		return acked
 	}
-	targets := n.replicaTargets(rec.ID)
 	var mu sync.Mutex
-	acks := 0
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Add(1)
@@ -160,7 +202,7 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 				switch m.Kind {
 				case kindAck:
 					mu.Lock()
-					acks++
+					acked[t] = true
 					mu.Unlock()
 					return nil
 				case kindSuperseded:
@@ -174,7 +216,7 @@ func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
 		}()
 	}
 	wg.Wait()
-	return acks
+	return acked
 }
 
 // serveReplicate stores a replica sent by the job's coordinator. When this
@@ -200,6 +242,10 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 	}
 	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
+		if held, ok := n.view.job(rec.ID); ok {
+			n.log.Debug("replica not newer than the record held; kept that", "job", rec.ID, "term", rec.Term, "version", rec.Version,
+				"held_coordinator", held.Coordinator, "held_term", held.Term, "held_version", held.Version, "held_state", held.State)
+		}
 		return nil, nil // we hold as new a record already
 	}
 	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
@@ -280,20 +326,8 @@ func (n *Node) yieldTo(rec market.JobRecord) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
-	// The attempts of the job that run here and that the new coordinator
-	// holds live follow it first: letting the job go stops what this node
-	// placed, and this node's own runner, frozen with it (the new
-	// coordinator took over while this process was stopped), has not yet
-	// heard the new coordinator's renewal ack that would have it ignore
-	// that stop.
-	for _, p := range rec.Live() {
-		if p.Node == n.id.String() {
-			n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
-				From: rec.Coordinator, To: n.id.String(),
-				Payload: &market.RenewalAck{Job: rec.ID, Term: rec.Term, Share: p.Share, Epoch: p.Epoch},
-			}})
-		}
-	}
+	// The job's attempts that run on this node follow the new coordinator
+	// rather than stop (market: onSuperseded).
 	n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
 		From: rec.Coordinator, To: n.id.String(),
 		Payload: &market.Superseded{Job: rec.ID, Term: rec.Term, Coordinator: rec.Coordinator},
@@ -325,6 +359,24 @@ func (n *Node) succeed(lost peer.ID) {
 	}
 }
 
+// succeedDeadCoordinators runs succeed again for the coordinators, other
+// than except, of the jobs this node holds records of that membership
+// declares dead or gone: the group of their jobs changed. It runs on the
+// driver.
+func (n *Node) succeedDeadCoordinators(except peer.ID) {
+	seen := map[peer.ID]bool{except: true, n.id: true}
+	for _, rec := range n.view.all() {
+		c, err := peer.Decode(rec.Coordinator)
+		if err != nil || seen[c] || !settling(rec) {
+			continue
+		}
+		seen[c] = true
+		if m, ok := n.mesh.Member(c); ok && (m.State == mesh.StateDead || m.State == mesh.StateLeft) {
+			n.succeed(c)
+		}
+	}
+}
+
 // adopt makes this node the job's coordinator under term.
 func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 	now := time.Now()
@@ -332,7 +384,8 @@ func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 		n.log.Warn("cannot take over job", "job", rec.ID, "from", lost.ShortString(), "err", err)
 		return
 	}
-	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term)
+	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term,
+		"record_term", rec.Term, "record_version", rec.Version, "live", livePlacements(rec))
 	n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost"})
 }
 
@@ -471,13 +524,14 @@ func (n *Node) askRecords(job string, ids []peer.ID, wait time.Duration, skip pe
 
 // quorumOthers is how many other members of a job's coordinator group
 // (the coordinator and its Replicas successors, as many as the mesh has
-// coordinator-eligible members it has not seen leave) a successor must
+// coordinator-eligible and standby members it has not seen leave; see
+// coordinators) a successor must
 // reach before it adopts the job: with itself, a majority. A group of two
 // cannot tell a crash from a partition; its survivor adopts alone.
 func (n *Node) quorumOthers() int {
 	eligible := 0
 	for _, m := range n.mesh.Members() {
-		if m.State != mesh.StateLeft && (m.Self && n.coordNow.Load() || !m.Self && m.Coordinator) {
+		if m.State != mesh.StateLeft && (m.Self && (n.coordNow.Load() || n.standby.Load()) || !m.Self && (m.Coordinator || m.Standby)) {
 			eligible++
 		}
 	}
@@ -652,4 +706,18 @@ func answered(err error) bool {
 // whose ends must be heard and billed.
 func settling(rec market.JobRecord) bool {
 	return rec.State != market.JobMoved && (!rec.State.Terminal() || len(rec.Live()) > 0)
+}
+
+// livePlacements describes a record's live placements for a log line:
+// share/epoch@node:state each.
+func livePlacements(rec market.JobRecord) string {
+	var parts []string
+	for _, p := range rec.Live() {
+		node := p.Node
+		if id, err := peer.Decode(p.Node); err == nil {
+			node = id.ShortString()
+		}
+		parts = append(parts, fmt.Sprintf("%d/%d@%s:%s", p.Share, p.Epoch, node, p.State))
+	}
+	return strings.Join(parts, " ")
 }

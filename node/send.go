@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
@@ -15,79 +16,143 @@ import (
 // on the bid-request topic.
 const kindMarket = "market"
 
-// outgoing is a batch of encoded market messages for one peer, or for the
-// broadcast topic when to is "".
-type outgoing struct {
-	to   peer.ID
+// Market messages leave through one lane per destination (a peer, or the
+// broadcast topic when the key is ""): a lane sends what is queued for its
+// destination in order, one batch at a time, each bounded by sendTimeout,
+// and at most Config.SendWorkers lanes send at once. A peer that does not
+// answer (frozen, cut off) holds up only its own lane. A shared pool of
+// workers did not: with a peer frozen for a few seconds every worker ended
+// up waiting on it, the renewal acks to the other runners queued behind,
+// and those runners fenced themselves (a 300-fault soak saw it).
+const (
+	sendTimeout  = 3 * time.Second
+	maxLaneQueue = 4096 // messages waiting for one destination; more are dropped
+	maxLaneBatch = 256  // messages in one send
+)
+
+// lanes are the send lanes, by destination. deliver sends one batch; a
+// lane's goroutine is counted in wg and ends when its queue is empty or ctx
+// ends.
+type lanes struct {
+	ctx     context.Context
+	wg      *sync.WaitGroup
+	deliver func(ctx context.Context, to peer.ID, msgs []gossip.Out) error
+	failed  func(to peer.ID, count int, err error)
+
+	mu    sync.Mutex
+	by    map[peer.ID]*lane
+	slots chan struct{} // one per lane sending now
+}
+
+// lane is the queue of one destination; a goroutine runs it while it is
+// not empty.
+type lane struct {
 	msgs []gossip.Out
 }
 
-// send encodes the market's messages, groups them by destination and hands
-// them to the send workers without blocking the driver. A batch that finds
-// the queue full is dropped: the market retries what matters.
+func newLanes(ctx context.Context, wg *sync.WaitGroup, workers int,
+	deliver func(context.Context, peer.ID, []gossip.Out) error, failed func(peer.ID, int, error)) *lanes {
+	return &lanes{ctx: ctx, wg: wg, deliver: deliver, failed: failed, by: map[peer.ID]*lane{}, slots: make(chan struct{}, workers)}
+}
+
+// push queues msgs for to, starting its lane if it has none, and returns
+// how many did not fit. The caller must be counted in wg (the driver is),
+// so that a lane started now is waited for.
+func (ls *lanes) push(to peer.ID, msgs []gossip.Out) (dropped int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.by[to]
+	if l == nil {
+		l = &lane{}
+		ls.by[to] = l
+		ls.wg.Add(1)
+		go ls.run(to, l)
+	}
+	if room := max(maxLaneQueue-len(l.msgs), 0); len(msgs) > room {
+		dropped, msgs = len(msgs)-room, msgs[:room]
+	}
+	l.msgs = append(l.msgs, msgs...)
+	return dropped
+}
+
+// run sends a lane's messages until its queue is empty (then the lane is
+// gone, and the next message starts another) or ctx ends.
+func (ls *lanes) run(to peer.ID, l *lane) {
+	defer ls.wg.Done()
+	for {
+		ls.mu.Lock()
+		k := min(len(l.msgs), maxLaneBatch)
+		if k == 0 {
+			delete(ls.by, to)
+			ls.mu.Unlock()
+			return
+		}
+		batch := l.msgs[:k:k]
+		l.msgs = l.msgs[k:]
+		ls.mu.Unlock()
+		select {
+		case ls.slots <- struct{}{}:
+		case <-ls.ctx.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(ls.ctx, sendTimeout)
+		err := ls.deliver(ctx, to, batch)
+		cancel()
+		<-ls.slots
+		if err != nil && ls.ctx.Err() == nil {
+			ls.failed(to, len(batch), err)
+		}
+	}
+}
+
+// send encodes the market's messages, groups them by destination and
+// queues them on their lanes without blocking the driver. Messages beyond
+// a lane's bound are dropped: the market retries what matters. It runs on
+// the driver.
 func (n *Node) send(msgs []market.Message) {
-	if len(msgs) == 0 {
+	if len(msgs) == 0 || n.ctx.Err() != nil {
 		return
 	}
-	batches := map[string]*outgoing{}
-	var order []string
+	batches := map[peer.ID][]gossip.Out{}
+	var order []peer.ID
 	for _, m := range msgs {
 		data, err := market.EncodeMessage(m)
 		if err != nil {
 			n.log.Error("cannot encode a market message", "type", m.Payload.Type(), "err", err)
 			continue
 		}
-		b := batches[m.To]
-		if b == nil {
-			b = &outgoing{}
-			if m.To != market.Broadcast {
-				id, err := peer.Decode(m.To)
-				if err != nil {
-					n.log.Error("market message to a bad peer ID", "to", m.To, "err", err)
-					continue
-				}
-				b.to = id
+		var to peer.ID
+		if m.To != market.Broadcast {
+			if to, err = peer.Decode(m.To); err != nil {
+				n.log.Error("market message to a bad peer ID", "to", m.To, "err", err)
+				continue
 			}
-			batches[m.To] = b
-			order = append(order, m.To)
 		}
-		b.msgs = append(b.msgs, gossip.Out{Kind: kindMarket, Data: data})
+		if _, ok := batches[to]; !ok {
+			order = append(order, to)
+		}
+		batches[to] = append(batches[to], gossip.Out{Kind: kindMarket, Data: data})
 	}
 	for _, to := range order {
-		select {
-		case n.outbox <- *batches[to]:
-		default:
-			n.log.Warn("send queue full; messages dropped", "to", to, "count", len(batches[to].msgs))
+		if dropped := n.out.push(to, batches[to]); dropped > 0 {
+			n.log.Warn("send queue full; messages dropped", "to", to, "count", dropped)
 		}
 	}
 }
 
-// sendWorker delivers batches until the node closes.
-func (n *Node) sendWorker() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case b := <-n.outbox:
-			ctx, cancel := context.WithTimeout(n.ctx, 3*time.Second)
-			var err error
-			if b.to == "" {
-				for _, m := range b.msgs {
-					if err = n.gossip.Broadcast(ctx, m.Kind, m.Data); err != nil {
-						break
-					}
-				}
-			} else {
-				n.dialable(b.to)
-				err = n.direct.Send(ctx, b.to, b.msgs...)
-			}
-			cancel()
-			if err != nil && n.ctx.Err() == nil {
-				n.log.Debug("market messages not delivered", "to", b.to, "count", len(b.msgs), "err", err)
+// deliver sends one batch of market messages: to a peer's stream, or on
+// the bid-request topic when to is "".
+func (n *Node) deliver(ctx context.Context, to peer.ID, msgs []gossip.Out) error {
+	if to == "" {
+		for _, m := range msgs {
+			if err := n.gossip.Broadcast(ctx, m.Kind, m.Data); err != nil {
+				return err
 			}
 		}
+		return nil
 	}
+	n.dialable(to)
+	return n.direct.Send(ctx, to, msgs...)
 }
 
 // onDirect receives a market message from a peer's stream: decoded and

@@ -3,16 +3,21 @@ package node
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // A member ranked above the successor in the job's HRW list that never got
-// the record (here its link to the coordinator is cut, as a replica fails
-// to reach a node that has just restarted) must not hold the job up: the
-// next member that holds the record takes the job over.
+// the record (here it became a coordinator after the job was submitted,
+// and its link to the coordinator is cut, as a replica fails to reach a
+// node that has just restarted) must not hold the job up: the next member
+// that holds the record takes the job over.
 func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	sm := newSimMesh(t, "", "", "", "a100-80g:1")
 	runner := sm.nodes[3]
@@ -35,11 +40,21 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 		}
 	}
 	coord, skipped, successor := sm.byID(order[0]), sm.byID(order[1]), sm.byID(order[2])
-	sm.net.Cut(coord.ID(), skipped.ID())
-
+	// The submission is acknowledged once the job's group of the moment
+	// (the coordinator and the successor) holds the record; only then
+	// does the skipped member join the group, out of the coordinator's
+	// reach.
+	sm.neverCoordinate(runner, skipped)
 	if _, err := successor.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
+	sm.net.Cut(coord.ID(), skipped.ID())
+	if err := skipped.SetCoordinator(context.Background(), CoordinatorAuto); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the successor counts the skipped member among the job's group", func() bool {
+		return slices.Equal(successor.coordinators(id, 3), []peer.ID{coord.ID(), skipped.ID(), successor.ID()})
+	})
 	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
 	if rec.Coordinator != coord.ID().String() {
 		t.Fatalf("coordinated by %s, want %s", rec.Coordinator, coord.ID())
@@ -264,4 +279,98 @@ func TestOrphanedJobIsTakenOverByItsGroup(t *testing.T) {
 		t.Fatalf("cancel after the takeover: %v", err)
 	}
 	waitState(t, runner, "orphan-me", 10*time.Second, market.JobCancelled)
+}
+
+// A coordinator that also runs a replica of its service and goes silent
+// for a moment (cut off for less than the lease, as a node frozen for a
+// second or two) is declared dead by memberlist, and a successor adopts
+// the job. When it is back it lets the job go — and its own replica, which
+// the successor holds as running, follows the successor and runs on: a
+// short silence moves no share. (Five nodes: the successor still has a
+// majority of the job's group if one more member is taken for dead for a
+// moment, as memberlist does of a busy node under the race detector.)
+func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) {
+		price := 5.0
+		if strings.HasPrefix(filepath.Base(c.DataDir), "node-0-") {
+			price = 1 // the coordinator is the cheapest: it runs a replica
+		}
+		c.Prices = map[string]float64{"a100-80g": price}
+	}, "a100-80g:1", "a100-80g:1", "a100-80g:1", "a100-80g:1", "a100-80g:1")
+	coord := sm.nodes[0]
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 5)
+	}
+	var ids []string
+	for _, n := range sm.nodes {
+		ids = append(ids, n.ID().String())
+	}
+	var id string
+	for i := 0; ; i++ {
+		id = fmt.Sprintf("svc-%d", i)
+		if market.Coordinators(id, ids, 1)[0] == coord.ID().String() {
+			break
+		}
+	}
+	if _, err := sm.nodes[1].Submit(context.Background(), market.JobSpec{ID: id, Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	var own market.Placement
+	rec := waitState(t, coord, id, 20*time.Second, market.JobRunning)
+	eventually(t, 20*time.Second, "three replicas run, one on the coordinator", func() bool {
+		rec, _ = coord.Job(context.Background(), id)
+		n, nodes := liveReplicas(rec)
+		for _, p := range rec.Live() {
+			if p.Node == coord.ID().String() {
+				own = p
+			}
+		}
+		return n == 3 && nodes[coord.ID().String()]
+	})
+
+	sm.net.Isolate(coord.ID())
+	var successor *Node
+	eventually(t, 10*time.Second, "a successor adopts the job", func() bool {
+		for _, n := range sm.nodes[1:] {
+			if r, ok := n.view.job(id); ok && r.Coordinator == n.ID().String() && r.Term > rec.Term {
+				successor = n
+				return true
+			}
+		}
+		return false
+	})
+	sm.net.Reconnect(coord.ID())
+	eventually(t, 10*time.Second, "the old coordinator lets the job go", func() bool {
+		mine := true
+		coord.do(context.Background(), func() { _, mine = coord.mk.Job(id) })
+		return !mine
+	})
+	// Its replica runs on under the successor, the same attempt: watch
+	// past the lease (LostAfter, 2.7 s).
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		if run, ok := coord.exec.Lookup(attemptName(id, own.Share, own.Epoch)); !ok || isDone(run.Done()) {
+			r, _ := successor.Job(context.Background(), id)
+			t.Fatalf("the old coordinator's own replica (share %d epoch %d) stopped after a short silence: %+v", own.Share, own.Epoch, r.Placements)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	r, err := successor.Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Placements {
+		if p.Share == own.Share && p.Epoch == own.Epoch && p.State != market.PlacementRunning {
+			t.Errorf("the successor holds the old coordinator's replica as %s (%s), want running", p.State, p.Reason)
+		}
+	}
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

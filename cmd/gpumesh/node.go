@@ -42,6 +42,8 @@ type nodeFlags struct {
 	isolation   string
 	keepDirs    bool
 	drain       time.Duration
+	ckptEvery   time.Duration
+	ckptMaxMiB  int
 	policy      policyFlags
 	log         *logFlags
 }
@@ -132,6 +134,8 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
+	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
+	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", node.DefaultCheckpointLimit>>20, "the most MiB one packed checkpoint may take; a bigger one is not shipped")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
@@ -167,6 +171,13 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
 		return cfg, usagef("--coordinator: %v", err)
 	}
+	if f.ckptEvery <= 0 {
+		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)
+	}
+	if f.ckptMaxMiB <= 0 {
+		return cfg, usagef("--checkpoint-max-mib %d: want a positive number of MiB", f.ckptMaxMiB)
+	}
+	cfg.CheckpointInterval, cfg.CheckpointLimit = f.ckptEvery, int64(f.ckptMaxMiB)<<20
 	iso, err := executor.ParseIsolation(f.isolation)
 	if err != nil {
 		return cfg, usagef("--isolation: %v", err)

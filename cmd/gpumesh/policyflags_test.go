@@ -35,7 +35,7 @@ func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 		p.maxMemory = "0"
 	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
-		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 256, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
 }
 
@@ -115,8 +115,9 @@ func TestNodeMaxJobMemoryAuto(t *testing.T) {
 	}
 	var logs strings.Builder
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
-		policy: policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
-		log:    &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		policy:    policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
+		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: node.DefaultCheckpointLimit >> 20,
+		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
 	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
 		t.Errorf("auto that cannot tell: %d bytes, %v", cfg.Policy.MaxMemoryBytes, err)
@@ -300,5 +301,39 @@ func TestExplainShowsPolicyDeclines(t *testing.T) {
 	code, out, errOut := n.run("job", "j1", "--explain")
 	if code != 0 || !strings.Contains(out, "declined") || !strings.Contains(out, "policy: owner o1abcdefgh is not on this supplier's allow list") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestNodeCheckpointFlags(t *testing.T) {
+	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
+		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
+	cfg, err := f.config(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CheckpointInterval != 500*time.Millisecond || cfg.CheckpointLimit != 8<<20 {
+		t.Errorf("checkpoint interval %v, limit %d", cfg.CheckpointInterval, cfg.CheckpointLimit)
+	}
+	for _, c := range []struct {
+		every time.Duration
+		mib   int
+		want  string
+	}{
+		{0, 8, "--checkpoint-interval 0s: want a positive duration"},
+		{time.Second, -1, "--checkpoint-max-mib -1: want a positive number of MiB"},
+	} {
+		f.ckptEvery, f.ckptMaxMiB = c.every, c.mib
+		_, err := f.config(e)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, %d MiB: %v; want a usage error saying %q", c.every, c.mib, err, c.want)
+		}
+	}
+	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
+	if fl := cmd.Flags().Lookup("checkpoint-interval"); fl == nil || fl.DefValue != "30s" {
+		t.Errorf("--checkpoint-interval default %v, want 30s", fl)
+	}
+	if fl := cmd.Flags().Lookup("checkpoint-max-mib"); fl == nil || fl.DefValue != "256" {
+		t.Errorf("--checkpoint-max-mib default %v, want 256", fl)
 	}
 }

@@ -51,7 +51,8 @@ is printed on stderr. It is required when --model names uncatalogued cards.
 Kinds: a batch job (default) runs to completion; --preemptible runs cheaper
 and may be stopped and placed again when on-demand jobs need its cards;
 --service (or --replicas N) keeps N copies of --gpus cards each running until
-cancelled.
+cancelled, each on its own node, and in distinct regions (node --region)
+where the supply allows.
 
 --payload DIR packs the directory (regular files and directories; a link
 to a file inside it is packed as a copy; links leaving it are refused; at

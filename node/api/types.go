@@ -42,6 +42,10 @@ type Peer struct {
 	RTTMillis float64   `json:"rtt_ms,omitempty"`
 	// Coordinator says whether the peer coordinates jobs.
 	Coordinator bool `json:"coordinator"`
+	// Standby says the peer will coordinate once it has been a member
+	// long enough, and holds job records meanwhile when the mesh has too
+	// few coordinators.
+	Standby bool `json:"standby,omitempty"`
 }
 
 // PeerList is the body of GET /v1/peers.

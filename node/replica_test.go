@@ -1,0 +1,206 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// A submission is acknowledged only once the job's record is on every
+// replica of its group: the moment Submit returns, the replicas hold it.
+// A coordinator cut off from its replicas does not acknowledge: the
+// submitter gets a 503 that says to submit again with the same ID, and
+// doing so once the replicas are back is acknowledged, for the one job.
+func TestSubmitWaitsForItsReplicas(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:2")
+	entry := sm.nodes[3]
+	sm.neverCoordinate(entry)
+	for _, n := range sm.nodes[:3] {
+		sm.waitBook(n, 2)
+	}
+	var coords []string
+	for _, n := range sm.nodes[:3] {
+		coords = append(coords, n.ID().String())
+	}
+	group := func(id string) (coord *Node, replicas []*Node) {
+		order := market.Coordinators(id, coords, 3)
+		return sm.byID(order[0]), []*Node{sm.byID(order[1]), sm.byID(order[2])}
+	}
+	holds := func(n *Node, id string) bool {
+		_, ok := n.view.job(id)
+		return ok
+	}
+	spec := func(id string) market.JobSpec {
+		return market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	}
+
+	// A normal submission: acknowledged, and on both replicas already.
+	if _, err := entry.Submit(context.Background(), spec("replicated")); err != nil {
+		t.Fatal(err)
+	}
+	_, replicas := group("replicated")
+	for _, r := range replicas {
+		if !holds(r, "replicated") {
+			t.Errorf("replica %s does not hold the record when the submission is acknowledged", r.ID().ShortString())
+		}
+	}
+
+	// The same submission reaching a replica holder (its coordinator
+	// seemed unreachable to the submitter) is answered with the job's
+	// record: the replica holder does not start a second coordinator.
+	retry := spec("replicated")
+	if err := checkSpec(&retry); err != nil {
+		t.Fatal(err)
+	}
+	signed, err := replicas[0].signAsNode(retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordOf, _ := group("replicated")
+	again, err := replicas[0].submitLocal(context.Background(), signed, entry.ID().String())
+	if err != nil || again.Coordinator != coordOf.ID().String() {
+		t.Fatalf("resubmission to a replica holder: %v, coordinated by %s; want the record of %s", err, again.Coordinator, coordOf.ID())
+	}
+	var second bool
+	replicas[0].do(context.Background(), func() { _, second = replicas[0].mk.Job("replicated") })
+	if second {
+		t.Fatal("the replica holder coordinates the job too")
+	}
+
+	// A coordinator cut off from both its replicas.
+	id := "cut-off-replicas"
+	coord, replicas := group(id)
+	for _, r := range replicas {
+		sm.net.Cut(coord.ID(), r.ID())
+	}
+	_, err = entry.Submit(context.Background(), spec(id))
+	var he *api.HTTPError
+	if !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable {
+		t.Fatalf("submit with the replicas cut off: %v, want a 503", err)
+	}
+	for _, w := range []string{id, "2 of its 2 replicas", "submit it again with the same ID"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the refusal %q does not say %q", err, w)
+		}
+	}
+	for _, r := range replicas {
+		if holds(r, id) {
+			t.Fatalf("replica %s holds the record across the cut; the test needs it not to", r.ID().ShortString())
+		}
+	}
+
+	// Resubmitted once the links are back: acknowledged, replicated, and
+	// still the one job with its one attempt.
+	for _, r := range replicas {
+		sm.net.Heal(coord.ID(), r.ID())
+	}
+	rec, err := entry.Submit(context.Background(), spec(id))
+	if err != nil {
+		t.Fatalf("resubmit after the heal: %v", err)
+	}
+	if rec.Coordinator != coord.ID().String() {
+		t.Errorf("resubmission coordinated by %s, want %s", rec.Coordinator, coord.ID())
+	}
+	for _, r := range replicas {
+		if !holds(r, id) {
+			t.Errorf("replica %s does not hold the record when the resubmission is acknowledged", r.ID().ShortString())
+		}
+	}
+	rec = waitState(t, coord, id, 20*time.Second, market.JobRunning)
+	if n := len(rec.Placements); n != 1 {
+		t.Errorf("%d placements after the resubmission, want 1: %s", n, fmt.Sprint(rec.Placements))
+	}
+}
+
+// A mesh whose nodes have all restarted lately has one coordinator (the
+// only node a member for CoordinatorAfter); the others are standbys. A
+// job's record still goes to R-1 members, standbys, before its submission
+// is acknowledged, and when the coordinator is lost the first of them
+// takes the job over with the latest record: the share runs on, the same
+// attempt.
+func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) {
+		if !strings.HasPrefix(filepath.Base(c.DataDir), "node-0-") {
+			c.CoordinatorAfter = time.Hour // standbys throughout the test
+		}
+	}, "", "", "", "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[4]
+	if err := runner.SetCoordinator(context.Background(), CoordinatorNever); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range sm.nodes[:4] {
+		sm.waitBook(n, 1)
+	}
+	eventually(t, 10*time.Second, "every node sees one coordinator and three standbys", func() bool {
+		for _, n := range sm.nodes {
+			coords, standbys := 0, 0
+			for _, m := range n.Mesh().Members() {
+				switch {
+				case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator:
+					coords++
+				case m.Self && n.standby.Load() || !m.Self && m.Standby:
+					standbys++
+				}
+			}
+			if coords != 1 || standbys != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	group := coord.coordinators("few", 3)
+	if len(group) != 3 || group[0] != coord.ID() {
+		t.Fatalf("the job's group is %v; want the coordinator and two standbys", group)
+	}
+	rec, err := runner.Submit(context.Background(), market.JobSpec{ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Coordinator != coord.ID().String() {
+		t.Fatalf("coordinated by %s, want the one coordinator", rec.Coordinator)
+	}
+	successor := sm.byID(group[1].String())
+	if _, ok := successor.view.job("few"); !ok {
+		t.Fatal("the first standby of the job's group holds no record when the submission is acknowledged")
+	}
+	running := waitState(t, coord, "few", 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(running)
+	eventually(t, 10*time.Second, "the standby holds the running record", func() bool {
+		r, ok := successor.view.job("few")
+		_, live := livePlacement(r)
+		return ok && live
+	})
+	if err := sm.net.Crash(coord.ID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "a standby takes the job over", func() bool {
+		r, err := runner.Job(context.Background(), "few")
+		return err == nil && r.Coordinator != coord.ID().String() && r.Term > running.Term
+	})
+	// The attempt runs on under the successor, past the runner's fencing
+	// deadline (FenceAfter, 2.3 s).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if run, ok := runner.exec.Lookup(attemptName("few", first.Share, first.Epoch)); !ok || isDone(run.Done()) {
+			r, _ := runner.Job(context.Background(), "few")
+			t.Fatalf("the running attempt stopped after the coordinator was lost: %s", describePlacements(r))
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+func describePlacements(r market.JobRecord) string {
+	var parts []string
+	for _, p := range r.Placements {
+		parts = append(parts, fmt.Sprintf("%d/%d@%s:%s(%s)", p.Share, p.Epoch, p.Node[len(p.Node)-6:], p.State, p.Reason))
+	}
+	return fmt.Sprintf("term %d coordinator %s: %s", r.Term, r.Coordinator, strings.Join(parts, " "))
+}
