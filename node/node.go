@@ -269,7 +269,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.serveAPI(apiLn, *cfg.API)
 	}
 	up = true
-	n.log.Info("node started", "peer", n.id, "cards", len(cards), "addrs", fmt.Sprint(n.mesh.Addrs()))
+	n.log.Info("node started", "peer", n.id, "cards", len(cards), "addrs", fmt.Sprint(n.mesh.Addrs()),
+		"job_memory_cap", n.cfg.Policy.MaxMemoryBytes, "job_pids_cap", n.cfg.Policy.MaxPids, "job_cpu_weight_cap", n.cfg.Policy.MaxCPUWeight)
 	return n, nil
 }
 

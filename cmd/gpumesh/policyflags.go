@@ -79,7 +79,6 @@ func (f policyFlags) policy(log *slog.Logger) (market.Policy, error) {
 		return p, usagef("--max-job-cpu-weight: want 0 (no cap) or 1 to %d, got %d", market.MaxJobCPUWeight, f.maxCPUWeight)
 	}
 	p.MaxPids, p.MaxCPUWeight = f.maxPids, f.maxCPUWeight
-	log.Info("job caps", "memory_bytes", p.MaxMemoryBytes, "pids", p.MaxPids, "cpu_weight", p.MaxCPUWeight)
 	return p, nil
 }
 
