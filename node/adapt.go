@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,7 +186,10 @@ func supplyKey(s gossip.Supply) string {
 // sameSummary reports whether a and b differ at most in their free-card
 // count (Addrs and Leaving are the mesh's, not the node's).
 func sameSummary(a, b mesh.Meta) bool {
-	return a.Region == b.Region && a.Cards == b.Cards && a.Coordinator == b.Coordinator && slices.Equal(a.Models, b.Models)
+	a.FreeCards, b.FreeCards = 0, 0
+	a.Addrs, b.Addrs = nil, nil
+	a.Leaving, b.Leaving = false, false
+	return reflect.DeepEqual(a, b)
 }
 
 // metaOf is the short capacity summary memberlist carries.

@@ -8,6 +8,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
 )
 
 func TestOnlyReservations(t *testing.T) {
@@ -92,5 +93,27 @@ func TestAPlacementCostsTheWinnerOneAd(t *testing.T) {
 	})
 	if got := steady() - before; got != 1 {
 		t.Errorf("the supplier published %d ads for one placement, want 1", got)
+	}
+}
+
+// Only the free count may be held back: every other field of the summary
+// (a standby or coordinator flag, the cards, models, region) goes out at once.
+func TestSameSummaryDiffersInAllButTheFreeCount(t *testing.T) {
+	base := mesh.Meta{Region: "cn-east", Cards: 2, FreeCards: 2, Models: []string{"a100-80g"}}
+	if !sameSummary(base, mesh.Meta{Region: "cn-east", Cards: 2, FreeCards: 0, Models: []string{"a100-80g"}}) {
+		t.Error("a change of the free count alone is a change of the summary")
+	}
+	for name, change := range map[string]func(*mesh.Meta){
+		"standby":     func(m *mesh.Meta) { m.Standby = true },
+		"coordinator": func(m *mesh.Meta) { m.Coordinator = true },
+		"cards":       func(m *mesh.Meta) { m.Cards = 1; m.FreeCards = 1 },
+		"models":      func(m *mesh.Meta) { m.Models = []string{"h100-sxm-80g"} },
+		"region":      func(m *mesh.Meta) { m.Region = "cn-north" },
+	} {
+		m := base
+		change(&m)
+		if sameSummary(base, m) {
+			t.Errorf("a change of %s is taken for the same summary: it would be held back", name)
+		}
 	}
 }
