@@ -181,7 +181,7 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(g.setScores), cfg.ScoreInspectPeriod),
 		pubsub.WithRawTracer(tracer{g.counters}),
 		pubsub.WithValidateQueueSize(cfg.ValidateQueueSize),
-		pubsub.WithLogger(pubsubLogger(g.log)),
+		pubsub.WithLogger(pubsubLogger(g.log, h)),
 	}
 	opts = append(opts, cfg.PubSubOptions...)
 	if g.ps, err = pubsub.NewGossipSub(ctx, h, opts...); err != nil {

@@ -29,6 +29,7 @@ type simMesh struct {
 	nodes []*Node
 	tweak func(*Config)
 	root  string // the nodes' data dirs; removed after every node closed
+	log   *slog.Logger
 }
 
 func newSimMesh(t *testing.T, specs ...string) *simMesh {
@@ -44,6 +45,7 @@ func newSimMeshWith(t *testing.T, tweak func(*Config), specs ...string) *simMesh
 	// logs, the store) before the dirs are removed.
 	sm := &simMesh{t: t, net: mesh.NewSimNetwork(mesh.SimOptions{}), tweak: tweak, root: t.TempDir()}
 	t.Cleanup(sm.close)
+	sm.log = meshLogger(t) // its tail is printed before the nodes close
 	for i, spec := range specs {
 		sm.add(i, spec)
 	}
@@ -78,7 +80,7 @@ func (sm *simMesh) add(i int, spec string) *Node {
 		Devices:          backends,
 		CoordinatorAfter: time.Millisecond,
 		Executor:         executor.Config{Isolation: executor.IsolationProcess, Grace: 2 * time.Second},
-		Logger:           testLogger(),
+		Logger:           sm.log,
 		Owner:            testOwner(0), // one owner submits and steers through every node (tenants_test.go)
 	}
 	if len(sm.nodes) > 0 {
@@ -356,6 +358,15 @@ func (sm *simMesh) neverCoordinate(nodes ...*Node) {
 			sm.t.Fatal(err)
 		}
 	}
+	sm.agreeCoordinators(never)
+}
+
+// agreeCoordinators waits until every node sees every other as a
+// coordinator, but those in never as not: a test that picks a job ID by
+// its HRW order among the coordinators needs the submitter to compute the
+// same order (a node's flag reaches the others with its next summary).
+func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
+	sm.t.Helper()
 	eventually(sm.t, 10*time.Second, "every node agrees who coordinates", func() bool {
 		for _, a := range sm.nodes {
 			for _, b := range sm.nodes {
