@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -322,6 +323,39 @@ func TestSimWrongNetworkIsRefused(t *testing.T) {
 	if a.NumAlive() != 1 || b.NumAlive() != 1 {
 		t.Errorf("membership changed by a refused join:\n%s", describe([]*Mesh{a, b}))
 	}
+}
+
+// UpdateMeta may be called while the mesh re-announces on its own (its
+// addresses changed), and the last summary given is the one every member
+// ends with. (The two met inside memberlist before announce serialized
+// them; the race detector sees that only when the calls interleave, which
+// a CI run of the node tests found and this test makes likelier, not sure.)
+func TestSimConcurrentMetaUpdatesSettleOnTheLast(t *testing.T) {
+	sim := NewSimNetwork(SimOptions{})
+	defer sim.Close()
+	nodes := simCluster(t, sim, 2, nil)
+	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range 100 {
+			_ = nodes[0].announce() // as watchAddrs does
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range 100 {
+			if err := nodes[0].UpdateMeta(Meta{Cards: 100, FreeCards: i}); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	waitFor(t, 20*time.Second, "the last summary at the other member", func() bool {
+		mem, _ := nodes[1].Member(nodes[0].ID())
+		return mem.FreeCards == 99
+	})
 }
 
 func TestSimUpdateMetaReachesEveryMember(t *testing.T) {

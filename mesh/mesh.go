@@ -37,6 +37,10 @@ type Mesh struct {
 	metaMu    sync.Mutex // serializes UpdateMeta and address refreshes
 	meta      Meta       // caller's part of the metadata; guarded by metaMu
 	metaBytes atomic.Pointer[[]byte]
+	// updateMu serializes memberlist's UpdateNode, which reads this node's
+	// state without its lock while another call writes it (a data race in
+	// memberlist v0.7.0 when the driver and watchAddrs announce at once).
+	updateMu sync.Mutex
 
 	notifiee *network.NotifyBundle
 	addrSub  event.Subscription
@@ -266,7 +270,10 @@ func (m *Mesh) announce() error {
 		return ErrClosed
 	default:
 	}
-	if err := m.ml.UpdateNode(announceWait); err != nil {
+	m.updateMu.Lock()
+	err := m.ml.UpdateNode(announceWait)
+	m.updateMu.Unlock()
+	if err != nil {
 		m.log.Debug("mesh: metadata update queued, not yet sent", "err", err)
 	}
 	return nil
@@ -400,7 +407,10 @@ func (m *Mesh) leave() error {
 	if err == nil {
 		// Returns once the news went out to its full fan-out, or at the
 		// timeout; either way the leave follows.
+		// (Close: the owner announces no more; watchAddrs may wait.)
+		m.updateMu.Lock()
 		_ = m.ml.UpdateNode(time.Until(deadline) / 2)
+		m.updateMu.Unlock()
 	}
 	var errs []error
 	if err := m.ml.Leave(max(time.Until(deadline), time.Millisecond)); err != nil {
