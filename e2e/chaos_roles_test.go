@@ -85,6 +85,19 @@ func groupOf(id string, depth int, coord, standby, alive []string) []string {
 	return top
 }
 
+// canHead reports whether id can be first in some job's group (groupOf):
+// it coordinates, or none does and it is on standby, or neither kind is
+// left and it is alive.
+func canHead(id string, coord, standby, alive []string) bool {
+	switch {
+	case len(coord) > 0:
+		return slices.Contains(coord, id)
+	case len(standby) > 0:
+		return slices.Contains(standby, id)
+	}
+	return slices.Contains(alive, id)
+}
+
 var jobSeq atomic.Int64
 
 // idFor returns a new job ID whose coordinator is coord and whose
@@ -94,7 +107,15 @@ var jobSeq atomic.Int64
 // (TestChaosPartition leaves it out; see the chaos branch's notes).
 func (c *cluster) idFor(coord *proc, avoid ...*proc) string {
 	c.t.Helper()
+	// coord was chosen from one node's view (coordinatorOf); the fullest
+	// view may change between two calls (a member's flag arriving, one
+	// suspected for a moment): wait for a view in which coord can head a
+	// group, or no job ID would ever do.
 	coords, standby, alive := c.roles()
+	for deadline := time.Now().Add(10 * time.Second); !canHead(coord.peerID, coords, standby, alive) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // polling interval
+		coords, standby, alive = c.roles()
+	}
 	members := len(coords) + len(standby)
 	if members == 0 {
 		members = len(alive)
