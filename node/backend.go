@@ -84,10 +84,19 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 func (n *Node) localLogs(ctx context.Context, name string, stream executor.Stream, offset int64, follow bool, write func([]byte) error) error {
 	root := n.exec.Root()
 	for {
-		var changed <-chan struct{}
+		// An attempt's run stays known after it ends: it runs while its
+		// Done is open. Changed is taken before the read, so no write
+		// between the two is missed; Done is watched too, so that the end
+		// is not missed either (its last wake may have come before).
+		var changed, done <-chan struct{}
 		run, running := n.exec.Lookup(name)
 		if running {
-			changed = run.Changed()
+			changed, done = run.Changed(), run.Done()
+			select {
+			case <-done:
+				running = false // one last read, then the end
+			default:
+			}
 		}
 		b, next, err := executor.ReadLog(root, name, stream, offset, logChunk)
 		if errors.Is(err, executor.ErrNoLog) {
@@ -108,6 +117,7 @@ func (n *Node) localLogs(ctx context.Context, name string, stream executor.Strea
 		}
 		select {
 		case <-changed:
+		case <-done:
 		case <-ctx.Done():
 			return nil
 		case <-n.ctx.Done():

@@ -264,8 +264,10 @@ func (r *Run) wait() {
 	res.Stopped = r.stopping
 	r.result = res
 	r.mu.Unlock()
-	close(r.done)
+	// Followers are woken before Done closes: once Done is closed, the
+	// end's wake has been sent (a follower watches Done as well).
 	r.changed.Notify()
+	close(r.done)
 	r.cfg.Logger.Info("attempt ended", "job", r.attempt.JobID, "share", r.attempt.Share,
 		"epoch", r.attempt.Epoch, "exit_code", res.ExitCode, "signal", res.Signal, "stopped", string(res.Stopped))
 }
