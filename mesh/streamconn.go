@@ -1,12 +1,15 @@
 package mesh
 
 import (
+	"context"
+	"errors"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/libp2p/go-libp2p/core/network"
 )
 
@@ -129,4 +132,93 @@ func (c *streamConn) SetWriteDeadline(t time.Time) error {
 	c.mu.Unlock()
 	_ = c.s.SetWriteDeadline(t)
 	return nil
+}
+
+// DialAddressTimeout opens a memberlist stream to the peer.
+func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, errTransportClosed
+	}
+	l, err := t.resolveLocked(a)
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if l.id == t.self {
+		return nil, errors.New("mesh: stream to self")
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	defer cancel()
+	if t.cfg.beforeDial != nil {
+		if err := t.cfg.beforeDial(ctx, l.id); err != nil {
+			return nil, err
+		}
+	}
+	s, err := t.newStream(ctx, l.id, t.streamProto)
+	if err != nil {
+		t.stats.dialFailures.Add(1)
+		return nil, err
+	}
+	c := t.newStreamConn(s, l)
+	if c == nil {
+		_ = s.Reset()
+		return nil, errTransportClosed
+	}
+	return c, nil
+}
+
+// handleStream hands a memberlist stream a peer opened to memberlist.
+func (t *transport) handleStream(s network.Stream) {
+	if checkConn(s) != nil {
+		return
+	}
+	_ = s.Scope().SetService(swimService)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		_ = s.Reset()
+		return
+	}
+	l := t.linkLocked(s.Conn().RemotePeer())
+	t.mu.Unlock()
+	c := t.newStreamConn(s, l)
+	if c == nil {
+		_ = s.Reset()
+		return
+	}
+	l.lastHeard.Store(time.Now().UnixNano())
+	select {
+	case t.streamCh <- c:
+	case <-t.done:
+		c.reset()
+		_ = c.Close()
+	}
+}
+
+// newStreamConn wraps and registers a memberlist stream, or returns nil once
+// the transport is closed.
+func (t *transport) newStreamConn(s network.Stream, l *link) *streamConn {
+	c := &streamConn{
+		s:      s,
+		local:  t.selfAddr,
+		remote: l.addr,
+		count:  &t.stats.streamBytes,
+		onDone: t.forgetConn,
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.conns[c] = struct{}{}
+	t.stats.streams.Add(1)
+	return c
+}
+
+func (t *transport) forgetConn(c *streamConn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
 }
