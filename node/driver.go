@@ -342,7 +342,7 @@ func (n *Node) foldPending() {
 			n.probeLost(ev.Peer)
 		case mesh.EventJoin, mesh.EventUpdate:
 			if m, ok := n.mesh.Member(ev.Peer); ok {
-				if role := roleOf(m); role != n.roles[ev.Peer] {
+				if role := n.roleOf(m); role != n.roles[ev.Peer] {
 					regroup = regroup || ev.Kind == mesh.EventUpdate
 					n.roles[ev.Peer] = role
 				}
@@ -378,11 +378,13 @@ const (
 	roleCoordinator
 )
 
-func roleOf(m mesh.Member) memberRole {
+// roleOf is m's role: for this node its own flags, for another what its
+// metadata says (none while it leaves).
+func (n *Node) roleOf(m mesh.Member) memberRole {
 	switch {
-	case m.Coordinator && !m.Leaving:
+	case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving:
 		return roleCoordinator
-	case m.Standby && !m.Leaving:
+	case m.Self && n.standby.Load() || !m.Self && m.Standby && !m.Leaving:
 		return roleStandby
 	}
 	return roleNone

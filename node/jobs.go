@@ -45,10 +45,10 @@ func (n *Node) coordinators(job string, r int) []peer.ID {
 			continue
 		}
 		alive = append(alive, m.ID.String())
-		switch {
-		case m.Self && n.coordNow.Load() || !m.Self && m.Coordinator && !m.Leaving:
+		switch n.roleOf(m) {
+		case roleCoordinator:
 			eligible = append(eligible, m.ID.String())
-		case m.Self && n.standby.Load() || !m.Self && m.Standby && !m.Leaving:
+		case roleStandby:
 			standby = append(standby, m.ID.String())
 		}
 	}
