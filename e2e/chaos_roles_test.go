@@ -111,11 +111,11 @@ func (c *cluster) idFor(coord *proc, avoid ...*proc) string {
 	// view may change between two calls (a member's flag arriving, one
 	// suspected for a moment): wait for a view in which coord can head a
 	// group, or no job ID would ever do.
-	coords, standby, alive := c.roles()
-	for deadline := time.Now().Add(10 * time.Second); !canHead(coord.peerID, coords, standby, alive) && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond) // polling interval
+	var coords, standby, alive []string
+	eventually(c.t, 10*time.Second, "a view in which "+coord.name+" can head a job's group", func() bool {
 		coords, standby, alive = c.roles()
-	}
+		return canHead(coord.peerID, coords, standby, alive)
+	})
 	members := len(coords) + len(standby)
 	if members == 0 {
 		members = len(alive)

@@ -153,6 +153,33 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// throughout fails t, with the message failure gives, as soon as cond
+// stops holding in the next d: for what must stay so (an attempt that must
+// not stop), which no event confirms.
+func throughout(t *testing.T, d time.Duration, cond func() bool, failure func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		if !cond() {
+			t.Fatal(failure())
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// attemptRuns reports whether p's attempt of job runs on n's executor.
+func attemptRuns(n *Node, job string, p market.Placement) bool {
+	run, ok := n.exec.Lookup(attemptName(job, p.Share, p.Epoch))
+	if !ok {
+		return false
+	}
+	select {
+	case <-run.Done():
+		return false
+	default:
+		return true
+	}
+}
+
 func waitState(t *testing.T, n *Node, id string, within time.Duration, states ...market.JobState) market.JobRecord {
 	t.Helper()
 	var rec market.JobRecord
@@ -381,6 +408,25 @@ func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
 		}
 		return true
 	})
+}
+
+// peerIDs are the nodes' peer IDs, as market.Coordinators takes them.
+func peerIDs(nodes []*Node) []string {
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID().String()
+	}
+	return ids
+}
+
+// firstID is the first of prefix-0, prefix-1, … that ok accepts: a job ID
+// whose HRW order a test needs.
+func firstID(prefix string, ok func(id string) bool) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("%s-%d", prefix, i); ok(id) {
+			return id
+		}
+	}
 }
 
 func (sm *simMesh) byID(id string) *Node {

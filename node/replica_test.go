@@ -26,10 +26,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 	for _, n := range sm.nodes[:3] {
 		sm.waitBook(n, 2)
 	}
-	var coords []string
-	for _, n := range sm.nodes[:3] {
-		coords = append(coords, n.ID().String())
-	}
+	coords := peerIDs(sm.nodes[:3])
 	group := func(id string) (coord *Node, replicas []*Node) {
 		order := market.Coordinators(id, coords, 3)
 		return sm.byID(order[0]), []*Node{sm.byID(order[1]), sm.byID(order[2])}
@@ -187,14 +184,10 @@ func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
 	})
 	// The attempt runs on under the successor, past the runner's fencing
 	// deadline (FenceAfter, 2.3 s).
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if run, ok := runner.exec.Lookup(attemptName("few", first.Share, first.Epoch)); !ok || isDone(run.Done()) {
-			r, _ := runner.Job(context.Background(), "few")
-			t.Fatalf("the running attempt stopped after the coordinator was lost: %s", describePlacements(r))
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+	throughout(t, 3*time.Second, func() bool { return attemptRuns(runner, "few", first) }, func() string {
+		r, _ := runner.Job(context.Background(), "few")
+		return "the running attempt stopped after the coordinator was lost: " + describePlacements(r)
+	})
 }
 
 func describePlacements(r market.JobRecord) string {

@@ -25,20 +25,10 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	for _, n := range sm.nodes[:3] { // any of them may coordinate the job
 		sm.waitBook(n, 1)
 	}
-	var coords []string
-	for _, n := range sm.nodes[:3] {
-		coords = append(coords, n.ID().String())
-	}
+	coords := peerIDs(sm.nodes[:3])
 	// A job whose HRW list is [coordinator, skipped, successor].
-	var id string
-	var order []string
-	for i := 0; ; i++ {
-		id = fmt.Sprintf("passed-over-%d", i)
-		order = market.Coordinators(id, coords, 3)
-		if sm.byID(order[0]) != runner {
-			break
-		}
-	}
+	id := firstID("passed-over", func(id string) bool { return sm.byID(market.Coordinators(id, coords, 1)[0]) != runner })
+	order := market.Coordinators(id, coords, 3)
 	coord, skipped, successor := sm.byID(order[0]), sm.byID(order[1]), sm.byID(order[2])
 	// The submission is acknowledged once the job's group of the moment
 	// (the coordinator and the successor) holds the record; only then
@@ -99,10 +89,7 @@ func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
 	for _, n := range sm.nodes[:3] {
 		sm.waitBook(n, 2)
 	}
-	var coords []string
-	for _, n := range sm.nodes[:3] {
-		coords = append(coords, n.ID().String())
-	}
+	coords := peerIDs(sm.nodes[:3])
 	id := "cut-with-its-runner"
 	order := market.Coordinators(id, coords, 3)
 	coord, successor := sm.byID(order[0]), sm.byID(order[1])
@@ -178,17 +165,8 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 		sm.waitBook(n, 1)
 	}
 	sm.agreeCoordinators(nil)
-	var coords []string
-	for _, n := range sm.nodes {
-		coords = append(coords, n.ID().String())
-	}
-	var id string
-	for i := 0; ; i++ {
-		id = fmt.Sprintf("alone-%d", i)
-		if market.Coordinators(id, coords, 1)[0] != holder.ID().String() {
-			break
-		}
-	}
+	coords := peerIDs(sm.nodes)
+	id := firstID("alone", func(id string) bool { return market.Coordinators(id, coords, 1)[0] != holder.ID().String() })
 	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -301,17 +279,8 @@ func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
 		sm.waitBook(n, 5)
 	}
 	sm.agreeCoordinators(nil)
-	var ids []string
-	for _, n := range sm.nodes {
-		ids = append(ids, n.ID().String())
-	}
-	var id string
-	for i := 0; ; i++ {
-		id = fmt.Sprintf("svc-%d", i)
-		if market.Coordinators(id, ids, 1)[0] == coord.ID().String() {
-			break
-		}
-	}
+	ids := peerIDs(sm.nodes)
+	id := firstID("svc", func(id string) bool { return market.Coordinators(id, ids, 1)[0] == coord.ID().String() })
 	if _, err := sm.nodes[1].Submit(context.Background(), market.JobSpec{ID: id, Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,14 +319,10 @@ func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
 	})
 	// Its replica runs on under the successor, the same attempt: watch
 	// past the lease (LostAfter, 2.7 s).
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
-		if run, ok := coord.exec.Lookup(attemptName(id, own.Share, own.Epoch)); !ok || isDone(run.Done()) {
-			r, _ := successor.Job(context.Background(), id)
-			t.Fatalf("the old coordinator's own replica (share %d epoch %d) stopped after a short silence: %+v", own.Share, own.Epoch, r.Placements)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+	throughout(t, 4*time.Second, func() bool { return attemptRuns(coord, id, own) }, func() string {
+		r, _ := successor.Job(context.Background(), id)
+		return fmt.Sprintf("the old coordinator's own replica (share %d epoch %d) stopped after a short silence: %+v", own.Share, own.Epoch, r.Placements)
+	})
 	r, err := successor.Job(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -366,14 +331,5 @@ func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
 		if p.Share == own.Share && p.Epoch == own.Epoch && p.State != market.PlacementRunning {
 			t.Errorf("the successor holds the old coordinator's replica as %s (%s), want running", p.State, p.Reason)
 		}
-	}
-}
-
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
