@@ -311,24 +311,45 @@ func (n *Node) Close() error {
 }
 
 // do runs f on the driver goroutine and waits for it, or for ctx or the
-// node to end.
+// node to end. Either f ran to its end before do returns nil, or it never
+// runs and do returns the error: a caller that gives up may read what f
+// would have written (and the request it answered with an error is not
+// carried out later behind its back).
 func (n *Node) do(ctx context.Context, f func()) error {
 	done := make(chan struct{})
+	const (
+		queued = iota
+		running
+		abandoned
+	)
+	var state atomic.Int32
+	input := func() {
+		if state.CompareAndSwap(queued, running) {
+			f()
+			close(done)
+		}
+	}
 	select {
-	case n.inputs <- func() { f(); close(done) }:
+	case n.inputs <- input:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.ctx.Done():
 		return ErrClosed
 	}
+	var err error
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	case <-n.ctx.Done():
-		return ErrClosed
+		err = ErrClosed
 	}
+	if state.CompareAndSwap(queued, abandoned) {
+		return err
+	}
+	<-done // f is running on the driver: it ends
+	return nil
 }
 
 // post queues f for the driver without waiting. It reports false when the
