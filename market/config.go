@@ -69,8 +69,13 @@ type Config struct {
 	// fence would come late anyway, and a short freeze must not stop a
 	// share its coordinator still holds. Default 2.3s.
 	FenceAfter time.Duration
-	// ReportTTL is how long a runner keeps re-sending an AttemptEnded that
-	// is not acknowledged. Default 1m.
+	// ReportTTL is how long a runner keeps an attempt's end after the
+	// attempt ended: it re-sends the AttemptEnded until the coordinator
+	// acknowledges it, and answers with it any coordinator that takes the
+	// job over later (a successor whose record still shows the attempt
+	// running asks the runner before it places the share again). The end
+	// is on the runner's disk (Ready.Attempts), so it outlives a restart
+	// (Config.EndedAttempts). Default 15m.
 	ReportTTL time.Duration
 
 	// BidWindow is how long a coordinator waits for bids (it closes early
@@ -132,6 +137,13 @@ type Config struct {
 	// this node (Ready.TrackRecords), restored at start; each must pass
 	// TrackRecord.Validate. Default none.
 	TrackRecords []TrackRecord
+	// EndedAttempts are attempts of this node that ended (state
+	// AttemptDone) as an earlier run persisted them (Ready.Attempts), an
+	// attempt that died with that run included (cause CauseFenced):
+	// restored at start, each is kept until ReportTTL after its EndedAt,
+	// reported to its coordinator until acknowledged, and told to any
+	// coordinator that takes its job over. Default none.
+	EndedAttempts []Attempt
 }
 
 // DefaultConfig returns the defaults documented on Config for node id.
@@ -142,7 +154,7 @@ func DefaultConfig(id string) Config {
 		ReserveTTL:          2 * time.Second,
 		RenewInterval:       200 * time.Millisecond,
 		FenceAfter:          2300 * time.Millisecond,
-		ReportTTL:           time.Minute,
+		ReportTTL:           15 * time.Minute,
 		BidWindow:           150 * time.Millisecond,
 		AwardTimeout:        500 * time.Millisecond,
 		LeaseMargin:         250 * time.Millisecond,
@@ -217,6 +229,11 @@ func (c *Config) Validate() error {
 	for model, p := range c.Prices.PerModel {
 		if math.IsNaN(p) || p <= 0 || p > MaxPriceCap {
 			return bad("Prices.PerModel["+model+"]", "must be above 0 and at most %d, got %v", MaxPriceCap, p)
+		}
+	}
+	for i, a := range c.EndedAttempts {
+		if err := a.ValidateEnded(); err != nil {
+			return bad(fmt.Sprintf("EndedAttempts[%d]", i), "%v", err)
 		}
 	}
 	for i := range c.TrackRecords {

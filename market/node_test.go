@@ -300,3 +300,83 @@ func TestJobEndedEndsAStaleCopyAsItEnded(t *testing.T) {
 		}
 	}
 }
+
+// A runner that restarts keeps the ends of its attempts (Config.
+// EndedAttempts, from its disk): it reports an unacknowledged one to its
+// coordinator again, and answers a coordinator that takes the job over
+// later with the end, instead of letting it place the share again; an end
+// older than ReportTTL is forgotten.
+func TestRestartedRunnerKeepsItsEnds(t *testing.T) {
+	cfg := market.DefaultConfig("a")
+	cfg.Cards = markettest.MustCards("a", "a100-80g:1")
+	done := market.Attempt{Job: "j1", Share: 0, Epoch: 1, Term: 1, Coordinator: "c1", State: market.AttemptDone,
+		Cause: market.CauseExited, ExitCode: 0, CardSeconds: 42, EndedAt: t0, Acked: true}
+	unacked := done
+	unacked.Job, unacked.Acked = "j2", false
+	cfg.EndedAttempts = []market.Attempt{done, unacked}
+	n, err := market.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+
+	ends := func(rd market.Ready, to string) []*market.AttemptEnded {
+		var out []*market.AttemptEnded
+		for _, m := range rd.Messages {
+			if e, ok := m.Payload.(*market.AttemptEnded); ok && m.To == to {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	now := t0.Add(time.Minute)
+	if err := n.Step(market.Tick{Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ends(drain(n), "c1"); len(got) != 1 || got[0].Job != "j2" {
+		t.Fatalf("after the restart the runner reports %v to its coordinator, want the unacknowledged end of j2 alone", got)
+	}
+
+	// A successor of term 2 tells the runner its term for the attempt
+	// that ended: the runner answers with the end, and keeps sending it
+	// until the successor acknowledges.
+	ack := market.Message{From: "c2", To: "a", Payload: &market.RenewalAck{Job: "j1", Term: 2, Share: 0, Epoch: 1}}
+	_ = n.Step(market.MessageReceived{Now: now, Message: ack})
+	got := ends(drain(n), "c2")
+	if len(got) != 1 || got[0].ExitCode != 0 || got[0].Cause != market.CauseExited || got[0].CardSeconds != 42 {
+		t.Fatalf("the successor hears %+v, want the end of j1 (exit 0, 42 card-seconds)", got)
+	}
+	now = now.Add(time.Second)
+	if err := n.Step(market.Tick{Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ends(drain(n), "c2"); len(got) != 1 {
+		t.Fatalf("unacknowledged, the end goes to the successor again: got %v", got)
+	}
+	_ = n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c2", To: "a", Payload: &market.EndAck{Job: "j1", Share: 0, Epoch: 1}}})
+	drain(n)
+	if err := n.Step(market.Tick{Now: now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ends(drain(n), "c2"); len(got) != 0 {
+		t.Fatalf("acknowledged, the end is sent again: %v", got)
+	}
+
+	// Past ReportTTL the end is forgotten: the attempt is closed.
+	if err := n.Step(market.Tick{Now: t0.Add(cfg.ReportTTL + time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	closed := map[string]bool{}
+	for _, a := range drain(n).Attempts {
+		if a.State == market.AttemptClosed {
+			closed[a.Job] = true
+		}
+	}
+	if !closed["j1"] || !closed["j2"] {
+		t.Errorf("past ReportTTL, closed %v, want j1 and j2", closed)
+	}
+	_ = n.Step(market.MessageReceived{Now: t0.Add(cfg.ReportTTL + 2*time.Second), Message: market.Message{From: "c3", To: "a", Payload: &market.RenewalAck{Job: "j1", Term: 3, Share: 0, Epoch: 1}}})
+	if got := ends(drain(n), "c3"); len(got) != 0 {
+		t.Errorf("a forgotten end is still told: %v", got)
+	}
+}

@@ -95,5 +95,22 @@ type Attempt struct {
 	CardSeconds float64      `json:"card_seconds"`
 	Cause       Cause        `json:"cause,omitempty"`
 	ExitCode    int          `json:"exit_code"`
-	Version     uint64       `json:"version"`
+	// EndedAt is when the attempt ended (state done), and Acked whether
+	// its coordinator acknowledged the end.
+	EndedAt time.Time `json:"ended_at,omitzero"`
+	Acked   bool      `json:"acked,omitempty"`
+	Version uint64    `json:"version"`
+}
+
+// ValidateEnded checks an ended attempt read back from storage
+// (Config.EndedAttempts): it names a job, share, epoch and coordinator,
+// and its state is done.
+func (a Attempt) ValidateEnded() error {
+	if err := checkAttempt(a.Job, a.Share, a.Epoch); err != nil {
+		return err
+	}
+	if a.State != AttemptDone || a.Coordinator == "" || len(a.Coordinator) > maxIDLen {
+		return badf("attempt %s share %d epoch %d: want state done and a coordinator, got state %q coordinator %q", a.Job, a.Share, a.Epoch, a.State, a.Coordinator)
+	}
+	return nil
 }

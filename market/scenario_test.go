@@ -147,6 +147,8 @@ type scenario struct {
 	h     *markettest.Harness
 	trace []string
 	show  map[string]bool // what run prints: msgs, renewals, execs, notes
+	// snapshots are records saved by `snapshot`, by name.
+	snapshots map[string]market.JobRecord
 }
 
 func (s *scenario) elapsed() string {
@@ -283,15 +285,33 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		return "", nil
 	case "peerlost":
 		return "", h.PeerLost(pos[0], pos[1])
+	case "snapshot":
+		// snapshot JOB as=NAME: saves the record the job's coordinator
+		// last persisted, for adopt snapshot=NAME (a replica that missed
+		// what came after).
+		coord := h.Peer(h.Coordinator(pos[0]))
+		rec, ok := coord.Jobs[pos[0]]
+		if !ok {
+			return "", fmt.Errorf("%s persisted no record of %s", coord.ID, pos[0])
+		}
+		if s.snapshots == nil {
+			s.snapshots = map[string]market.JobRecord{}
+		}
+		s.snapshots[kv["as"]] = rec
+		return fmt.Sprintf("saved %s: %s version=%d", kv["as"], rec.State, rec.Version), nil
 	case "adopt":
-		// adopt NODE JOB [term=N] [from=NODE]: NODE takes the job over from
-		// the record its coordinator (or the from node) last persisted.
+		// adopt NODE JOB [term=N] [from=NODE] [snapshot=NAME]: NODE takes
+		// the job over from the record its coordinator (or the from node)
+		// last persisted, or from a snapshot.
 		from := h.Coordinator(pos[1])
 		if kv["from"] != "" {
 			from = kv["from"]
 		}
 		old := h.Peer(from)
 		rec, ok := old.Jobs[pos[1]]
+		if name := kv["snapshot"]; name != "" {
+			rec, ok = s.snapshots[name]
+		}
 		if !ok {
 			return "", fmt.Errorf("%s persisted no record of %s", old.ID, pos[1])
 		}

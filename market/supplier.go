@@ -28,10 +28,15 @@ type supplier struct {
 	leaseByRound map[roundKey]*reservation
 	nextExpiry   time.Time // no later than the earliest lease's until
 	attempts     map[attemptKey]*attempt
-	order        []attemptKey // tick's scratch: the attempts in key order
-	leaseSeq     uint64
-	leaving      bool      // draining: nothing is offered any more
-	lastTick     time.Time // the previous Tick: a long gap means the node was frozen
+	// ended are the attempts whose end the coordinator acknowledged,
+	// kept until ReportTTL after the end (expiry, in that order) so that
+	// a coordinator that takes the job over later hears the end.
+	ended    map[attemptKey]*attempt
+	expiry   []attemptKey
+	order    []attemptKey // tick's scratch: the attempts in key order
+	leaseSeq uint64
+	leaving  bool      // draining: nothing is offered any more
+	lastTick time.Time // the previous Tick: a long gap means the node was frozen
 }
 
 type roundKey struct {
@@ -96,9 +101,58 @@ func newSupplier(n *Node) *supplier {
 		leases:       map[string]*reservation{},
 		leaseByRound: map[roundKey]*reservation{},
 		attempts:     map[attemptKey]*attempt{},
+		ended:        map[attemptKey]*attempt{},
 	}
 	s.setCards(n.cfg.Cards)
+	s.restore(n.cfg.EndedAttempts)
 	return s
+}
+
+// restore takes back the ended attempts an earlier run of this node
+// persisted (Config.EndedAttempts): the unacknowledged ones are reported
+// again, and every one answers a coordinator that takes its job over.
+func (s *supplier) restore(ended []Attempt) {
+	for _, rec := range ended {
+		key := attemptKey{rec.Job, rec.Share, rec.Epoch}
+		if s.attempts[key] != nil || s.ended[key] != nil {
+			continue
+		}
+		a := &attempt{rec: rec, acked: rec.Acked, giveUpAt: rec.EndedAt.Add(s.n.cfg.ReportTTL)}
+		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds}
+		if a.acked {
+			s.keepEnded(key, a)
+		} else {
+			s.attempts[key] = a
+		}
+	}
+}
+
+// keepEnded moves an attempt whose end was acknowledged out of the
+// attempts tick visits, until ReportTTL after its end.
+func (s *supplier) keepEnded(key attemptKey, a *attempt) {
+	delete(s.attempts, key)
+	s.ended[key] = a
+	i, _ := slices.BinarySearchFunc(s.expiry, a.giveUpAt, func(k attemptKey, t time.Time) int {
+		return s.ended[k].giveUpAt.Compare(t)
+	})
+	s.expiry = slices.Insert(s.expiry, i, key)
+}
+
+// expireEnded forgets the acknowledged ends older than ReportTTL.
+func (s *supplier) expireEnded(now time.Time) {
+	for len(s.expiry) > 0 {
+		key := s.expiry[0]
+		a := s.ended[key]
+		if a != nil && now.Before(a.giveUpAt) {
+			return
+		}
+		s.expiry = s.expiry[1:]
+		if a != nil {
+			delete(s.ended, key)
+			a.rec.State = AttemptClosed
+			s.touch(a)
+		}
+	}
 }
 
 // price is what this node asks per card-hour for card, for a preemptible
@@ -363,6 +417,9 @@ func (s *supplier) onRelease(from string, m *Release) error {
 func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) (*attempt, error) {
 	a := s.attempts[attemptKey{job, share, epoch}]
 	if a == nil {
+		a = s.ended[attemptKey{job, share, epoch}]
+	}
+	if a == nil {
 		return nil, ErrStale
 	}
 	switch {
@@ -377,6 +434,14 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 		a.rec.Term, a.rec.Coordinator = term, from
 		s.touch(a)
 		if a.end != nil {
+			// Reported to the new coordinator until it acknowledges.
+			key := attemptKey{job, share, epoch}
+			if s.ended[key] == a {
+				delete(s.ended, key)
+				s.attempts[key] = a
+			}
+			a.acked, a.rec.Acked = false, false
+			a.nextResend = s.n.now.Add(s.n.cfg.RenewInterval)
 			s.n.send(from, a.end)
 			return nil, fmt.Errorf("%w: the attempt has ended", ErrStale)
 		}
@@ -443,11 +508,15 @@ func (s *supplier) onEndAck(from string, m *EndAck) error {
 	if a == nil || a.end == nil {
 		return ErrStale
 	}
-	// Kept a while after the ack, no longer re-sent: a successor that
-	// adopted a record older than this end (the coordinator acked, then
-	// was lost before its replicas heard) asks the attempt, and hears its
+	// Kept ReportTTL after the end, no longer re-sent: a successor that
+	// adopted a record older than this end asks the attempt, and hears its
 	// end instead of placing the share again (attemptFrom).
-	a.acked = true
+	if from != a.rec.Coordinator {
+		return fmt.Errorf("%w: end ack for %s share %d epoch %d from %s, reported to %s", ErrStale, m.Job, m.Share, m.Epoch, from, a.rec.Coordinator)
+	}
+	a.acked, a.rec.Acked = true, true
+	s.touch(a)
+	s.keepEnded(key, a)
 	return nil
 }
 
@@ -482,7 +551,7 @@ func (s *supplier) finish(a *attempt, exitCode int) {
 		cause = CauseExited
 	}
 	a.rec.CardSeconds = s.usage(a)
-	a.rec.State, a.rec.Cause, a.rec.ExitCode = AttemptDone, cause, exitCode
+	a.rec.State, a.rec.Cause, a.rec.ExitCode, a.rec.EndedAt = AttemptDone, cause, exitCode, now
 	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds}
 	a.nextResend = now.Add(s.n.cfg.RenewInterval)
 	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
@@ -555,6 +624,7 @@ func (s *supplier) tick() {
 		}
 	}
 	s.lastTick = now
+	s.expireEnded(now)
 	for _, key := range s.sortedAttempts() {
 		a := s.attempts[key]
 		if a == nil {

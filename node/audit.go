@@ -101,18 +101,29 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 // this node's market does not hold it: another coordinator let the job go
 // to this node (it heard a runner or replica holder say so) before this
 // node took it up, or this node restarted before it persisted the
-// adoption. The record comes from a coordinator that yielded to this one,
-// so this node is entitled to it.
+// adoption. Like any adoption it claims the job first (claim.go): the
+// record may be stale.
 func (n *Node) takeUp(rec market.JobRecord) {
 	n.postWait(func() {
-		if _, mine := n.mk.Job(rec.ID); mine {
+		if _, mine := n.mk.Job(rec.ID); mine || !n.adopting.begin(rec.ID) {
 			return
 		}
-		if held, ok := n.view.job(rec.ID); !ok || held.Coordinator != n.id.String() || !settling(held) {
-			return
-		}
-		n.log.Warn("named coordinator of a job this node does not hold; taking it up", "job", rec.ID, "term", rec.Term)
-		n.adopt(rec, n.id, rec.Term+1)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer n.adopting.end(rec.ID)
+			adopt, term, res := n.claimToAdopt(rec, rec.Term+1, "")
+			if res != claimWon {
+				return
+			}
+			n.postWait(func() {
+				if _, mine := n.mk.Job(adopt.ID); mine {
+					return
+				}
+				n.log.Warn("named coordinator of a job this node does not hold; taking it up", "job", adopt.ID, "term", term)
+				n.adopt(adopt, n.id, term)
+			})
+		}()
 	})
 }
 

@@ -38,6 +38,9 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return err
 	}
 	mcfg.TrackRecords = recs
+	if mcfg.EndedAttempts, err = n.readAttempts(mcfg.ReportTTL); err != nil {
+		return err
+	}
 	mk, err := market.New(mcfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -67,29 +70,59 @@ func (n *Node) startMarket(cards []device.Card) error {
 	if err != nil {
 		return fmt.Errorf("node: reading jobs: %w", err)
 	}
-	var lost []store.Op
-	err = n.store.ForEach(store.Attempts, func(key string, raw []byte) error {
-		var a market.Attempt
-		if err := json.Unmarshal(raw, &a); err != nil || a.State == market.AttemptClosed || a.State == market.AttemptDone {
-			return nil
-		}
-		a.State, a.Cause = market.AttemptDone, market.CauseFenced
-		lost = append(lost, store.Put(store.Attempts, key, a))
-		n.lostAttempts = append(n.lostAttempts, a)
-		n.log.Warn("attempt lost with the node's last run", "job", a.Job, "share", a.Share, "epoch", a.Epoch)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("node: reading attempts: %w", err)
-	}
-	if err := n.storeApply(lost); err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
 	if restored+ended > 0 {
-		n.log.Info("state restored", "jobs_to_resume", restored, "other_records", ended, "attempts_lost", len(lost))
+		n.log.Info("state restored", "jobs_to_resume", restored, "other_records", ended, "attempts_ended", len(mcfg.EndedAttempts))
 	}
 	n.drain()
 	return nil
+}
+
+// readAttempts reads back the attempts this node ran before it
+// restarted, for the market to keep (market.Config.EndedAttempts): those
+// that had ended, and those that were running, whose processes died with
+// the node (ended now, cause fenced: their coordinators place them again
+// as soon as they hear). Ends older than ttl are dropped from the state
+// file.
+func (n *Node) readAttempts(ttl time.Duration) ([]market.Attempt, error) {
+	var out []market.Attempt
+	var ops []store.Op
+	now := time.Now()
+	err := n.store.ForEach(store.Attempts, func(key string, raw []byte) error {
+		var a market.Attempt
+		if err := json.Unmarshal(raw, &a); err != nil {
+			n.log.Error("unreadable attempt in the state file; dropped", "attempt", key, "err", err)
+			ops = append(ops, store.Delete(store.Attempts, key))
+			return nil
+		}
+		switch a.State {
+		case market.AttemptClosed:
+			ops = append(ops, store.Delete(store.Attempts, key))
+			return nil
+		case market.AttemptDone:
+			if a.EndedAt.IsZero() || now.Sub(a.EndedAt) > ttl {
+				ops = append(ops, store.Delete(store.Attempts, key))
+				return nil
+			}
+		default:
+			a.State, a.Cause, a.ExitCode, a.EndedAt, a.Acked = market.AttemptDone, market.CauseFenced, -1, now, false
+			ops = append(ops, store.Put(store.Attempts, key, a))
+			n.log.Warn("attempt lost with the node's last run", "job", a.Job, "share", a.Share, "epoch", a.Epoch)
+		}
+		if err := a.ValidateEnded(); err != nil {
+			n.log.Error("unusable attempt in the state file; dropped", "attempt", key, "err", err)
+			ops = append(ops, store.Delete(store.Attempts, key))
+			return nil
+		}
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: reading attempts: %w", err)
+	}
+	if err := n.storeApply(ops); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return out, nil
 }
 
 // readTrackRecords reads the suppliers' track records back from the state
@@ -163,12 +196,14 @@ func (n *Node) step(ev market.Event) error {
 }
 
 // drain carries out everything the market has decided, in the order Ready
-// documents: persist, send, stop, start, notify, advertise.
+// documents: persist, send, stop, start, notify, advertise. What may start
+// an attempt or acknowledge an end waits until the job's replicas hold the
+// record that decided it (commit.go).
 func (n *Node) drain() {
 	for n.mk.HasReady() {
 		rd := n.mk.Ready()
 		n.persist(rd)
-		n.send(rd.Messages)
+		n.sendCommitted(rd.Messages)
 		for _, s := range rd.Stop {
 			n.stopExecution(s)
 		}

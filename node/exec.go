@@ -19,9 +19,10 @@ import (
 // runSlot is the driver's handle on one attempt between the market's
 // decision to start it and the end of its process.
 type runSlot struct {
-	mu   sync.Mutex
-	run  *executor.Run
-	stop executor.StopReason // asked before the process existed
+	mu      sync.Mutex
+	run     *executor.Run
+	stop    executor.StopReason // asked before the process existed
+	stopped chan struct{}       // closed when stop is set
 }
 
 func attemptName(job string, share int, epoch uint64) string {
@@ -36,19 +37,40 @@ func (n *Node) startExecution(e market.Execution) {
 	if _, ok := n.runs[key]; ok {
 		return
 	}
-	slot := &runSlot{}
+	slot := &runSlot{stopped: make(chan struct{})}
 	n.runs[key] = slot
 	var master string
 	if e.Gang != nil {
 		master = n.masterAddr(e.Gang.Master)
 	}
+	// An attempt of a job this node coordinates itself starts once the
+	// job's replicas hold the record that placed it, as an award to
+	// another node leaves only then (commit.go).
+	var committed <-chan struct{}
+	if need, ok := n.commitNeeded(e.Job); ok && e.Coordinator == n.id.String() {
+		committed = n.gate.await(e.Job, need)
+	}
 	n.wg.Add(1)
-	go n.runAttempt(key, e, slot, master)
+	go n.runAttempt(key, e, slot, master, committed)
 }
 
-func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, master string) {
+func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, master string, committed <-chan struct{}) {
 	defer n.wg.Done()
 	log := n.log.With("job", e.Job, "share", e.Share, "epoch", e.Epoch)
+	if committed != nil {
+		select {
+		case <-committed:
+		case <-slot.stopped:
+			log.Info("attempt stopped before its placement reached the job's replicas; not started")
+			n.postWait(func() {
+				delete(n.runs, key)
+				n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: -1})
+			})
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
 	a, release, err := n.attemptOf(e, master)
 	var run *executor.Run
 	if err == nil {
@@ -104,8 +126,9 @@ func (n *Node) stopExecution(s market.StopExecution) {
 	reason := stopReason(s.Cause)
 	slot.mu.Lock()
 	run := slot.run
-	if run == nil {
+	if run == nil && slot.stop == "" {
 		slot.stop = reason
+		close(slot.stopped)
 	}
 	slot.mu.Unlock()
 	if run != nil {

@@ -81,15 +81,15 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view   *view
-	events *hub
-	repl   *replicator
-	ship   *shipper
-	obs    *observer          // driver-owned, but for its atomic status
-	resume []market.JobRecord // own jobs to adopt again once peers can be asked
-	// lostAttempts died with the node's last run; their coordinators are
-	// told once peers can be reached (reportLost).
-	lostAttempts []market.Attempt
+	view     *view
+	events   *hub
+	repl     *replicator
+	gate     *gate    // decisions waiting for their record to reach the replicas (commit.go)
+	claims   *claims  // claims granted to would-be coordinators (claim.go)
+	adopting adopting // jobs this node is claiming now (claim.go)
+	ship     *shipper
+	obs      *observer          // driver-owned, but for its atomic status
+	resume   []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -130,6 +130,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		roles:      map[peer.ID]memberRole{},
 		view:       newView(),
 		repl:       newReplicator(),
+		gate:       newGate(),
+		claims:     newClaims(),
 		ship:       &shipper{sent: map[string]string{}},
 		events:     newHub(),
 		started:    time.Now(),
@@ -165,6 +167,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.store.Close() })
+	if err := n.loadClaims(); err != nil {
+		return nil, fmt.Errorf("node: reading claims: %w", err)
+	}
 
 	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("node: cards: %w", err)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
-	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -37,38 +36,65 @@ const (
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
 
-// replicator batches records waiting to go to their replicas, and
-// remembers the jobs whose last replication missed a replica.
+// replicator queues records waiting to go to their replicas (the newest
+// of each job), sends at most one of each job at a time, and remembers the
+// jobs whose last replication missed a replica.
 type replicator struct {
-	mu      sync.Mutex
-	pending map[string]market.JobRecord
-	failed  map[string]bool
-	wake    chan struct{}
+	mu       sync.Mutex
+	pending  map[string]market.JobRecord
+	inflight map[string]bool
+	failed   map[string]bool
+	wake     chan struct{}
 }
 
 func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func (r *replicator) enqueue(rec market.JobRecord) {
 	r.mu.Lock()
 	r.pending[rec.ID] = rec
 	r.mu.Unlock()
+	r.nudge()
+}
+
+func (r *replicator) nudge() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (r *replicator) take() []market.JobRecord {
+// take returns the pending records of the jobs with no replication in
+// flight, at most max of them, and marks them in flight.
+func (r *replicator) take(max int) []market.JobRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]market.JobRecord, 0, len(r.pending))
-	for _, rec := range r.pending {
+	var out []market.JobRecord
+	for id, rec := range r.pending {
+		if len(out) == max {
+			break
+		}
+		if r.inflight[id] {
+			continue
+		}
 		out = append(out, rec)
+		r.inflight[id] = true
+		delete(r.pending, id)
 	}
-	r.pending = map[string]market.JobRecord{}
 	return out
+}
+
+// done ends a job's replication in flight; a record queued meanwhile goes
+// next.
+func (r *replicator) done(job string) {
+	r.mu.Lock()
+	delete(r.inflight, job)
+	_, more := r.pending[job]
+	r.mu.Unlock()
+	if more {
+		r.nudge()
+	}
 }
 
 func (r *replicator) missed(job string) {
@@ -91,42 +117,54 @@ func (r *replicator) takeFailed() []string {
 // replicaRetry is how often records that missed a replica are sent again:
 // a replica cut off by a partition (the old coordinator among them, which
 // yields when it gets a record of a higher term) gets the record once the
-// partition heals, even if the job does not change again.
-const replicaRetry = time.Second
+// partition heals, even if the job does not change again; and a decision
+// waiting for its record to commit (commit.go) goes out soon after a
+// replica that refused a dial for a moment answers again.
+const replicaRetry = 250 * time.Millisecond
+
+// maxReplications bounds the replications in flight at once.
+const maxReplications = 32
 
 // replicateLoop sends queued records to their replicas until the node
-// closes, and sends again, every replicaRetry, the records of the jobs it
-// still coordinates whose last replication missed a replica.
+// closes — each job's newest, one at a time per job, up to
+// maxReplications jobs at once — and sends again, every replicaRetry, the
+// records of the jobs it still coordinates whose last replication missed a
+// replica. A record every replica acknowledged commits (commit.go).
 func (n *Node) replicateLoop() {
 	defer n.wg.Done()
 	retry := time.NewTicker(replicaRetry)
 	defer retry.Stop()
+	slots := make(chan struct{}, maxReplications)
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-retry.C:
+		case now := <-retry.C:
 			for _, id := range n.repl.takeFailed() {
 				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && settling(rec) {
 					n.repl.enqueue(rec)
+				} else {
+					n.gate.drop(id)
 				}
 			}
-		case <-n.repl.wake:
-			recs := n.repl.take()
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 8)
-			for _, rec := range recs {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					if n.replicate(n.ctx, rec) < len(n.replicaTargets(rec.ID)) {
-						n.repl.missed(rec.ID)
-					}
-				}()
-			}
-			wg.Wait()
+			n.dropStaleHeld(now)
+		case <-n.repl.wake: // a record queued, or a replication ended
+		}
+		for _, rec := range n.repl.take(cap(slots) - len(slots)) {
+			slots <- struct{}{}
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				defer func() { <-slots; n.repl.nudge() }()
+				defer n.repl.done(rec.ID)
+				targets := n.replicaTargets(rec.ID)
+				acked := n.replicateTo(n.ctx, rec, targets)
+				if len(acked) < len(targets) {
+					n.repl.missed(rec.ID)
+					return
+				}
+				n.committed(rec)
+			}()
 		}
 	}
 }
@@ -172,12 +210,8 @@ func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer
 		case <-time.After(replicaAckPause):
 		}
 	}
+	n.committed(rec)
 	return missing
-}
-
-// replicate sends rec to its replicas and returns how many acknowledged.
-func (n *Node) replicate(ctx context.Context, rec market.JobRecord) int {
-	return len(n.replicateTo(ctx, rec, n.replicaTargets(rec.ID)))
 }
 
 // replicateTo sends rec to targets, at once, each call bounded by
@@ -240,23 +274,35 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 		n.log.Info("refused a replica from an outranked coordinator", "job", rec.ID, "from", from.ShortString(), "term", rec.Term, "coordinator", top.Coordinator, "its_term", top.Term)
 		return &top, nil
 	}
+	if b, ok := n.claimOutranking(rec); ok && !ended(rec) {
+		// A would-be successor claimed the job and has not sent its
+		// record yet: nothing the sender decides may take effect now
+		// (commit.go). It lets the job go once the claimant's record is
+		// here to answer with; it tries again meanwhile.
+		return nil, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
+	}
 	n.postWait(func() { n.yieldTo(rec) })
 	if !n.view.putNewer(rec) {
-		if held, ok := n.view.job(rec.ID); ok {
-			n.log.Debug("replica not newer than the record held; kept that", "job", rec.ID, "term", rec.Term, "version", rec.Version,
-				"held_coordinator", held.Coordinator, "held_term", held.Term, "held_version", held.Version, "held_state", held.State)
-		}
-		return nil, nil // we hold as new a record already
+		// The same record again, or an older version of it (a retry
+		// overtaken by the next change): this node holds one at least as
+		// new from the same coordinator and term (outranking refused the
+		// others).
+		return nil, nil
 	}
 	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
 		return nil, fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
 	}
+	n.settleClaim(rec)
 	return nil, nil
 }
 
-// outranking returns the record of a coordinator that outranks rec's and
-// still coordinates the job, as far as this node knows: this node itself,
-// or a live member whose record it holds.
+// outranking returns a record that rec must not replace: the record of
+// this node's own coordination when it outranks rec's coordinator, a
+// record of the job's end when rec does not show it, or a record held of
+// a coordinator that outranks rec's — alive or not: a record that took
+// effect there (commit.go) must not be overwritten by an older
+// coordinator's, and the sender lets the job go (onSuperseding) to the
+// succession that the holders of the newer record run.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
 	var own market.JobRecord
 	var mine bool
@@ -267,20 +313,15 @@ func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
 		return own, true
 	}
 	held, ok := n.view.job(rec.ID)
-	if ok && ended(held) && !ended(rec) {
+	switch {
+	case !ok, ended(rec) && !ended(held):
+		return market.JobRecord{}, false // an end is never refused
+	case ended(held) && !ended(rec):
 		return held, true // the job ended: whoever sends it going resumed a stale copy
+	case market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator):
+		return held, true
 	}
-	if !ok || !settling(held) || held.Coordinator == n.id.String() || !market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator) {
-		return market.JobRecord{}, false
-	}
-	c, err := peer.Decode(held.Coordinator)
-	if err != nil {
-		return market.JobRecord{}, false
-	}
-	if m, ok := n.mesh.Member(c); !ok || m.State != mesh.StateAlive {
-		return market.JobRecord{}, false // its successor is this node's or another's to find
-	}
-	return held, true
+	return market.JobRecord{}, false
 }
 
 // onSuperseding handles a replica holder's answer that a coordinator
@@ -337,11 +378,11 @@ func (n *Node) yieldTo(rec market.JobRecord) {
 // resumeOwn adopts again the jobs this node coordinated before it
 // restarted — unless the job moved on or ended while it was away. Its
 // record may be stale: a successor may have taken the job over, placed it
-// again, even cancelled it. So before it resumes a job it asks the job's
-// coordinator group (and the next few members, who hold the records of
-// successors chosen while this node was gone), and waits until a majority
-// of the group has answered: what a majority has not seen cannot have
-// been acknowledged by a successor (it replicates before it acts).
+// again, even cancelled it or seen it end. So it never acts on its own
+// record before it has claimed the job from the job's group and the next
+// two members (claim.go), who hold the records of successors chosen while
+// this node was gone, and it adopts the newest record they hold; it waits
+// until a majority of the group grants the claim.
 func (n *Node) resumeOwn(recs []market.JobRecord) {
 	defer n.wg.Done()
 	deadline := time.Now().Add(resumeWait)
@@ -353,49 +394,49 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 		}
 	}
 	for _, rec := range recs {
-		var elsewhere market.JobRecord
-		for {
-			best, reached := n.newestElsewhere(rec)
-			if need := n.quorumOthers(); reached >= need {
-				elsewhere = best
-				break
-			}
-			select {
-			case <-n.ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-		switch {
-		case elsewhere.ID == "":
-		case elsewhere.State.Terminal() && elsewhere.State != market.JobMoved:
-			n.log.Info("job ended while this node was away; keeping its record", "job", rec.ID, "state", elsewhere.State, "coordinator", elsewhere.Coordinator)
-			n.keep(elsewhere)
-			continue
-		case elsewhere.Coordinator != n.id.String() && elsewhere.Term >= rec.Term:
-			n.log.Info("job moved on while this node was away; keeping a replica", "job", rec.ID, "coordinator", elsewhere.Coordinator, "term", elsewhere.Term)
-			n.keep(elsewhere)
-			continue
-		}
-		// A successor that took the job over meanwhile chose a term of at
-		// most rec.Term+1+Replicas (adoptUnlessHeld); resuming above it
-		// means the two never share a term, so never an epoch range, and
-		// the successor yields when they meet.
-		term := rec.Term + 2 + uint64(n.cfg.Replicas)
-		n.postWait(func() {
-			if _, mine := n.mk.Job(rec.ID); mine {
-				return
-			}
-			if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: rec, Term: term}); err != nil {
-				n.log.Warn("cannot resume job", "job", rec.ID, "err", err)
-				return
-			}
-			n.log.Info("resumed job after restart", "job", rec.ID, "term", term)
-		})
+		n.resumeOne(rec)
 	}
-	// After the resumptions: an attempt of a job this node coordinates
-	// itself is reported to its own market, which must hold the job.
-	n.postWait(n.reportLost)
+}
+
+// resumeOne claims and adopts again one job this node coordinated before
+// it restarted, trying every second until a majority of the job's group
+// answers.
+func (n *Node) resumeOne(rec market.JobRecord) {
+	for !n.adopting.begin(rec.ID) {
+		select { // the audit is claiming it now
+		case <-n.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer n.adopting.end(rec.ID)
+	// A successor that took the job over meanwhile chose a term of at
+	// most rec.Term+1+Replicas (adoptUnlessHeld); resuming above it means
+	// the two never share a term, so never an epoch range.
+	for {
+		adopt, term, res := n.claimToAdopt(rec, rec.Term+2+uint64(n.cfg.Replicas), "")
+		switch res {
+		case claimLost:
+			return
+		case claimWon:
+			n.postWait(func() {
+				if _, mine := n.mk.Job(adopt.ID); mine {
+					return
+				}
+				if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: adopt, Term: term}); err != nil {
+					n.log.Warn("cannot resume job", "job", adopt.ID, "err", err)
+					return
+				}
+				n.log.Info("resumed job after restart", "job", adopt.ID, "term", term, "record_term", adopt.Term, "record_version", adopt.Version)
+			})
+			return
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // keep stores a record learnt from another member in place of this node's
@@ -406,44 +447,6 @@ func (n *Node) keep(rec market.JobRecord) {
 	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
 		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
 	}
-}
-
-// reportLost tells the coordinators of the attempts that died with this
-// node's last run that they ended, so that they place them again at once
-// rather than after a lease's silence. It is best effort: a coordinator
-// that changed meanwhile, or a message lost, leaves the lease to decide.
-// It runs on the driver.
-func (n *Node) reportLost() {
-	var msgs []market.Message
-	for _, a := range n.lostAttempts {
-		msgs = append(msgs, market.Message{From: n.id.String(), To: a.Coordinator, Payload: &market.AttemptEnded{
-			Job: a.Job, Share: a.Share, Epoch: a.Epoch, Cause: market.CauseFenced, ExitCode: -1, CardSeconds: a.CardSeconds,
-		}})
-	}
-	n.lostAttempts = nil
-	var out []market.Message
-	for _, m := range msgs {
-		if m.To == n.id.String() {
-			n.step(market.MessageReceived{Now: time.Now(), Message: m})
-			continue
-		}
-		out = append(out, m)
-	}
-	n.send(out)
-}
-
-// newestElsewhere asks the job's coordinator group and the next two
-// members, all at once, for their record, and returns the newest and how
-// many answered.
-func (n *Node) newestElsewhere(rec market.JobRecord) (best market.JobRecord, reached int) {
-	var ask []peer.ID
-	for _, id := range n.coordinators(rec.ID, n.cfg.Replicas+3) {
-		if id != n.id {
-			ask = append(ask, id)
-		}
-	}
-	best, reached, _ = n.askRecords(rec.ID, ask, replicateAfter, "")
-	return best, reached
 }
 
 // answered reports whether a call's error came from the peer (it is

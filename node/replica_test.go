@@ -95,7 +95,10 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 	}
 
 	// Resubmitted once the links are back: acknowledged, replicated, and
-	// still the one job with its one attempt.
+	// still the one job with its one attempt. (Awards made while the
+	// replicas were cut off never left the coordinator: an award waits
+	// until the replicas hold the record that made it, so they lapsed
+	// unanswered.)
 	for _, r := range replicas {
 		sm.net.Heal(coord.ID(), r.ID())
 	}
@@ -112,9 +115,36 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		}
 	}
 	rec = waitState(t, coord, id, 20*time.Second, market.JobRunning)
-	if n := len(rec.Placements); n != 1 {
-		t.Errorf("%d placements after the resubmission, want 1: %s", n, fmt.Sprint(rec.Placements))
+	ran := 0
+	for _, p := range rec.Placements {
+		switch {
+		case p.State == market.PlacementRunning || !p.StartedAt.IsZero():
+			ran++
+		case p.State != market.PlacementRejected:
+			t.Errorf("placement epoch %d is %s, want running or an award that lapsed: %s", p.Epoch, p.State, fmt.Sprint(rec.Placements))
+		}
 	}
+	if ran != 1 {
+		t.Errorf("%d attempts ran after the resubmission, want 1: %s", ran, fmt.Sprint(rec.Placements))
+	}
+	if n := len(attemptsOf(sm, id)); n != 1 {
+		t.Errorf("%d attempts of the job on the runners, want 1", n)
+	}
+}
+
+// attemptsOf lists the attempts of job that the mesh's nodes run or ran.
+func attemptsOf(sm *simMesh, job string) []market.Attempt {
+	var out []market.Attempt
+	for _, n := range sm.nodes {
+		var as []market.Attempt
+		n.do(context.Background(), func() { as = n.mk.Attempts() })
+		for _, a := range as {
+			if a.Job == job {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // A mesh whose nodes have all restarted lately has one coordinator (the

@@ -175,6 +175,24 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return n.servePayload(string(req.Data), reply)
 	case kindCheckpointOffer, kindCheckpointSync, kindCheckpointGet:
 		return n.serveCheckpointCall(ctx, req, reply)
+	case kindClaim, kindRelease:
+		var r claimRequest
+		if err := strictJSON(req.Data, &r); err != nil {
+			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
+		}
+		if req.Kind == kindRelease {
+			n.serveRelease(req.Sender, r)
+			return reply(kindAck, nil)
+		}
+		out, err := n.serveClaim(ctx, req.Sender, r)
+		if err != nil {
+			return asCallError(err)
+		}
+		data, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		return reply(kindClaimed, data)
 	case kindReplicate:
 		top, err := n.serveReplicate(req.Sender, req.Data)
 		if err != nil {

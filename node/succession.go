@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
@@ -75,15 +74,10 @@ func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 const successorAsk = 500 * time.Millisecond
 
 // adoptUnlessHeld asks the live members ranked above this node for the
-// job's record, and adopts the job if none of them holds it. Each member
-// passed over raises the term by one more, so that if it takes the job
-// over after all, the two coordinators do not share a term: the lower one
-// yields when they meet. Before adopting it asks the job's other HRW
-// members for their record: this node's replica may be stale (it got it
-// from a coordinator cut off with it while the other side took the job
-// over at a higher term), and adopting a stale record would give out its
-// epochs a second time. A higher term coordinated by a live member wins;
-// a higher term whose coordinator is gone is adopted instead.
+// job's record, and takes the job over if none of them holds it. Each
+// member passed over raises the term by one more, so that if it takes the
+// job over after all, the two coordinators do not share a term: the lower
+// one yields when they meet.
 func (n *Node) adoptUnlessHeld(rec market.JobRecord, lost peer.ID, ahead []peer.ID) {
 	defer n.wg.Done()
 	n.takeOver(rec, lost, ahead, false)
@@ -97,8 +91,16 @@ func (n *Node) adoptOrphan(rec market.JobRecord, coord peer.ID, ahead []peer.ID)
 }
 
 // takeOver is adoptUnlessHeld's work; orphan says lost answers but does not
-// hold the job.
+// hold the job. Before it adopts, it asks the lost coordinator once more
+// (one that answers is back and keeps the job), then claims the job from
+// its group (claim.go) and adopts the newest record the group holds: this
+// node's replica may be stale, and adopting it would give out its epochs
+// again, place shares that run, or run a job that ended.
 func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orphan bool) {
+	if !n.adopting.begin(rec.ID) {
+		return // this node is claiming it already
+	}
+	defer n.adopting.end(rec.ID)
 	for _, id := range ahead {
 		ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
 		got, err := n.call(ctx, id, kindGet, rec.ID)
@@ -111,97 +113,41 @@ func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orp
 		}
 		n.log.Info("successor ranked above does not hold the job; passing it over", "job", rec.ID, "member", id.ShortString(), "err", err)
 	}
-	newest, reached, back := n.newestOf(rec.ID, lost)
-	if need := n.quorumOthers(); reached < need {
-		// Too few of the job's group answered: this node may be the one
-		// cut off (a runner holding its job's replica, alone behind a
+	if !orphan {
+		// The lost coordinator may be reachable again (a restart, a
+		// healed link): it either still coordinates the job (it resumes
+		// it: resumeOwn) or let it go to a coordinator that outranks it;
+		// either way the job has a coordinator, and a claim would only
+		// hold it back.
+		ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
+		_, err := n.call(ctx, lost, kindGet, rec.ID)
+		cancel()
+		if n.ctx.Err() != nil {
+			return
+		}
+		if answered(err) {
+			n.log.Info("lost coordinator answers again; not taking the job over", "job", rec.ID, "coordinator", lost.ShortString())
+			return
+		}
+	}
+	adopt, term, res := n.claimToAdopt(rec, rec.Term+1+uint64(len(ahead)), lost)
+	if res != claimWon {
+		// Too few of the group answered: this node may be the one cut
+		// off (a runner holding its job's replica, alone behind a
 		// partition), and adopting would keep its own attempt running
 		// while the rest of the mesh places the share again. Its runner
 		// fences instead; the side that can reach the group takes over.
-		n.log.Info("cannot reach a majority of the job's coordinators; not taking it over", "job", rec.ID, "reached", reached, "need", need)
 		return
 	}
-	if back && !orphan {
-		// The lost coordinator answered: it is reachable again (a restart,
-		// a healed link). It either still coordinates the job (it resumes
-		// it at a term above any this node would take: resumeOwn) or let
-		// it go to a coordinator that outranks it; either way the job has
-		// a coordinator, and adopting this node's replica, which may be
-		// stale, would only move its shares.
-		n.log.Info("lost coordinator answers again; not taking the job over", "job", rec.ID, "coordinator", lost.ShortString())
-		return
-	}
-	if newer(newest, rec) {
-		if c, err := peer.Decode(newest.Coordinator); err == nil && c != lost && c != n.id {
-			if m, ok := n.mesh.Member(c); ok && m.State == mesh.StateAlive {
-				n.view.putNewer(newest)
-				n.log.Info("job coordinated at a higher term elsewhere; not taking it over", "job", rec.ID, "coordinator", c.ShortString(), "term", newest.Term)
-				return
-			}
-		}
-		rec = newest
-	}
-	if n.ctx.Err() != nil {
-		return
-	}
-	term := rec.Term + 1 + uint64(len(ahead))
 	n.postWait(func() {
-		if _, mine := n.mk.Job(rec.ID); mine {
+		if _, mine := n.mk.Job(adopt.ID); mine {
 			return
 		}
-		if held, ok := n.view.job(rec.ID); ok && newer(held, rec) && held.Coordinator != lost.String() {
+		if held, ok := n.view.job(adopt.ID); ok && newer(held, adopt) && held.Coordinator != lost.String() {
 			return // taken over meanwhile
 		}
-		n.adopt(rec, lost, term)
+		n.adopt(adopt, lost, term)
 	})
-}
-
-// newestOf asks the job's other HRW members and the lost coordinator, all
-// at once, for their record, and returns the newest record of another
-// member (zero if none answered), how many of the other members answered
-// (a record or an error of their own: they are reachable), and whether the
-// lost coordinator answered: it is back.
-func (n *Node) newestOf(job string, lost peer.ID) (best market.JobRecord, reached int, back bool) {
-	ask := []peer.ID{lost}
-	for _, id := range n.coordinators(job, n.cfg.Replicas+1) {
-		if id != n.id && id != lost {
-			ask = append(ask, id)
-		}
-	}
-	return n.askRecords(job, ask, successorAsk, lost)
-}
-
-// askRecords asks ids, all at once and each for at most wait, for their
-// record of job. It returns the newest record among the answers of all but
-// skip, how many of those answered (a record or an error of their own:
-// they are reachable), and whether skip answered.
-func (n *Node) askRecords(job string, ids []peer.ID, wait time.Duration, skip peer.ID) (best market.JobRecord, reached int, skipAnswered bool) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(n.ctx, wait)
-			defer cancel()
-			got, err := n.call(ctx, id, kindGet, job)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case id == skip:
-				skipAnswered = answered(err)
-			case answered(err):
-				reached++
-				if err == nil && got.ID == job && (best.ID == "" || newer(got, best)) {
-					best = got
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return best, reached, skipAnswered
 }
 
 // quorumOthers is how many other members of a job's coordinator group

@@ -179,12 +179,20 @@ func memberEvent(ev mesh.Event) api.Event {
 }
 
 // newer reports whether rec supersedes old, a record of the same job. A
-// job that ended stays ended: no record of it still going supersedes one
-// of its end, whatever its term (a coordinator that resumed a stale copy
-// after a restart would otherwise bring a cancelled job back).
+// job that ended stays ended: a record of its end supersedes every record
+// of it still going, and none of those supersedes it, whatever the terms
+// (a coordinator that resumed a stale copy after a restart, or a successor
+// that adopted a replica older than the end, holds a higher term than the
+// coordinator that recorded the end: ordering by term alone would bring a
+// finished job back and run it again). Between two records that both show
+// the end, or both not, the coordinator that outranks wins, and at one
+// coordinator and term the higher version.
 func newer(rec, old market.JobRecord) bool {
-	if ended(old) && !ended(rec) {
+	switch {
+	case ended(old) && !ended(rec):
 		return false
+	case ended(rec) && !ended(old):
+		return true
 	}
 	if rec.Term == old.Term && rec.Coordinator == old.Coordinator {
 		return rec.Version > old.Version

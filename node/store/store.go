@@ -1,6 +1,6 @@
 // Package store keeps a node's durable state in one bbolt file under the data
 // dir: the job records it coordinates or replicates, the attempts it runs,
-// their usage, and its suppliers' track records. Writes are grouped into one transaction per Ready, committed
+// their usage, its suppliers' track records, and the claims it granted. Writes are grouped into one transaction per Ready, committed
 // with fsync before the node sends anything that depends on them, so what a
 // node acknowledged survives its restart.
 //
@@ -34,10 +34,14 @@ const (
 	// TrackRecords maps a supplier's peer ID to the track record this
 	// node keeps of it as a coordinator (market.TrackRecord).
 	TrackRecords Bucket = "track_records"
+	// Claims maps a job ID to the claim this node granted a would-be
+	// coordinator of the job (its term and peer ID) and has not yet seen
+	// replaced by that coordinator's record.
+	Claims Bucket = "claims"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords}
+var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords, Claims}
 
 const schemaVersion = "1"
 

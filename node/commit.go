@@ -1,0 +1,238 @@
+package node
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// Commits. What a coordinator decides about a job takes effect outside it
+// only once every replica of the job's record holds the record that
+// decided it: an award (which starts an attempt), a gang's Start, an
+// attempt's EndAck (after which its runner stops reporting the end), and
+// an execution this node starts for a job it coordinates itself. So a
+// successor — which adopts the newest record among the holders it claims
+// the job from (claim.go) — knows every attempt that may have started and
+// every end a runner stopped reporting: it never places a share that
+// runs, and never runs again a share or a job that ended.
+//
+// The messages of a job wait, in order, behind the first one that waits:
+// a Stop or RenewalAck never overtakes the award it follows.
+
+// mark orders the records one coordinator makes of a job: by term, then
+// version.
+type mark struct{ term, version uint64 }
+
+func markOf(rec market.JobRecord) mark { return mark{rec.Term, rec.Version} }
+
+func (m mark) atLeast(o mark) bool {
+	return m.term > o.term || m.term == o.term && m.version >= o.version
+}
+
+// heldTTL bounds how long a message waits for its record's commit: a
+// coordinator that cannot reach its replicas for that long has lost the
+// job to a successor, or will.
+const heldTTL = 30 * time.Second
+
+// gate holds messages and executions until their job's record commits.
+// Its methods are safe for concurrent use.
+type gate struct {
+	mu        sync.Mutex
+	committed map[string]mark
+	held      map[string][]heldMessage
+	waiters   map[string][]waiter
+}
+
+type heldMessage struct {
+	need  mark
+	msg   market.Message
+	since time.Time
+}
+
+type waiter struct {
+	need mark
+	ch   chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{committed: map[string]mark{}, held: map[string][]heldMessage{}, waiters: map[string][]waiter{}}
+}
+
+// hold queues msg behind job's commit of need, and reports false when it
+// may go now: the record is committed and no message of the job waits.
+func (g *gate) hold(job string, need mark, msg market.Message, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.held[job]) == 0 && g.committed[job].atLeast(need) {
+		return false
+	}
+	g.held[job] = append(g.held[job], heldMessage{need, msg, now})
+	return true
+}
+
+// behind reports whether a message of job waits: the ones after it must
+// wait too.
+func (g *gate) behind(job string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.held[job]) > 0
+}
+
+// await returns a channel closed once job's record reaches need.
+func (g *gate) await(job string, need mark) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch := make(chan struct{})
+	if g.committed[job].atLeast(need) {
+		close(ch)
+		return ch
+	}
+	g.waiters[job] = append(g.waiters[job], waiter{need, ch})
+	return ch
+}
+
+// commit records that every replica holds job's record at m, and returns
+// the messages that may go now, in the order they were held.
+func (g *gate) commit(job string, m mark) []market.Message {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m.atLeast(g.committed[job]) {
+		g.committed[job] = m
+	}
+	c := g.committed[job]
+	var out []market.Message
+	held := g.held[job]
+	i := 0
+	for ; i < len(held) && c.atLeast(held[i].need); i++ {
+		out = append(out, held[i].msg)
+	}
+	if i == len(held) {
+		delete(g.held, job)
+	} else {
+		g.held[job] = held[i:]
+	}
+	ws := g.waiters[job][:0]
+	for _, w := range g.waiters[job] {
+		if c.atLeast(w.need) {
+			close(w.ch)
+		} else {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		delete(g.waiters, job)
+	} else {
+		g.waiters[job] = ws
+	}
+	return out
+}
+
+// waiting lists the jobs that hold messages or executions.
+func (g *gate) waiting() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for job := range g.held {
+		out = append(out, job)
+	}
+	for job := range g.waiters {
+		if _, ok := g.held[job]; !ok {
+			out = append(out, job)
+		}
+	}
+	return out
+}
+
+// drop discards what job holds (its coordinator let it go, or its
+// messages waited longer than heldTTL) and returns how many messages it
+// dropped. Executions waiting on it stay waiting for a stop.
+func (g *gate) drop(job string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(g.held[job])
+	delete(g.held, job)
+	return n
+}
+
+// stale lists the jobs whose oldest held message waited since before
+// cutoff.
+func (g *gate) stale(cutoff time.Time) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for job, h := range g.held {
+		if len(h) > 0 && h[0].since.Before(cutoff) {
+			out = append(out, job)
+		}
+	}
+	return out
+}
+
+// forget drops job's commit mark once the job is gone from this node.
+func (g *gate) forget(job string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.held[job]) == 0 && len(g.waiters[job]) == 0 {
+		delete(g.committed, job)
+	}
+}
+
+// gated reports whether a message's effect must wait for its job's record
+// to commit: it may start an attempt, or it tells a runner its end is
+// recorded.
+func gated(p market.Payload) bool {
+	switch p.(type) {
+	case *market.Award, *market.Start, *market.EndAck:
+		return true
+	}
+	return false
+}
+
+// sendCommitted sends msgs, holding those that must wait for their job's
+// record to reach every replica (and those of the same job behind them).
+// It runs on the driver, after persist.
+func (n *Node) sendCommitted(msgs []market.Message) {
+	now := time.Now()
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		job := m.Payload.JobID()
+		if gated(m.Payload) || n.gate.behind(job) {
+			if need, ok := n.commitNeeded(job); ok && n.gate.hold(job, need, m, now) {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	n.send(out)
+}
+
+// commitNeeded returns the record of job that this node coordinates and
+// that must reach the job's replicas before a decision of it takes effect;
+// false when this node does not coordinate the job or it has no replicas.
+func (n *Node) commitNeeded(job string) (mark, bool) {
+	rec, ok := n.view.job(job)
+	if !ok || rec.Coordinator != n.id.String() || len(n.replicaTargets(job)) == 0 {
+		return mark{}, false
+	}
+	return markOf(rec), true
+}
+
+// committed notes that every replica acknowledged rec, and sends what
+// waited for it.
+func (n *Node) committed(rec market.JobRecord) {
+	if msgs := n.gate.commit(rec.ID, markOf(rec)); len(msgs) > 0 {
+		n.send(msgs)
+	}
+}
+
+// dropStaleHeld discards the messages that waited for a commit longer than
+// heldTTL: the coordinator could not reach its job's replicas, so a
+// successor may hold the job (the market re-sends what still matters).
+func (n *Node) dropStaleHeld(now time.Time) {
+	for _, job := range n.gate.stale(now.Add(-heldTTL)) {
+		if k := n.gate.drop(job); k > 0 {
+			n.log.Warn("messages waited too long for the job's replicas; dropped", "job", job, "count", k)
+		}
+	}
+}
