@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,8 +36,10 @@ type cluster struct {
 	events []string // what happened, for a failure's report
 	start  time.Time
 	// doubleUse lists the cards seen used by two attempts' processes at
-	// once (cardWatch).
+	// once (watchCards).
 	doubleUse []string
+	// shares sees two attempts of one share alive at once (watchCards).
+	shares *overlaps
 }
 
 // chaosJob is a job the mesh acknowledged.
@@ -80,7 +83,8 @@ sleep $CHAOS_RUN
 echo $$ > $m.end
 exit $CHAOS_EXIT`
 
-// stepScript counts CHAOS_STEPS steps of 100 ms in its checkpoint, resuming
+// stepScript counts CHAOS_STEPS steps of CHAOS_STEP_S seconds (default
+// 0.1) in its checkpoint, resuming
 // from the restored one (.from says where each attempt resumed, .at the
 // step it reached, written before the checkpoint holds it), then writes
 // CHAOS_CKPT_KB of ballast to the checkpoint and ends; the runner ships the
@@ -90,7 +94,7 @@ d=$GPUMESH_CHECKPOINT_DIR
 s=$(cat $d/step 2>/dev/null || echo 0)
 echo $$ > $m.start
 echo $s > $m.from
-while [ $s -lt $CHAOS_STEPS ]; do s=$((s+1)); echo $s > $m.at; echo $s > $d/step; sleep 0.1; done
+while [ $s -lt $CHAOS_STEPS ]; do s=$((s+1)); echo $s > $m.at; echo $s > $d/step; sleep ${CHAOS_STEP_S:-0.1}; done
 head -c ${CHAOS_CKPT_KB}k /dev/urandom > $d/ballast
 echo $$ > $m.end
 exit 0`
@@ -152,11 +156,13 @@ func newClusterWith(t testing.TB, lab *netLab, seed uint64, specs []string, extr
 
 // watchCards samples the test's job processes every 100 ms until the test
 // ends, and records every card that two attempts' processes hold at once
-// (from the card IDs in their CUDA_VISIBLE_DEVICES).
+// (from the card IDs in their CUDA_VISIBLE_DEVICES), and every share two
+// of whose attempts run at once (overlaps).
 func (c *cluster) watchCards() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	seen := map[string]bool{}
+	c.shares = newOverlaps(overlapGrace)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -168,6 +174,8 @@ func (c *cluster) watchCards() {
 			case <-tick.C:
 			}
 			holders := map[string]map[string]bool{}
+			shares := map[string]map[uint64]bool{}
+			at := time.Now()
 			for _, p := range jobProcs(envMarks, c.marks) {
 				if p.env["GPUMESH_JOB_ID"] == "" || p.env["GPUMESH_SHARE"] == "" || p.env["GPUMESH_EPOCH"] == "" {
 					// Its environment was read in part: a process exiting as
@@ -176,6 +184,13 @@ func (c *cluster) watchCards() {
 					continue
 				}
 				attempt := p.env["GPUMESH_JOB_ID"] + "/" + p.env["GPUMESH_SHARE"] + "/e" + p.env["GPUMESH_EPOCH"]
+				share := p.env["GPUMESH_JOB_ID"] + "/" + p.env["GPUMESH_SHARE"]
+				if epoch, err := strconv.ParseUint(p.env["GPUMESH_EPOCH"], 10, 64); err == nil {
+					if shares[share] == nil {
+						shares[share] = map[uint64]bool{}
+					}
+					shares[share][epoch] = true
+				}
 				for _, card := range strings.Split(p.env["CUDA_VISIBLE_DEVICES"], ",") {
 					if card == "" {
 						continue
@@ -186,6 +201,9 @@ func (c *cluster) watchCards() {
 					holders[card][attempt] = true
 				}
 			}
+			c.mu.Lock()
+			c.shares.sample(at, shares)
+			c.mu.Unlock()
 			for card, as := range holders {
 				if len(as) < 2 {
 					continue
@@ -492,6 +510,16 @@ func (c *cluster) restartAll() {
 			c.restart(p)
 		}
 	}
+}
+
+// killDaemon kills a node's process alone (kill -9 of the daemon, its
+// jobs left running: a node that crashes on a bug, or is killed by the
+// OOM killer): its fence keeper stops them.
+func (c *cluster) killDaemon(p *proc, why string) {
+	p.signal(syscall.SIGKILL)
+	<-p.done
+	c.down[p] = true
+	c.fault("kill", "%s (%s)", p.name, why)
 }
 
 // stall stops a node's process (not its jobs) for d: a node frozen by the

@@ -188,10 +188,39 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 			add("job %s: bill %.6f CNY, but its placements sum to %.6f", j.id, rec.CostCNY, cost)
 		}
 	}
-	// No card runs two attempts at once, as the processes showed.
+	// No card runs two attempts at once, and no share two attempts
+	// beyond the fencing grace, as the processes showed.
 	c.mu.Lock()
 	bad = append(bad, c.doubleUse...)
+	bad = append(bad, c.shares.violations()...)
 	c.mu.Unlock()
+	return bad
+}
+
+// startedAfterEnd lists the attempts that started after their job's end
+// as its final record states it: a job that ended must stay ended. A job
+// cancelled, or failed by one share's exit, may still see an award made
+// just before the end start on its runner before the Stop reaches it: such
+// an attempt gets endSlack.
+func (c *cluster) startedAfterEnd(recs map[string]market.JobRecord) []string {
+	const endSlack = time.Second
+	var bad []string
+	for _, j := range c.jobs {
+		rec := recs[j.id]
+		if !rec.State.Terminal() || rec.EndedAt.IsZero() {
+			continue
+		}
+		slack := time.Duration(0)
+		if rec.State != market.JobSucceeded {
+			slack = endSlack
+		}
+		for k, m := range c.markers(j.id) {
+			if !m.started.IsZero() && m.started.After(rec.EndedAt.Add(slack)) {
+				bad = append(bad, fmt.Sprintf("job %s share %d epoch %d started %v after the job %s", j.id, k[0], k[1], m.started.Sub(rec.EndedAt).Round(time.Millisecond), rec.State))
+			}
+		}
+	}
+	slices.Sort(bad)
 	return bad
 }
 
@@ -264,6 +293,7 @@ func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int
 		c.dumpStacks()
 	}
 	bad := c.verify(recs)
+	bad = append(bad, c.startedAfterEnd(recs)...)
 	bad = append(bad, c.noStrayProcesses(15*time.Second)...)
 	for _, b := range bad {
 		c.t.Errorf("invariant violated: %s", b)

@@ -120,6 +120,10 @@ type (
 		Share    int
 		Epoch    uint64
 		ExitCode int
+		// Fenced says the process was killed because its lease lapsed
+		// (the node's fence keeper killed it while the node was frozen):
+		// the attempt ends fenced, whatever its exit code.
+		Fenced bool
 	}
 )
 

@@ -330,6 +330,25 @@ func (n *Node) Ad() Ad {
 	return Ad{Node: n.cfg.ID, Seq: n.adSeq, Offers: n.sup.ad()}
 }
 
+// Lease is the lease of an attempt this node runs: its coordinator last
+// acknowledged it at AckedAt, and places the share elsewhere about
+// Config.LostAfter after it last heard from the runner. A node that cannot
+// stop the attempt itself by then (frozen, dead) has it killed by its
+// fence keeper (node/fence).
+type Lease struct {
+	Job     string
+	Share   int
+	Epoch   uint64
+	AckedAt time.Time
+}
+
+// Leases returns the leases of the attempts whose processes this node runs
+// or stops, in job, share and epoch order.
+func (n *Node) Leases() []Lease { return n.sup.leaseList() }
+
+// LostAfter is Config.LostAfter.
+func (n *Node) LostAfter() time.Duration { return n.cfg.LostAfter }
+
 // Attempts returns the attempts this node runs, for inspection.
 func (n *Node) Attempts() []Attempt {
 	out := make([]Attempt, 0, len(n.sup.attempts))

@@ -605,8 +605,24 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if a == nil || !a.startSent || a.end != nil {
 		return fmt.Errorf("%w: no execution of %s share %d epoch %d is running", ErrUnknownJob, ev.Job, ev.Share, ev.Epoch)
 	}
+	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
+		a.stopCause = CauseFenced
+	}
 	s.finish(a, ev.ExitCode)
 	return nil
+}
+
+// leaseList lists the attempts whose processes run (or stop) and when their
+// coordinator last acknowledged each.
+func (s *supplier) leaseList() []Lease {
+	var out []Lease
+	for _, key := range s.sortedAttempts() {
+		a := s.attempts[key]
+		if a.startSent && a.end == nil {
+			out = append(out, Lease{Job: key.job, Share: key.share, Epoch: key.epoch, AckedAt: a.lastAck})
+		}
+	}
+	return out
 }
 
 // tick renews leases of running attempts, fences those whose coordinator

@@ -203,8 +203,30 @@ func (n *Node) settleClaim(rec market.JobRecord) {
 	}
 }
 
+// claimOwn records this node's own claim as one it granted: a claimant
+// is a member of the job's group too, and must refuse what its claim
+// outranks from then on.
+func (n *Node) claimOwn(job string, term uint64) {
+	own := ballot{term, n.id.String()}
+	n.claims.mu.Lock()
+	defer n.claims.mu.Unlock()
+	if b, ok := n.claims.by[job]; ok && !own.outranks(b) {
+		return
+	}
+	if err := n.storeApply([]store.Op{store.Put(store.Claims, job, own)}); err != nil {
+		n.log.Warn("cannot store this node's claim", "job", job, "err", err)
+		return
+	}
+	n.claims.by[job] = own
+}
+
 // serveRelease drops the claim from a claimant that gave up.
 func (n *Node) serveRelease(from peer.ID, req claimRequest) {
+	n.dropClaim(from, req)
+}
+
+// dropClaim drops the claim of from on req's job, if it is the one held.
+func (n *Node) dropClaim(from peer.ID, req claimRequest) {
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
 	if b, ok := n.claims.by[req.Job]; ok && b == (ballot{req.Term, from.String()}) {
@@ -243,6 +265,7 @@ func (n *Node) claim(job string, term uint64, skip peer.ID) claimOutcome {
 			ask = append(ask, id)
 		}
 	}
+	n.claimOwn(job, term)
 	data, _ := json.Marshal(claimRequest{Job: job, Term: term})
 	var (
 		mu  sync.Mutex
@@ -298,6 +321,7 @@ func (n *Node) claim(job string, term uint64, skip peer.ID) claimOutcome {
 // effort: a member that does not hear it drops the claim once this node
 // is seen dead, or once a record that outranks it arrives.
 func (n *Node) release(job string, term uint64, skip peer.ID) {
+	n.dropClaim(n.id, claimRequest{Job: job, Term: term})
 	data, _ := json.Marshal(claimRequest{Job: job, Term: term})
 	var wg sync.WaitGroup
 	for _, id := range n.coordinators(job, n.cfg.Replicas+3) {

@@ -86,6 +86,12 @@ type Config struct {
 	// Isolation to auto, HideDirs to include DataDir, and BlockPorts to
 	// include the API's port and every port the mesh listens on.
 	Executor executor.Config
+	// FenceCommand starts the node's fence keeper (node/fence.Command():
+	// this binary with the keeper's hidden subcommand), which kills an
+	// attempt whose lease lapses while the node is frozen or dead. nil
+	// runs without one: a frozen or killed node's attempts then run on
+	// until the node stops them (in-process meshes, tests, the demo).
+	FenceCommand []string
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
 	// Dashboard, when set, is served at / of the API.

@@ -172,6 +172,7 @@ func (n *Node) drive() {
 				n.checkBook(now)
 			}
 			n.step(market.Tick{Now: time.Now()})
+			n.armFences(time.Now())
 		case f := <-n.inputs:
 			f()
 		case <-n.wake:
@@ -247,6 +248,9 @@ func (n *Node) persist(rd market.Ready) {
 		if rec.Coordinator == n.id.String() {
 			n.repl.enqueue(rec)
 			n.observeBill(rec)
+			if rec.Version == 1 || rec.State.Terminal() {
+				n.settleClaim(rec) // this node's own claim, once it coordinates or the job ended
+			}
 		}
 	}
 	for _, a := range rd.Attempts {

@@ -102,10 +102,11 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
 	res := run.Result()
-	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds())
+	fenced := n.disarm(key, res.EndedAt)
+	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)
 	n.postWait(func() {
 		delete(n.runs, key)
-		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode})
+		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced})
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -84,8 +85,10 @@ type Node struct {
 	view     *view
 	events   *hub
 	repl     *replicator
-	gate     *gate    // decisions waiting for their record to reach the replicas (commit.go)
-	claims   *claims  // claims granted to would-be coordinators (claim.go)
+	gate     *gate   // decisions waiting for their record to reach the replicas (commit.go)
+	claims   *claims // claims granted to would-be coordinators (claim.go)
+	fences   *fences // attempts armed with the fence keeper (fencing.go)
+	keeper   *fence.Keeper
 	adopting adopting // jobs this node is claiming now (claim.go)
 	ship     *shipper
 	obs      *observer          // driver-owned, but for its atomic status
@@ -245,6 +248,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.exec.Close() })
+	n.fences = newFences(nil)
+	if len(cfg.FenceCommand) > 0 {
+		k, err := fence.Start(cfg.FenceCommand, n.log)
+		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			n.log.Warn("no fence keeper: the attempts of a frozen or killed node run on until it stops them", "err", err)
+		} else if err == nil {
+			n.keeper = k
+			n.fences = newFences(k)
+			closers = append(closers, func() { k.Close() })
+		}
+	}
 
 	if err := n.startMarket(cards); err != nil {
 		return nil, err
@@ -261,6 +275,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.adv.Close() })
 
 	sub := n.mesh.Subscribe(1024)
+	if n.keeper != nil {
+		n.wg.Add(1)
+		go n.watchFenced(n.keeper)
+	}
 	n.wg.Add(7)
 	go n.replicateLoop()
 	go n.auditLoop()
@@ -303,6 +321,9 @@ func (n *Node) Close() error {
 		n.cancel()
 		n.exec.Close() // the attempts' watchers return once their processes are gone
 		n.wg.Wait()
+		if n.keeper != nil {
+			n.keeper.Close() // after the attempts stopped: it kills nothing
+		}
 		n.adv.Close()
 		n.direct.Close()
 		n.gossip.Close()

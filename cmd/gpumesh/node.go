@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/dashboard"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/fence"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -164,6 +165,11 @@ func defaultDataDir(e env) string {
 func (f nodeFlags) config(e env) (node.Config, error) {
 	logger := f.log.logger(e.stderr)
 	cfg := node.Config{DataDir: f.data, Region: f.region, Logger: logger, Version: buildVersion(), Dashboard: dashboard.Handler()}
+	if argv, err := fence.Command(); err == nil {
+		cfg.FenceCommand = argv
+	} else {
+		logger.Warn("no fence keeper: cannot find this binary", "err", err)
+	}
 	var err error
 	if f.data == "" {
 		return cfg, usagef("--data: a directory is required")

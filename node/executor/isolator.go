@@ -33,6 +33,9 @@ type jail interface {
 	finish() (oomKilled bool)
 	// uid is the user the job runs as.
 	uid() int
+	// cgroupDir is the attempt's cgroup v2 directory, "" when it has none
+	// (process mode, cgroup v1).
+	cgroupDir() string
 }
 
 // newIsolator picks the isolation mode cfg asks for, logging a WARNING
@@ -95,3 +98,5 @@ func (j *processJail) finish() bool {
 }
 
 func (j *processJail) uid() int { return os.Geteuid() }
+
+func (j *processJail) cgroupDir() string { return "" }

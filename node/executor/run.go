@@ -106,6 +106,19 @@ func (r *Run) UID() int {
 	return r.jail.uid()
 }
 
+// Process returns the attempt's process group (its leader's pid: every
+// process of the attempt starts in it) and cgroup v2 directory ("" when it
+// has none), for a fence keeper (node/fence) to kill the attempt when the
+// node cannot; ok is false before the process started.
+func (r *Run) Process() (pgid int, cgroupDir string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0, "", false
+	}
+	return r.cmd.Process.Pid, r.jail.cgroupDir(), true
+}
+
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
 

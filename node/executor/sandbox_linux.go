@@ -232,6 +232,13 @@ type sandboxJail struct {
 
 func (j *sandboxJail) uid() int { return int(j.uidv) }
 
+func (j *sandboxJail) cgroupDir() string {
+	if v2, ok := j.cg.(*cgroupV2Job); ok {
+		return v2.dir
+	}
+	return ""
+}
+
 func (j *sandboxJail) start(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {

@@ -1,0 +1,59 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+)
+
+// A coordinator that cannot reach one of its job's replicas places
+// nothing: the award waits until every replica holds the record that made
+// it, so no attempt starts that a successor (adopting a replica that never
+// heard of it) would not know about. Once the link is back, the share runs
+// — one attempt of it.
+func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:1")
+	runner := sm.nodes[3]
+	sm.neverCoordinate(runner)
+	for _, n := range sm.nodes[:3] {
+		sm.waitBook(n, 1)
+	}
+	coords := peerIDs(sm.nodes[:3])
+	// The runner's one card is busy, so the job waits in pending until it
+	// frees; the job is acknowledged, its replicas hold it.
+	blocker, err := runner.Submit(context.Background(), market.JobSpec{ID: "blocker", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, runner, blocker.ID, 20*time.Second, market.JobRunning)
+	id := "waits-for-replicas"
+	order := market.Coordinators(id, coords, 3)
+	coord, replica := sm.byID(order[0]), sm.byID(order[2])
+	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	sm.net.Cut(coord.ID(), replica.ID())
+	if _, err := runner.Cancel(context.Background(), blocker.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, runner, blocker.ID, 20*time.Second, market.JobCancelled)
+	eventually(t, 20*time.Second, "the coordinator awards the freed card", func() bool {
+		rec, err := coord.Job(context.Background(), id)
+		return err == nil && len(rec.Placements) > 0
+	})
+	throughout(t, 3*time.Second, func() bool { return len(attemptsOf(sm, id)) == 0 }, func() string {
+		return fmt.Sprintf("an attempt of the job reached the runner while a replica was cut off: %v", attemptsOf(sm, id))
+	})
+	sm.net.Heal(coord.ID(), replica.ID())
+	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
+	if as := attemptsOf(sm, id); len(as) != 1 {
+		t.Errorf("%d attempts of the job on the runner, want 1: %v", len(as), as)
+	}
+	if got, ok := replica.view.job(id); !ok || got.State != market.JobRunning {
+		t.Errorf("the replica that was cut off holds %s, want the record of the running job", got.State)
+	}
+	t.Logf("running once the replica was back: %s", describePlacements(rec))
+}
