@@ -179,6 +179,7 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 				add("job %s share %d epoch %d: price %.4f outside [bid %.4f, max %.4f]", j.id, p.Share, p.Epoch, p.PriceCNY, p.BidCNY, j.spec.MaxPriceCNY)
 			}
 		}
+		bad = append(bad, billedTwice(j.id, rec.Placements)...)
 		for share, epochs := range exited {
 			if len(epochs) > 1 && j.spec.Kind != market.KindService {
 				add("job %s share %d: %d results accepted (epochs %v)", j.id, share, len(epochs), epochs)
@@ -305,4 +306,38 @@ func (c *cluster) finish(within time.Duration) (map[string]market.JobRecord, int
 		}
 	}
 	return recs, unsettled + len(bad)
+}
+
+// billedTwice lists the shares billed twice for the same time: two
+// attempts of one share that both carry usage over windows (award to end)
+// that overlap by more than the fencing grace. A share's work is billed
+// once: an attempt that should never have started, or one that ran on
+// beside its replacement, is not paid for the overlap.
+func billedTwice(job string, pls []market.Placement) []string {
+	var bad []string
+	for i, a := range pls {
+		for _, b := range pls[i+1:] {
+			if a.Share != b.Share || a.CardSeconds <= 0 || b.CardSeconds <= 0 {
+				continue
+			}
+			endA, endB := a.EndedAt, b.EndedAt
+			if endA.IsZero() {
+				endA = time.Now()
+			}
+			if endB.IsZero() {
+				endB = time.Now()
+			}
+			start, end := a.AwardedAt, endA
+			if b.AwardedAt.After(start) {
+				start = b.AwardedAt
+			}
+			if endB.Before(end) {
+				end = endB
+			}
+			if over := end.Sub(start); over > overlapGrace {
+				bad = append(bad, fmt.Sprintf("job %s share %d: epochs %d and %d both billed over the same %v", job, a.Share, a.Epoch, b.Epoch, over.Round(time.Millisecond)))
+			}
+		}
+	}
+	return bad
 }
