@@ -313,19 +313,14 @@ func (t tenantAPI) Submit(ctx context.Context, spec market.JobSpec) (market.JobR
 // SubmitSigned implements api.SignedSubmitter.
 func (t tenantAPI) SubmitSigned(ctx context.Context, s market.SignedSpec) (market.JobRecord, error) {
 	if !s.Signed() {
+		// Nobody vouches for the spec: the caller is no owner this node
+		// holds the key of, so it is forbidden rather than malformed.
 		c, _ := api.CallerFrom(ctx)
 		if c.Key == nil {
-			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "signature",
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusForbidden, Field: "signature",
 				Err: fmt.Errorf("%w: sign it with the owner's key (gpumesh submit does), or submit with an owner token", market.ErrUnsigned)}
 		}
-		if s.Spec.ID == "" {
-			id, err := newJobID()
-			if err != nil {
-				return market.JobRecord{}, err
-			}
-			s.Spec.ID = id
-		}
-		if err := checkSpec(&s.Spec); err != nil {
+		if err := completeSpec(&s.Spec); err != nil {
 			return market.JobRecord{}, err
 		}
 		signed, err := market.SignSpec(*c.Key, t.mesh.Network(), s.Spec, time.Now())

@@ -28,7 +28,9 @@ type Config struct {
 	Addr string
 	// Token, when set, must be presented as "Authorization: Bearer TOKEN" on
 	// every request except /healthz and /readyz (an owner token will do as
-	// well). It gives no owner identity.
+	// well). It gives no owner identity. Set or not, a request that
+	// presents a token that is neither Token nor an owner token, or a
+	// malformed Authorization header, is answered 401.
 	Token string
 	// OwnerTokens maps owner tokens (16 characters or more) to the keys of
 	// their owners: "Authorization: Bearer OWNER_TOKEN" acts as that owner,
