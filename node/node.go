@@ -112,12 +112,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("node: data dir: %w", err)
-	}
-	ownerKey, err := nodeOwnerKey(cfg)
-	if err != nil {
-		return nil, err
+	// Nothing is written before every check that can fail for the
+	// user's input or another process in the way has passed: a start
+	// refused leaves the data dir as it was.
+	if err := CheckDataDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
 		cfg:    cfg,
@@ -133,7 +132,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ship:       &shipper{sent: map[string]string{}},
 		events:     newHub(),
 		started:    time.Now(),
-		ownerKey:   ownerKey,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.out = newLanes(n.ctx, &n.wg, cfg.SendWorkers, n.deliver, func(to peer.ID, count int, err error) {
@@ -153,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	// The API's address is checked first: a bad one fails before anything
 	// else starts.
+	var err error
 	var apiLn net.Listener
 	if cfg.API != nil {
 		if apiLn, err = api.Listen(*cfg.API); err != nil {
@@ -160,17 +159,23 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		closers = append(closers, func() { apiLn.Close() })
 	}
-
-	if n.store, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	closers = append(closers, func() { n.store.Close() })
-
 	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("node: cards: %w", err)
 	}
 	closers = append(closers, func() { n.devices.Close() })
 	cards := n.devices.Cards()
+
+	// The data dir's files.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.ownerKey, err = nodeOwnerKey(cfg); err != nil {
+		return nil, err
+	}
+	if n.store, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	closers = append(closers, func() { n.store.Close() })
 
 	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
 		return nil, err
