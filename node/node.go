@@ -159,6 +159,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		closers = append(closers, func() { apiLn.Close() })
 	}
+	if cfg.Sim == nil {
+		if err := cfg.Mesh.CheckPorts(); err != nil {
+			return nil, err
+		}
+	}
 	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
 		return nil, fmt.Errorf("node: cards: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/portuse"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -53,7 +54,9 @@ const DefaultAddr = "127.0.0.1:7070"
 // token.
 var ErrTokenRequired = errors.New("api: listening beyond loopback needs a token (--api-token-file); refusing to start")
 
-// Listen validates the configuration and opens the listener.
+// Listen validates the configuration and opens the listener. A port that
+// another socket holds is an error that names the process holding it,
+// where the system tells (the node's mesh ports say it alike).
 func Listen(cfg Config) (net.Listener, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
@@ -70,7 +73,7 @@ func Listen(cfg Config) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
+		return nil, fmt.Errorf("api: %s: %w", cfg.Addr, portuse.Explain("tcp", cfg.Addr, err))
 	}
 	return ln, nil
 }
