@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -223,8 +224,8 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		}
 		n.log.Warn("job not acknowledged: replicas did not confirm its record", "job", spec.ID, "missing", names)
 		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable,
-			"job %s: %d of its %d replicas (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
-			spec.ID, len(missing), len(n.replicaTargets(spec.ID)), strings.Join(names, ", "), replicaAckWait)
+			"job %s: %d of its %s (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
+			spec.ID, len(missing), text.Count(len(n.replicaTargets(spec.ID)), "replica"), strings.Join(names, ", "), replicaAckWait)
 	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil

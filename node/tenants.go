@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -219,7 +220,7 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 		}
 		var body api.ScaleRequest
 		if owner.BodyHash(sc.Body) != p.BodySHA256 || json.Unmarshal(sc.Body, &body) != nil || body.Cards != cards {
-			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %d cards: the owner signed another request", job, cards)
+			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %s: the owner signed another request", job, text.Count(cards, "card"))
 		}
 		return nil
 	}

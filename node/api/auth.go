@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -116,7 +117,7 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 		if h := r.Header.Get(owner.Header); h != "" && !unsignedPatterns[pattern] {
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
 			if err != nil {
-				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %d bytes", maxSignedBody))
+				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %s", text.Bytes(maxSignedBody)))
 				return
 			}
 			p, err := owner.ParseProof(h, r.Method, r.RequestURI, body)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 )
 
@@ -305,7 +306,7 @@ func (h *handlers) payload(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", market.MaxPayloadBytes)
+			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %s", text.Bytes(market.MaxPayloadBytes))
 		}
 		writeError(w, err)
 		return

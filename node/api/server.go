@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/internal/portuse"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -193,7 +194,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", max)
+			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body over %s", text.Bytes(max))
 		}
 		return nil, Errorf(http.StatusBadRequest, "reading the request body: %v", err)
 	}

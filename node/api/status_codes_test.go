@@ -157,3 +157,45 @@ func TestUnknownPathIs404AndWrongMethodIs405(t *testing.T) {
 		})
 	}
 }
+
+// payloadSink is a Backend whose only reachable method is PutPayload: it
+// reads the whole upload, as the node's store does.
+type payloadSink struct{ Backend }
+
+func (payloadSink) PutPayload(_ context.Context, r io.Reader) (market.PayloadRef, error) {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return market.PayloadRef{}, err
+	}
+	return market.PayloadRef{}, nil
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A body over its limit is a 413 that says the limit in MiB, not in bytes
+// ("payload over 67108864 bytes").
+func TestOversizeBodyIs413InMiB(t *testing.T) {
+	srv := httptest.NewServer(Handler(Config{}, payloadSink{}, nil))
+	defer srv.Close()
+	for _, tc := range []struct {
+		path string
+		size int64
+		want string
+	}{
+		{"/v1/payloads", market.MaxPayloadBytes + 1, "payload over 64 MiB"},
+		{"/v1/jobs", maxSpecBytes + 1, "request body over 1 MiB"},
+	} {
+		resp, err := http.Post(srv.URL+tc.path, "application/json", io.LimitReader(zeros{}, tc.size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Error
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || err != nil || e.Error != tc.want {
+			t.Errorf("POST %s of %d bytes: %d %q (%v), want 413 %q", tc.path, tc.size, resp.StatusCode, e.Error, err, tc.want)
+		}
+	}
+}
