@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Lot is what one supplier offers a job in a round: the cards of its bid.
@@ -29,12 +31,9 @@ type Need struct {
 
 func (n Need) String() string {
 	if n.Cards > 0 {
-		return fmt.Sprintf("%d cards", n.Cards)
+		return text.Count(n.Cards, "card")
 	}
-	if n.Slots == 1 {
-		return fmt.Sprintf("1 node × %d cards", n.PerSlot)
-	}
-	return fmt.Sprintf("%d nodes × %d cards", n.Slots, n.PerSlot)
+	return text.Count(n.Slots, "node") + " × " + text.Count(n.PerSlot, "card")
 }
 
 // total is the number of cards the need adds up to.
@@ -318,14 +317,14 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 				n := perLot[set.lot]
 				in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[cands[set.first].card].Model, Cards: n,
 					Reason: ReasonLayout, Score: cands[set.first].score,
-					Detail: fmt.Sprintf("%d feasible cards, the layout needs %d on one node", n, k)})
+					Detail: fmt.Sprintf("%s, the layout needs %d on one node", text.Count(n, "feasible card"), k)})
 			}
 			continue
 		}
 		qualified = append(qualified, set)
 	}
 	if len(qualified) < s {
-		return clearing{short: fmt.Sprintf("bids offer %d nodes with %d feasible cards, the job needs %d", len(qualified), k, s)}
+		return clearing{short: fmt.Sprintf("bids offer %s with %s, the job needs %d", text.Count(len(qualified), "node"), text.Count(k, "feasible card"), s)}
 	}
 	slices.SortFunc(qualified, func(a, b nodeSet) int {
 		if a.avoid != b.avoid {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // MaxMessageBytes bounds the JSON form of one message that DecodeMessage
@@ -74,7 +76,7 @@ func EncodeMessage(m Message) ([]byte, error) {
 // so a typo in a hand-written message does not pass for a default.
 func DecodeMessage(b []byte) (Message, error) {
 	if len(b) > MaxMessageBytes {
-		return Message{}, fmt.Errorf("%w: %d bytes, at most %d", ErrBadMessage, len(b), MaxMessageBytes)
+		return Message{}, fmt.Errorf("%w: %s, at most %s", ErrBadMessage, text.Bytes(int64(len(b))), text.Bytes(MaxMessageBytes))
 	}
 	var w wireMessage
 	if err := strictUnmarshal(b, &w); err != nil {

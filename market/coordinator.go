@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // The coordinator side of a Node: the lifecycle of every job this node
@@ -336,9 +338,9 @@ func (c *coordinator) scale(id string, cards int) error {
 	case e == nil:
 		return fmt.Errorf("%w: job %s has no elastic range", ErrNotElastic, id)
 	case cards < e.Min || cards > e.Max:
-		return fmt.Errorf("%w: %d cards, range %d..%d", ErrNotElastic, cards, e.Min, e.Max)
+		return fmt.Errorf("%w: %s, range %d..%d", ErrNotElastic, text.Count(cards, "card"), e.Min, e.Max)
 	case !j.flexible() && cards%j.perSlot() != 0:
-		return fmt.Errorf("%w: %d cards is not a multiple of %d per node", ErrNotElastic, cards, j.perSlot())
+		return fmt.Errorf("%w: %s is not a multiple of %d per node", ErrNotElastic, text.Count(cards, "card"), j.perSlot())
 	}
 	delta := cards - j.target
 	j.target = cards

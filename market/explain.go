@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Explanation says how the latest placement round of a job went: which
@@ -30,7 +32,9 @@ type Explanation struct {
 	// Config.ExplainEntries are kept; Omitted counts the rest.
 	Entries []ExplainEntry `json:"entries"`
 	Omitted int            `json:"omitted,omitempty"`
-	// Cards counts the candidate cards by reason (ReasonWon included).
+	// Cards counts the candidate cards by reason (ReasonWon included); a
+	// node that declined or did not reply counts the cards it was asked
+	// for.
 	Cards map[Reason]int `json:"cards"`
 }
 
@@ -38,9 +42,11 @@ type Explanation struct {
 // cards in its bid that share an outcome.
 type ExplainEntry struct {
 	// Stage is "book" (candidate selection) or "bid" (clearing).
-	Stage  string `json:"stage"`
-	Node   string `json:"node"`
-	Model  string `json:"model,omitempty"`
+	Stage string `json:"stage"`
+	Node  string `json:"node"`
+	Model string `json:"model,omitempty"`
+	// Cards is the number of cards the entry stands for: offered, bid, or,
+	// for a node that declined or did not reply, asked of it.
 	Cards  int    `json:"cards"`
 	Reason Reason `json:"reason"`
 	Detail string `json:"detail,omitempty"`
@@ -73,11 +79,11 @@ func (e *ExplainEntry) detail() {
 // String renders the explanation for people, one candidate a line.
 func (e *Explanation) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "round %d: %s; asked %d nodes", e.Round, e.Need, e.Asked)
+	fmt.Fprintf(&b, "round %d: %s; asked %s", e.Round, e.Need, text.Count(e.Asked, "node"))
 	if e.Broadcast {
 		b.WriteString(" and the broadcast topic")
 	}
-	fmt.Fprintf(&b, "; %d bids; %s", e.Bids, e.Outcome)
+	fmt.Fprintf(&b, "; %s; %s", text.Count(e.Bids, "bid"), e.Outcome)
 	if e.ClearingPriceCU > 0 {
 		fmt.Fprintf(&b, " at %.4f CNY per CU-hour", e.ClearingPriceCU)
 	}

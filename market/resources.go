@@ -2,7 +2,8 @@ package market
 
 import (
 	"fmt"
-	"strconv"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Resources is what one share of a job may use on the node that runs it,
@@ -48,8 +49,8 @@ func (r Resources) IsZero() bool { return r == Resources{} }
 func (r Resources) validate() error {
 	switch {
 	case r.MemoryBytes != 0 && (r.MemoryBytes < MinJobMemoryBytes || r.MemoryBytes > MaxJobMemoryBytes):
-		return specErr("memory_bytes", "want 0 (the supplier's cap) or %s to %s, got %d bytes",
-			formatBytes(MinJobMemoryBytes), formatBytes(MaxJobMemoryBytes), r.MemoryBytes)
+		return specErr("memory_bytes", "want 0 (the supplier's cap) or %s to %s, got %s",
+			text.Bytes(MinJobMemoryBytes), text.Bytes(MaxJobMemoryBytes), text.Bytes(r.MemoryBytes))
 	case r.Pids != 0 && (r.Pids < MinJobPids || r.Pids > MaxJobPids):
 		return specErr("pids", "want 0 (the supplier's default) or %d to %d, got %d", MinJobPids, MaxJobPids, r.Pids)
 	case r.CPUWeight != 0 && (r.CPUWeight < 1 || r.CPUWeight > MaxJobCPUWeight):
@@ -64,7 +65,7 @@ func (p *Policy) admitResources(r Resources) (bool, string) {
 	switch {
 	case p.MaxMemoryBytes > 0 && r.MemoryBytes > p.MaxMemoryBytes:
 		return false, fmt.Sprintf("the job asks for %s of memory; this supplier gives a job at most %s",
-			formatBytes(r.MemoryBytes), formatBytes(p.MaxMemoryBytes))
+			text.Bytes(r.MemoryBytes), text.Bytes(p.MaxMemoryBytes))
 	case p.MaxPids > 0 && r.Pids > p.MaxPids:
 		return false, fmt.Sprintf("the job asks for %d processes; this supplier gives a job at most %d", r.Pids, p.MaxPids)
 	case p.MaxCPUWeight > 0 && r.CPUWeight > p.MaxCPUWeight:
@@ -78,33 +79,11 @@ func (p *Policy) admitResources(r Resources) (bool, string) {
 func (p *Policy) validateCaps() error {
 	switch {
 	case p.MaxMemoryBytes < 0 || (p.MaxMemoryBytes > 0 && p.MaxMemoryBytes < MinJobMemoryBytes):
-		return fmt.Errorf("MaxMemoryBytes: want 0 (no cap) or at least %s, got %d", formatBytes(MinJobMemoryBytes), p.MaxMemoryBytes)
+		return fmt.Errorf("MaxMemoryBytes: want 0 (no cap) or at least %s, got %s", text.Bytes(MinJobMemoryBytes), text.Bytes(p.MaxMemoryBytes))
 	case p.MaxPids < 0 || (p.MaxPids > 0 && p.MaxPids < MinJobPids):
 		return fmt.Errorf("MaxPids: want 0 (no cap) or at least %d, got %d", MinJobPids, p.MaxPids)
 	case p.MaxCPUWeight < 0 || p.MaxCPUWeight > MaxJobCPUWeight:
 		return fmt.Errorf("MaxCPUWeight: want 0 (no cap) or 1 to %d, got %d", MaxJobCPUWeight, p.MaxCPUWeight)
 	}
 	return nil
-}
-
-// formatBytes writes a size in the largest binary unit that keeps it
-// whole ("16 GiB", "1536 MiB", "1000 B"), or with one decimal when it is
-// not whole even in KiB ("1.5 KiB", "7.6 MiB").
-func formatBytes(b int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	i, v := 0, b
-	for i < len(units)-1 && v >= 1024 && v%1024 == 0 {
-		v /= 1024
-		i++
-	}
-	if i == 0 && b >= 1024 {
-		// Not whole in any unit: one decimal of the largest unit below it.
-		f, j := float64(b), 0
-		for j < len(units)-1 && f >= 1024 {
-			f /= 1024
-			j++
-		}
-		return strconv.FormatFloat(f, 'f', 1, 64) + " " + units[j]
-	}
-	return strconv.FormatInt(v, 10) + " " + units[i]
 }

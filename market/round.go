@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // A round places what a job needs: it asks candidates for bids, clears the
@@ -168,7 +170,7 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 		return release(ErrRefused, "the node was not asked")
 	}
 	if len(m.Cards) > want {
-		return release(ErrRefused, "%d cards bid, %d asked", len(m.Cards), want)
+		return release(ErrRefused, "%s bid, %d asked", text.Count(len(m.Cards), "card"), want)
 	}
 	lot := Lot{Node: from, Region: m.Region, Availability: m.Availability, Cards: m.Cards}
 	c.track.bid(from, m.Availability)
@@ -209,7 +211,9 @@ func (c *coordinator) onDecline(from string, m *Decline) error {
 		return ErrStale
 	}
 	a.replied = true
-	r.x.add(ExplainEntry{Stage: "bid", Node: from, Reason: ReasonDeclined, Detail: m.Reason})
+	// The entry counts the cards asked of the node, as a silent one's
+	// does: "declined" is then as many cards as were refused.
+	r.x.add(ExplainEntry{Stage: "bid", Node: from, Cards: a.want, Reason: ReasonDeclined, Detail: m.Reason})
 	if r.phase == phaseBidding {
 		c.maybeCloseEarly(j, r)
 	}

@@ -116,3 +116,47 @@ func TestBroadcastRoundWaitsForItsWindow(t *testing.T) {
 		t.Errorf("asked %q, want only the broadcast", asked)
 	}
 }
+
+// TestExplainCountsDeclinesAndSilence checks the explanation of a round in
+// which two asked suppliers decline and the third never answers: each
+// decliner is "declined" and counts the cards asked of it (the summary
+// said "declined 0"), and only the silent one is "no_reply".
+func TestExplainCountsDeclinesAndSilence(t *testing.T) {
+	h := rankedMesh(t, 3, 1, func(c *market.Config) {
+		if c.ID == "s00" || c.ID == "s01" { // they run jobs of an hour at most
+			c.Policy.MaxDuration = time.Hour
+		}
+	})
+	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
+		_, bid := m.Payload.(*market.Bid)
+		return bid && m.From == "s02" // asked, but its bid never arrives
+	}, Drop: true})
+	spec := market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, ExpectedDuration: market.Duration(2 * time.Hour), Command: []string{"x"}}
+	if err := h.SubmitAt("coord", spec); err != nil {
+		t.Fatal(err)
+	}
+	var x *market.Explanation
+	if !h.RunUntil(func() bool {
+		rec, _ := h.Peer("coord").Node.Job("j1")
+		x = rec.Explanation
+		return x != nil
+	}, time.Second) {
+		t.Fatal("no explanation a second after the submit")
+	}
+	got := map[string]market.Reason{}
+	for _, e := range x.Entries {
+		if e.Stage == "bid" {
+			got[e.Node] = e.Reason
+			if e.Cards != 1 {
+				t.Errorf("%s's %s entry counts %d cards, want the 1 asked of it", e.Node, e.Reason, e.Cards)
+			}
+		}
+	}
+	want := map[string]market.Reason{"s00": market.ReasonDeclined, "s01": market.ReasonDeclined, "s02": market.ReasonSilent}
+	if len(got) != len(want) || got["s00"] != want["s00"] || got["s01"] != want["s01"] || got["s02"] != want["s02"] {
+		t.Errorf("bid-stage outcomes %v, want %v", got, want)
+	}
+	if x.Cards[market.ReasonDeclined] != 2 || x.Cards[market.ReasonSilent] != 1 || x.Asked != 3 || x.Bids != 0 {
+		t.Errorf("asked %d, %d bids, cards by outcome %v; want 3 asked, 0 bids, declined 2, no_reply 1\n%s", x.Asked, x.Bids, x.Cards, x)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // ask is one node a round sent a BidRequest to.
@@ -433,7 +435,7 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 	}
 	what := describeFilter(&j.spec)
 	if need.Cards > 0 {
-		return fmt.Sprintf("needs %d cards%s, the mesh has %d", need.Cards, what, total)
+		return fmt.Sprintf("needs %s%s, the mesh has %d", text.Count(need.Cards, "card"), what, total)
 	}
 	nodes := 0
 	for _, n := range perNode {
@@ -444,7 +446,7 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 	if nodes >= need.Slots {
 		return ""
 	}
-	return fmt.Sprintf("needs %d nodes with %d cards%s each, the mesh has %d", need.Slots, need.PerSlot, what, nodes)
+	return fmt.Sprintf("needs %s with %s%s each, the mesh has %d", text.Count(need.Slots, "node"), text.Count(need.PerSlot, "card"), what, nodes)
 }
 
 // describeFilter says in words which cards a spec takes: " of h100-*,

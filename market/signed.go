@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -117,7 +118,7 @@ const MaxSignedSpecBytes = 4 << 20
 // the signature and Validate the spec.
 func DecodeSignedSpec(data []byte) (SignedSpec, error) {
 	if len(data) > MaxSignedSpecBytes {
-		return SignedSpec{}, fmt.Errorf("signed spec of %d bytes, at most %d", len(data), MaxSignedSpecBytes)
+		return SignedSpec{}, fmt.Errorf("signed spec of %s, at most %s", text.Bytes(int64(len(data))), text.Bytes(MaxSignedSpecBytes))
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -271,7 +272,7 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 			return specErr("payload.digest", "want \"sha256:\" and 64 lower-case hex digits, got %q", p.Digest)
 		}
 		if p.Size < 1 || p.Size > MaxPayloadBytes {
-			return specErr("payload.size", "must be between 1 and %d bytes, got %d", MaxPayloadBytes, p.Size)
+			return specErr("payload.size", "must be between 1 byte and %s, got %s", text.Bytes(MaxPayloadBytes), text.Bytes(p.Size))
 		}
 	}
 	return nil
@@ -308,7 +309,7 @@ func (s *JobSpec) validateLayout() error {
 			return specErr("layout.per_node", "must be between 1 and %d (the most cards a node holds), got %d", MaxCardsPerNode, k)
 		}
 		if s.Cards%k != 0 {
-			return specErr("layout.per_node", "%d cards per node does not divide %d cards", k, s.Cards)
+			return specErr("layout.per_node", "%d cards per node does not divide %s", k, text.Count(s.Cards, "card"))
 		}
 		if s.KindOrDefault() == KindService {
 			return specErr("layout", "a service places each replica on one node; set cards per replica and replicas instead")
@@ -436,7 +437,7 @@ func (s *JobSpec) validateCommand() error {
 	}
 	for i, a := range s.Command {
 		if len(a) > maxArgBytes || strings.IndexByte(a, 0) >= 0 {
-			return specErr(fmt.Sprintf("command[%d]", i), "must be at most %d bytes with no NUL", maxArgBytes)
+			return specErr(fmt.Sprintf("command[%d]", i), "must be at most %s with no NUL", text.Bytes(maxArgBytes))
 		}
 	}
 	if len(s.Env) > maxEnv {
@@ -455,14 +456,14 @@ func (s *JobSpec) validateCommand() error {
 		size += len(k) + len(v) + 2
 	}
 	if size > maxEnvBytes {
-		return specErr("env", "at most %d bytes in all, got %d", maxEnvBytes, size)
+		return specErr("env", "at most %s in all, got %s", text.Bytes(maxEnvBytes), text.Bytes(int64(size)))
 	}
 	return nil
 }
 
 func checkText(field, v string, max int) error {
 	if len(v) > max {
-		return specErr(field, "at most %d bytes, got %d", max, len(v))
+		return specErr(field, "at most %s, got %s", text.Bytes(int64(max)), text.Bytes(int64(len(v))))
 	}
 	for _, r := range v {
 		if r < 0x20 || r == 0x7f || r == '\uFFFD' {

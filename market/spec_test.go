@@ -107,9 +107,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"bad digest", func(s *JobSpec) { s.Payload = &PayloadRef{Digest: "md5:x", Size: 1} }, "payload.digest", "sha256"},
 		{"huge payload", func(s *JobSpec) {
 			s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("0", 64), Size: 65<<20 + 1}
-		}, "payload.size", "between 1 and"},
+		}, "payload.size", "between 1 byte and 64 MiB, got 65.0 MiB"},
 		{"control chars in owner", func(s *JobSpec) { s.Owner = "a\nb" }, "owner", "printable"},
-		{"memory below the least", func(s *JobSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "8 MiB to 1 PiB, got 1048576 bytes"},
+		{"memory below the least", func(s *JobSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "8 MiB to 1 PiB, got 1 MiB"},
 		{"negative memory", func(s *JobSpec) { s.MemoryBytes = -1 }, "memory_bytes", "got -1 bytes"},
 		{"memory past the most", func(s *JobSpec) { s.MemoryBytes = MaxJobMemoryBytes + 1 }, "memory_bytes", "to 1 PiB"},
 		{"pids below the least", func(s *JobSpec) { s.Pids = 2 }, "pids", "8 to 4194304, got 2"},
@@ -187,17 +187,6 @@ func TestSpecResourcesJSON(t *testing.T) {
 	for _, absent := range []string{"memory_bytes", "pids", "cpu_weight", "Resources"} {
 		if strings.Contains(string(bare), absent) {
 			t.Errorf("a spec declaring no resources encodes %s: %s", absent, bare)
-		}
-	}
-}
-
-func TestFormatBytes(t *testing.T) {
-	for in, want := range map[int64]string{
-		0: "0 B", 1000: "1000 B", 1536: "1.5 KiB", 8 << 20: "8 MiB", 16 << 30: "16 GiB",
-		1536 << 20: "1536 MiB", 1 << 50: "1 PiB", 8000000: "7.6 MiB",
-	} {
-		if got := formatBytes(in); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Track records: what this node, as a coordinator, saw of each supplier's
@@ -286,7 +288,7 @@ func (b *trackBook) note(node string, adv time.Duration, advKnown bool) string {
 		return "" // the record did not lower it
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, "track record here: %d of %d attempts lost", e.Lost, e.Lost+e.Ended)
+	fmt.Fprintf(&s, "track record here: %d of %s lost", e.Lost, text.Count(e.Lost+e.Ended, "attempt"))
 	if !e.LastLoss.IsZero() {
 		fmt.Fprintf(&s, ", the last %s ago", shortDuration(b.n.now.Sub(e.LastLoss)))
 	}

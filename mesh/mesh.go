@@ -67,10 +67,14 @@ type simHooks struct {
 // New starts a node: it loads (or creates) the identity in cfg.DataDir,
 // builds the libp2p host, starts membership, and, in the background, joins
 // cfg.Join and discovers peers by mDNS if asked. It returns once the node
-// is listening; it does not wait for a join to succeed.
+// is listening; it does not wait for a join to succeed. A listen port that
+// another socket holds is an error before anything is made (CheckPorts).
 func New(cfg Config) (*Mesh, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckPorts(); err != nil {
 		return nil, err
 	}
 	key := cfg.Identity

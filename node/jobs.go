@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -77,14 +78,7 @@ func (n *Node) coordinators(job string, r int) []peer.ID {
 // and returns the record the coordinator acknowledged. The API submits
 // through tenantAPI, for the owner of each request.
 func (n *Node) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
-	if spec.ID == "" {
-		id, err := newJobID()
-		if err != nil {
-			return market.JobRecord{}, err
-		}
-		spec.ID = id
-	}
-	if err := checkSpec(&spec); err != nil {
+	if err := completeSpec(&spec); err != nil {
 		return market.JobRecord{}, err
 	}
 	signed, err := n.signAsNode(spec)
@@ -136,14 +130,36 @@ func newJobID() (string, error) {
 
 // checkSpec validates a spec and maps a bad field to a 400.
 func checkSpec(spec *market.JobSpec) error {
-	if err := spec.Validate(nil); err != nil {
-		var se *market.SpecError
-		if errors.As(err, &se) {
-			return &api.HTTPError{Status: http.StatusBadRequest, Field: se.Field, Err: err}
+	return specError(spec.Validate(nil))
+}
+
+// completeSpec fills in what an unsigned spec, which this node is about to
+// sign, may leave out: a job ID, and the max price (market.FillMaxPrice,
+// as gpumesh submit does). Then it checks the spec.
+func completeSpec(spec *market.JobSpec) error {
+	if spec.ID == "" {
+		id, err := newJobID()
+		if err != nil {
+			return err
 		}
-		return &api.HTTPError{Status: http.StatusBadRequest, Err: err}
+		spec.ID = id
 	}
-	return nil
+	if _, err := spec.FillMaxPrice(nil); err != nil {
+		return specError(err)
+	}
+	return checkSpec(spec)
+}
+
+// specError maps a spec's validation error to a 400 naming its field.
+func specError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *market.SpecError
+	if errors.As(err, &se) {
+		return &api.HTTPError{Status: http.StatusBadRequest, Field: se.Field, Err: err}
+	}
+	return &api.HTTPError{Status: http.StatusBadRequest, Err: err}
 }
 
 // submitLocal makes this node the job's coordinator. The owner's signature
@@ -208,8 +224,8 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		}
 		n.log.Warn("job not acknowledged: replicas did not confirm its record", "job", spec.ID, "missing", names)
 		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable,
-			"job %s: %d of its %d replicas (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
-			spec.ID, len(missing), len(n.replicaTargets(spec.ID)), strings.Join(names, ", "), replicaAckWait)
+			"job %s: %d of its %s (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
+			spec.ID, len(missing), text.Count(len(n.replicaTargets(spec.ID)), "replica"), strings.Join(names, ", "), replicaAckWait)
 	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil

@@ -115,12 +115,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("node: data dir: %w", err)
-	}
-	ownerKey, err := nodeOwnerKey(cfg)
-	if err != nil {
-		return nil, err
+	// Nothing is written before every check that can fail for the
+	// user's input or another process in the way has passed: a start
+	// refused leaves the data dir as it was.
+	if err := CheckDataDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
 		cfg:    cfg,
@@ -138,7 +137,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ship:       &shipper{sent: map[string]string{}},
 		events:     newHub(),
 		started:    time.Now(),
-		ownerKey:   ownerKey,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.out = newLanes(n.ctx, &n.wg, cfg.SendWorkers, n.deliver, func(to peer.ID, count int, err error) {
@@ -158,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	// The API's address is checked first: a bad one fails before anything
 	// else starts.
+	var err error
 	var apiLn net.Listener
 	if cfg.API != nil {
 		if apiLn, err = api.Listen(*cfg.API); err != nil {
@@ -165,7 +164,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		closers = append(closers, func() { apiLn.Close() })
 	}
+	if cfg.Sim == nil {
+		if err := cfg.Mesh.CheckPorts(); err != nil {
+			return nil, err
+		}
+	}
+	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
+		return nil, fmt.Errorf("node: cards: %w", err)
+	}
+	closers = append(closers, func() { n.devices.Close() })
+	cards := n.devices.Cards()
 
+	// The data dir's files.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.ownerKey, err = nodeOwnerKey(cfg); err != nil {
+		return nil, err
+	}
 	if n.store, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -173,12 +189,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.loadClaims(); err != nil {
 		return nil, fmt.Errorf("node: reading claims: %w", err)
 	}
-
-	if n.devices, err = device.Open(ctx, device.Config{Backends: cfg.Devices, Logger: n.log}); err != nil {
-		return nil, fmt.Errorf("node: cards: %w", err)
-	}
-	closers = append(closers, func() { n.devices.Close() })
-	cards := n.devices.Cards()
 
 	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -68,7 +69,7 @@ func (p *payloads) putLimit(r io.Reader, want *market.PayloadRef, limit int64) (
 		return market.PayloadRef{}, fmt.Errorf("node: reading payload: %w", err)
 	}
 	if n > limit {
-		return market.PayloadRef{}, api.Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", limit)
+		return market.PayloadRef{}, api.Errorf(http.StatusRequestEntityTooLarge, "payload over %s", text.Bytes(limit))
 	}
 	if n == 0 {
 		return market.PayloadRef{}, api.Errorf(http.StatusBadRequest, "payload is empty")

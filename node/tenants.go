@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -219,7 +220,7 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 		}
 		var body api.ScaleRequest
 		if owner.BodyHash(sc.Body) != p.BodySHA256 || json.Unmarshal(sc.Body, &body) != nil || body.Cards != cards {
-			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %d cards: the owner signed another request", job, cards)
+			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %s: the owner signed another request", job, text.Count(cards, "card"))
 		}
 		return nil
 	}
@@ -313,19 +314,14 @@ func (t tenantAPI) Submit(ctx context.Context, spec market.JobSpec) (market.JobR
 // SubmitSigned implements api.SignedSubmitter.
 func (t tenantAPI) SubmitSigned(ctx context.Context, s market.SignedSpec) (market.JobRecord, error) {
 	if !s.Signed() {
+		// Nobody vouches for the spec: the caller is no owner this node
+		// holds the key of, so it is forbidden rather than malformed.
 		c, _ := api.CallerFrom(ctx)
 		if c.Key == nil {
-			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "signature",
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusForbidden, Field: "signature",
 				Err: fmt.Errorf("%w: sign it with the owner's key (gpumesh submit does), or submit with an owner token", market.ErrUnsigned)}
 		}
-		if s.Spec.ID == "" {
-			id, err := newJobID()
-			if err != nil {
-				return market.JobRecord{}, err
-			}
-			s.Spec.ID = id
-		}
-		if err := checkSpec(&s.Spec); err != nil {
+		if err := completeSpec(&s.Spec); err != nil {
 			return market.JobRecord{}, err
 		}
 		signed, err := market.SignSpec(*c.Key, t.mesh.Network(), s.Spec, time.Now())

@@ -212,7 +212,8 @@ func callRaw(from, to *Node, kind string, data []byte) error {
 
 // A spec that is not its owner's as signed, or not signed lately, or not
 // signed at all, is refused by the entry node and by the coordinator, with
-// the reason; nothing is submitted.
+// the reason; nothing is submitted. A bad signature is bad input (400); no
+// signature and no owner token is a caller the node cannot act for (403).
 func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 	alice := testOwner(1)
 	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1")
@@ -230,18 +231,19 @@ func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 	otherMesh, _ := market.SignSpec(*alice, "another-mesh", spec, time.Now())
 	stale, _ := market.SignSpec(*alice, entry.mesh.Network(), spec, time.Now().Add(-SpecMaxAge-time.Minute))
 	for _, c := range []struct {
-		name string
-		body any
-		want string
+		name   string
+		body   any
+		status int
+		want   string
 	}{
-		{"altered after signing", altered, "does not verify"},
-		{"signed for another mesh", otherMesh, "does not verify"},
-		{"signed long ago", stale, "sign it again"},
-		{"unsigned", spec, "not signed by its owner"},
+		{"altered after signing", altered, http.StatusBadRequest, "does not verify"},
+		{"signed for another mesh", otherMesh, http.StatusBadRequest, "does not verify"},
+		{"signed long ago", stale, http.StatusBadRequest, "sign it again"},
+		{"unsigned", spec, http.StatusForbidden, "not signed by its owner"},
 	} {
 		code, body := postJSON(t, entry.APIAddr(), "/v1/jobs", c.body)
-		if code != http.StatusBadRequest || !strings.Contains(body, c.want) || !strings.Contains(body, `"field": "signature"`) {
-			t.Errorf("%s: %d %s; want 400 on field signature saying %q", c.name, code, body, c.want)
+		if code != c.status || !strings.Contains(body, c.want) || !strings.Contains(body, `"field": "signature"`) {
+			t.Errorf("%s: %d %s; want %d on field signature saying %q", c.name, code, body, c.status, c.want)
 		}
 		// The coordinator checks for itself what a peer hands it.
 		s, ok := c.body.(market.SignedSpec)
@@ -265,6 +267,59 @@ func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 	// The owner's own spec goes through.
 	if code, body := postJSON(t, entry.APIAddr(), "/v1/jobs", signed); code != http.StatusCreated {
 		t.Fatalf("alice's signed spec: %d %s", code, body)
+	}
+}
+
+// A bare spec sent with an owner token, which the node signs, may leave
+// max_price_cny out or 0: the node fills in the default gpumesh submit
+// uses (market.DefaultMaxPrice), rather than refuse it.
+func TestBareSpecGetsTheDefaultMaxPrice(t *testing.T) {
+	alice := testOwner(1)
+	const token = "alice-owner-token-0123"
+	sm := newSimMeshWith(t, withAPI(func(i int, c *Config) {
+		c.API.OwnerTokens = map[string]owner.Key{token: *alice}
+	}), "", "a100-80g:1")
+	entry := sm.nodes[0]
+	sm.waitBook(entry, 1)
+	want, err := market.DefaultMaxPrice(&market.JobSpec{Models: []string{"a100-80g"}}, nil)
+	if err != nil || want <= 0 {
+		t.Fatalf("default max price of an a100-80g: %v %v", want, err)
+	}
+	post := func(body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+entry.APIAddr()+"/v1/jobs", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	for _, tc := range []struct{ id, price string }{
+		{"j-no-price", ""},
+		{"j-zero-price", `"max_price_cny": 0, `},
+	} {
+		code, body := post(`{"id": "` + tc.id + `", "cards": 1, "models": ["a100-80g"], ` + tc.price + `"command": ["true"]}`)
+		if code != http.StatusCreated {
+			t.Fatalf("%s: %d %s; want 201", tc.id, code, body)
+		}
+		var rec market.JobRecord
+		if err := json.Unmarshal([]byte(body), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Spec.MaxPriceCNY != want || rec.Spec.Owner != string(alice.ID()) {
+			t.Errorf("%s: max price %v of owner %s, want %v of %s", tc.id, rec.Spec.MaxPriceCNY, rec.Spec.Owner, want, alice.ID())
+		}
+	}
+	// Cards outside the catalog have no default: the price is required.
+	code, body := post(`{"id": "j-uncatalogued", "cards": 1, "models": ["x-tesla-t4-15g"], "command": ["true"]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"field": "max_price_cny"`) || !strings.Contains(body, "outside the catalog (x-tesla-t4-15g)") {
+		t.Errorf("uncatalogued model without a price: %d %s", code, body)
+	}
+	if _, err := entry.Job(context.Background(), "j-uncatalogued"); !isNotFound(err) {
+		t.Errorf("the refused job exists: %v", err)
 	}
 }
 

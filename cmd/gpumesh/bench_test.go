@@ -69,7 +69,7 @@ func TestBenchReport(t *testing.T) {
 		Started: time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC), Took: 3, Machine: bench.Machine{CPUs: 2, GOMAXPROCS: 2, OS: "linux", Arch: "amd64", Go: "go1.25"},
 		Config:    bench.Config{Nodes: 100, Seed: 1},
 		Scenarios: []string{"placement"},
-		Rows:      []bench.Row{{Scenario: "placement", Case: "1 cards", Clock: bench.ClockReal, Metric: "median", Value: 12.5, Unit: "ms", N: 20, Target: "< 1000 ms", Met: &yes}},
+		Rows:      []bench.Row{{Scenario: "placement", Case: "1 card", Clock: bench.ClockReal, Metric: "median", Value: 12.5, Unit: "ms", N: 20, Target: "< 1000 ms", Met: &yes}},
 		Plots:     []bench.Plot{{File: "placement.svg", Title: "p", Lines: []bench.Line{{Name: "real", Points: []bench.Point{{X: 1, Y: 12.5}}}}}},
 	}
 	var stdout, stderr bytes.Buffer
@@ -78,7 +78,7 @@ func TestBenchReport(t *testing.T) {
 	if err := (benchFlags{out: dir}).report(e, res, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 CPUs (GOMAXPROCS 2)", "| placement | 1 cards | real | median | 12.5 ms | 20 | < 1000 ms ✓ |"} {
+	for _, want := range []string{"2 CPUs (GOMAXPROCS 2)", "| placement | 1 card | real | median | 12.5 ms | 20 | < 1000 ms ✓ |"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}

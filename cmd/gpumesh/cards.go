@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // cardView is one card as `gpumesh cards --json` prints it: the card record
@@ -69,7 +70,7 @@ Entries are catalog-key:count (count 1..1024; a key alone means 1).`,
 				case verbose && st.State == device.StateAbsent:
 					fmt.Fprintf(e.stderr, "%s: absent: %s\n", st.Backend, st.Reason)
 				case verbose:
-					fmt.Fprintf(e.stderr, "%s: %d card(s)\n", st.Backend, st.Cards)
+					fmt.Fprintf(e.stderr, "%s: %s\n", st.Backend, text.Count(st.Cards, "card"))
 				}
 			}
 			if asJSON {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
@@ -189,7 +190,7 @@ job's card count and state after.`,
 			if asJSON {
 				return writeJSON(e.stdout, rec)
 			}
-			_, err = fmt.Fprintf(e.stdout, "%s: %d cards (%s)\n", rec.ID, rec.Cards, rec.State)
+			_, err = fmt.Fprintf(e.stdout, "%s: %s (%s)\n", rec.ID, text.Count(rec.Cards, "card"), rec.State)
 			return err
 		},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 )
 
@@ -192,11 +193,11 @@ func writeExplanation(w io.Writer, x *market.Explanation) error {
 		_, err := fmt.Fprintln(w, "no placement round yet: nothing to explain")
 		return err
 	}
-	head := fmt.Sprintf("round %d: needed %s; asked %d nodes", x.Round, cell(x.Need), x.Asked)
+	head := fmt.Sprintf("round %d: needed %s; asked %s", x.Round, cell(x.Need), text.Count(x.Asked, "node"))
 	if x.Broadcast {
 		head += " and the broadcast topic"
 	}
-	head += fmt.Sprintf("; %d bids; %s", x.Bids, cell(x.Outcome))
+	head += fmt.Sprintf("; %s; %s", text.Count(x.Bids, "bid"), cell(x.Outcome))
 	if x.ClearingPriceCU > 0 {
 		head += fmt.Sprintf(" at %.4f CNY per compute-unit hour", x.ClearingPriceCU)
 	}

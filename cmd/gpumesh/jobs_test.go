@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/markettest"
 )
 
 const (
@@ -218,5 +219,84 @@ func TestJobErrors(t *testing.T) {
 	}
 	if got := n.b.Gets("jnope"); got != 1 {
 		t.Errorf("%d requests for jnope", got)
+	}
+}
+
+// declinedRound is a job's record, made by the market itself, after a
+// round in which two asked suppliers declined (their policy caps a job at
+// an hour) and the third never answered.
+func declinedRound(t *testing.T) market.JobRecord {
+	t.Helper()
+	h := markettest.New(markettest.Options{})
+	h.MustAdd(market.DefaultConfig("coord"))
+	for i, id := range []string{"short-1", "short-2", "silent"} {
+		c := market.DefaultConfig(id)
+		c.Cards = markettest.MustCards(id, "a100-80g:1")
+		c.Prices.PerModel = map[string]float64{"a100-80g": 10 + float64(i)}
+		if id != "silent" {
+			c.Policy.MaxDuration = time.Hour
+		}
+		h.MustAdd(c)
+	}
+	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
+		_, bid := m.Payload.(*market.Bid)
+		return bid && m.From == "silent"
+	}, Drop: true})
+	spec := market.JobSpec{ID: "jdecl", Cards: 1, MaxPriceCNY: 40, ExpectedDuration: market.Duration(2 * time.Hour), Command: []string{"x"}}
+	if err := h.SubmitAt("coord", spec); err != nil {
+		t.Fatal(err)
+	}
+	var rec market.JobRecord
+	if !h.RunUntil(func() bool { rec, _ = h.Peer("coord").Node.Job("jdecl"); return rec.Explanation != nil }, time.Second) {
+		t.Fatal("no placement round a second after the submit")
+	}
+	return rec
+}
+
+// --explain of a round with two declines and one supplier that never
+// answered: both decliners and only them are "declined", counted in the
+// summary (it said "declined 0"), and only the silent one is "no_reply".
+func TestJobExplainCountsDeclines(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(declinedRound(t))
+	code, out, errOut := n.run("job", "jdecl", "--explain")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	_, expl, ok := strings.Cut(out, "round 1: ")
+	if !ok {
+		t.Fatalf("no round line:\n%s", out)
+	}
+	head, rest, _ := strings.Cut(expl, "\n")
+	if !strings.HasPrefix(head, "needed 1 card; asked 3 nodes") || !strings.Contains(head, "; 0 bids; ") {
+		t.Errorf("head %q", head)
+	}
+	lines := strings.Split(strings.TrimRight(rest, "\n"), "\n")
+	rows := table(strings.Join(lines[:4], "\n"))
+	reasons := map[string]string{}
+	for i := 1; i < len(rows); i++ {
+		reasons[column(t, rows, i, "NODE")] = column(t, rows, i, "REASON")
+		if c := column(t, rows, i, "CARDS"); c != "1" {
+			t.Errorf("row %q: CARDS %s, want the 1 asked", rows[i], c)
+		}
+	}
+	want := map[string]string{"short-1": "declined", "short-2": "declined", "silent": "no_reply"}
+	if len(reasons) != 3 || reasons["short-1"] != want["short-1"] || reasons["short-2"] != want["short-2"] || reasons["silent"] != want["silent"] {
+		t.Errorf("reasons by node %v, want %v:\n%s", reasons, want, rest)
+	}
+	if last := lines[len(lines)-1]; last != "cards by outcome: declined 2, no_reply 1" {
+		t.Errorf("summary %q, want %q", last, "cards by outcome: declined 2, no_reply 1")
+	}
+}
+
+// Counts are worded in the right number: 1 node, 1 bid.
+func TestJobExplainSingular(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "jone", State: market.JobRunning, Explanation: &market.Explanation{
+		Round: 1, Need: "1 card", Asked: 1, Bids: 1, Outcome: "cleared", ClearingPriceCU: 10,
+		Cards: map[market.Reason]int{market.ReasonWon: 1}}})
+	_, out, _ := n.run("job", "jone", "--explain")
+	if !strings.Contains(out, "round 1: needed 1 card; asked 1 node; 1 bid; cleared") {
+		t.Errorf("explain:\n%s", out)
 	}
 }

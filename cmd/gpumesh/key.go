@@ -73,8 +73,8 @@ it your jobs cannot be reached.
 The key lives in $XDG_CONFIG_HOME/gpumesh/owner.key (~/.config/gpumesh/owner.key),
 mode 0600; --key or $GPUMESH_KEY name another file, for this and every other
 command.`,
-		Args: noArgs,
 	}
+	commandGroup(cmd)
 	var cf keyFlag
 	create := &cobra.Command{
 		Use:   "create",
@@ -90,7 +90,7 @@ be reached again.`,
 			}
 			k, err := node.CreateOwnerKey(path)
 			if errors.Is(err, node.ErrKeyExists) {
-				return fmt.Errorf("%s: an owner key exists there already and stays as it was (`gpumesh key show` prints its ID)", path)
+				return usagef("%s: an owner key exists there already and stays as it was (`gpumesh key show` prints its ID)", path)
 			}
 			if err != nil {
 				return err

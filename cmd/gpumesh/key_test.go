@@ -50,8 +50,8 @@ func TestKeyCreateAndShow(t *testing.T) {
 	}
 	before, _ := os.ReadFile(path)
 	code, out, errOut = n.run("key", "create")
-	if code != exitError || out != "" {
-		t.Errorf("key create over a key: exit %d, %q", code, out)
+	if code != exitUsage || out != "" {
+		t.Errorf("key create over a key: exit %d, %q; want 2 and nothing", code, out)
 	}
 	oneLineErr(t, "create over a key", errOut, path, "exists there already")
 	if after, _ := os.ReadFile(path); string(after) != string(before) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -164,15 +165,15 @@ func defaultDataDir(e env) string {
 // usage error naming the flag.
 func (f nodeFlags) config(e env) (node.Config, error) {
 	logger := f.log.logger(e.stderr)
-	cfg := node.Config{DataDir: f.data, Region: f.region, Logger: logger, Version: buildVersion(), Dashboard: dashboard.Handler()}
+	cfg := node.Config{Region: f.region, Logger: logger, Version: buildVersion(), Dashboard: dashboard.Handler()}
 	if argv, err := fence.Command(); err == nil {
 		cfg.FenceCommand = argv
 	} else {
 		logger.Warn("no fence keeper: cannot find this binary", "err", err)
 	}
 	var err error
-	if f.data == "" {
-		return cfg, usagef("--data: a directory is required")
+	if cfg.DataDir, err = dataDir(f.data, e); err != nil {
+		return cfg, err
 	}
 	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
 		return cfg, usagef("--coordinator: %v", err)
@@ -250,7 +251,7 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 		}
 		seed := f.simSeed
 		if seed == "" {
-			seed = f.data
+			seed = cfg.DataDir
 		}
 		s, err := device.NewSim(spec, seed, cat)
 		if err != nil {
@@ -282,10 +283,52 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	return cfg, nil
 }
 
+// dataDir resolves --data to an absolute path ("~" and "~/…" in the home
+// directory, as a shell would have for --data ~/x but not --data=~/x) and
+// checks it can be the data dir, writing nothing.
+func dataDir(flag string, e env) (string, error) {
+	dir, err := resolvePath(flag, e)
+	if err != nil {
+		return "", usagef("--data %s: %v", flag, err)
+	}
+	var dde *node.DataDirError
+	if err := node.CheckDataDir(dir); errors.As(err, &dde) {
+		return "", usagef("--data %s: %s", dir, dde.Why)
+	} else if err != nil {
+		return "", usagef("--data %s: %v", dir, err)
+	}
+	return dir, nil
+}
+
+// resolvePath makes a path from the command line absolute: "~" and "~/…"
+// (or "~\…" on Windows) start at the home directory ($HOME, %USERPROFILE%
+// on Windows), anything else relative starts at the working directory.
+func resolvePath(p string, e env) (string, error) {
+	if p == "" {
+		return "", errors.New("a directory is required")
+	}
+	if rest, ok := strings.CutPrefix(p, "~"); ok {
+		if rest != "" && rest[0] != '/' && rest[0] != filepath.Separator {
+			return "", errors.New("only ~ and ~/… are expanded (to your home directory); give the path of another user's directory in full")
+		}
+		homeVar := "HOME"
+		if runtime.GOOS == "windows" {
+			homeVar = "USERPROFILE"
+		}
+		home := e.getenv(homeVar)
+		if home == "" {
+			return "", fmt.Errorf("no home directory for ~ ($%s is not set)", homeVar)
+		}
+		p = filepath.Join(home, rest)
+	}
+	return filepath.Abs(p)
+}
+
 // nodeStartError makes start-up failures that the user can fix usage
 // errors with the reason in front.
 func nodeStartError(err error) error {
-	if errors.Is(err, api.ErrTokenRequired) {
+	var dde *node.DataDirError
+	if errors.Is(err, api.ErrTokenRequired) || errors.As(err, &dde) {
 		return usageError{err}
 	}
 	return fmt.Errorf("node did not start: %w", err)

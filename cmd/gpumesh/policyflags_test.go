@@ -295,7 +295,7 @@ func TestSubmitResourceFlags(t *testing.T) {
 func TestExplainShowsPolicyDeclines(t *testing.T) {
 	n := newFakeNode(t)
 	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobPending, Reason: "bids offer 0 feasible cards",
-		Explanation: &market.Explanation{Round: 1, Need: "1 cards", Asked: 1, Outcome: "bids offer 0 feasible cards, the job needs 1",
+		Explanation: &market.Explanation{Round: 1, Need: "1 card", Asked: 1, Outcome: "bids offer 0 feasible cards, the job needs 1",
 			Entries: []market.ExplainEntry{{Stage: "bid", Node: "12D3KooWSupplier", Reason: market.ReasonDeclined,
 				Detail: "policy: owner o1abcdefgh is not on this supplier's allow list"}}}})
 	code, out, errOut := n.run("job", "j1", "--explain")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -80,6 +81,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	commandGroup(root)
 	root.AddCommand(
 		newNodeCommand(e),
 		newVersionCommand(e),
@@ -97,6 +99,27 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newBenchCommand(e),
 	)
 	return root
+}
+
+// commandGroup makes cmd, a command that only groups subcommands, print
+// its help when given none and refuse an unknown one as a usage error
+// (cobra's own answer exits 1 with several lines at the root, and prints
+// the help with status 0 below it).
+func commandGroup(cmd *cobra.Command) {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		hint := ""
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra's default, which only its own lookup applies
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+		}
+		return usagef("unknown command %q for %q%s; `%s --help` lists the commands", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
+	}
 }
 
 // exactArgs is cobra.ExactArgs with a usage error.

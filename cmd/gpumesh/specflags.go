@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,20 +151,11 @@ func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defau
 	}
 	if o.maxPriceSet {
 		spec.MaxPriceCNY = o.maxPrice
-	} else {
-		// A stand-in while the rest is checked: Validate explains a filter
-		// that no model passes better than "no default price" would.
-		spec.MaxPriceCNY = 1
+	} else if defaultedPrice, err = spec.FillMaxPrice(cat); err != nil {
+		return spec, false, specUsageError(err)
 	}
 	if err := spec.Validate(cat); err != nil {
 		return spec, false, specUsageError(err)
-	}
-	if !o.maxPriceSet {
-		price, err := defaultMaxPrice(spec, cat)
-		if err != nil {
-			return spec, false, usagef("--max-price: %v", err)
-		}
-		spec.MaxPriceCNY, defaultedPrice = price, true
 	}
 	return spec, defaultedPrice, nil
 }
@@ -194,46 +183,6 @@ func flagFor(flags map[string]string, field string) (flag string, exact bool) {
 		return f, true
 	}
 	return flags[fieldRoot(field)], false
-}
-
-// defaultMaxPrice is the max price of a job that names none: the highest
-// price a supplier asks by default (device.Model.DefaultPriceCNY: the list
-// price, or an estimate from compute or memory) among the catalog models the
-// spec allows, so that every allowed card at its default price can win. A
-// spec that may match cards outside the catalog has no such figure.
-func defaultMaxPrice(s market.JobSpec, cat *device.Catalog) (float64, error) {
-	for _, m := range s.Models {
-		if device.IsDerivedKey(m) {
-			return 0, fmt.Errorf("required when --model names cards outside the catalog (%s): their price is unknown", m)
-		}
-	}
-	best := 0.0
-	for _, m := range cat.Models() {
-		if modelAllowed(s, m) {
-			best = max(best, m.DefaultPriceCNY())
-		}
-	}
-	if best == 0 {
-		return 0, errors.New("required: no catalog model passes the card filter, so there is no default")
-	}
-	return math.Ceil(best*100) / 100, nil
-}
-
-// modelAllowed reports whether the spec's card filter lets cards of model m.
-func modelAllowed(s market.JobSpec, m device.Model) bool {
-	if len(s.Vendors) > 0 && !slices.Contains(s.Vendors, m.Vendor) {
-		return false
-	}
-	if m.MemoryGiB*1024 < s.MinMemoryMiB || (s.MinComputeUnits > 0 && m.ComputeUnits < s.MinComputeUnits) {
-		return false
-	}
-	if len(s.Models) == 0 {
-		return true
-	}
-	return slices.ContainsFunc(s.Models, func(p string) bool {
-		ok, _ := path.Match(p, m.Key)
-		return ok
-	})
 }
 
 // parseMiB reads a memory size such as 24GiB, 24G, 24gb, 24576MiB, 1.5TiB

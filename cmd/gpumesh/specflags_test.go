@@ -137,7 +137,7 @@ func TestBuildSpecBadInput(t *testing.T) {
 		{"name with a newline", func(o *submitOptions) { o.name = "a\nb" }, []string{"--name: ", "printable"}},
 		{"memory without a unit", func(o *submitOptions) { o.memory = "16" }, []string{"--memory: ", "no unit"}},
 		{"memory in a bad unit", func(o *submitOptions) { o.memory = "16 furlongs" }, []string{"--memory: ", `unknown unit "furlongs"`}},
-		{"memory too small", func(o *submitOptions) { o.memory = "1MiB" }, []string{"--memory: ", "8 MiB to 1 PiB, got 1048576 bytes"}},
+		{"memory too small", func(o *submitOptions) { o.memory = "1MiB" }, []string{"--memory: ", "8 MiB to 1 PiB, got 1 MiB"}},
 		{"memory too large", func(o *submitOptions) { o.memory = "2048TiB" }, []string{"--memory: ", "to 1 PiB"}},
 		{"negative memory", func(o *submitOptions) { o.memory = "-1G" }, []string{"--memory: "}},
 		{"negative pids", func(o *submitOptions) { o.pids = -1 }, []string{"--pids: ", "got -1"}},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -118,11 +119,11 @@ func writeStatus(w io.Writer, st *api.Status) error {
 
 	m := st.Mesh
 	fmt.Fprintf(w, "\nMESH   %s: %d alive, %d suspect, %d dead, %d left\n",
-		plural(m.Members.Total(), "member"), m.Members.Alive, m.Members.Suspect, m.Members.Dead, m.Members.Left)
+		text.Count(m.Members.Total(), "member"), m.Members.Alive, m.Members.Suspect, m.Members.Dead, m.Members.Left)
 	if len(m.Regions) > 0 {
 		rs := make([]string, 0, len(m.Regions))
 		for _, r := range m.Regions {
-			rs = append(rs, fmt.Sprintf("%s %s, %s", orValue(r.Region, "(none)"), plural(r.Members, "member"), plural(r.Cards, "card")))
+			rs = append(rs, fmt.Sprintf("%s %s, %s", orValue(r.Region, "(none)"), text.Count(r.Members, "member"), text.Count(r.Cards, "card")))
 		}
 		fmt.Fprintf(w, "       regions: %s\n", strings.Join(rs, " · "))
 	}
@@ -138,7 +139,7 @@ func writeStatus(w io.Writer, st *api.Status) error {
 	if p.Count == 0 {
 		fmt.Fprintf(w, "no jobs placed\n")
 	} else {
-		fmt.Fprintf(w, "%d jobs, p50 %s, p99 %s\n", p.Count, fmtLatency(p.P50Seconds), fmtLatency(p.P99Seconds))
+		fmt.Fprintf(w, "%s, p50 %s, p99 %s\n", text.Count(p.Count, "job"), fmtLatency(p.P50Seconds), fmtLatency(p.P99Seconds))
 	}
 	r := j.Reroutes
 	fmt.Fprintf(w, "       reroutes (last %s): ", fmtSeconds(r.WindowSeconds))
@@ -149,8 +150,8 @@ func writeStatus(w io.Writer, st *api.Status) error {
 	}
 
 	g := st.Gossip
-	fmt.Fprintf(w, "\nGOSSIP %d mesh peers · %.1f msg/s · in %s · out %s\n",
-		g.MeshPeers, g.MessagesPerSecond, fmtRate(g.BytesInPerSecond), fmtRate(g.BytesOutPerSecond))
+	fmt.Fprintf(w, "\nGOSSIP %s · %.1f msg/s · in %s · out %s\n",
+		text.Count(g.MeshPeers, "mesh peer"), g.MessagesPerSecond, fmtRate(g.BytesInPerSecond), fmtRate(g.BytesOutPerSecond))
 	fmt.Fprintf(w, "       rejected: %s\n", reasonCounts(g.Rejected))
 	if len(g.Ignored) > 0 {
 		fmt.Fprintf(w, "       ignored: %s\n", reasonCounts(g.Ignored))
@@ -285,14 +286,6 @@ func fmtRate(b float64) string {
 		return fmt.Sprintf("%.1f MB/s", b/1e6)
 	}
 	return fmt.Sprintf("%.1f GB/s", b/1e9)
-}
-
-// plural renders "1 card", "2 cards".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func orDash(s string) string { return orValue(s, "-") }

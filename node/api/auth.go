@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -89,7 +90,16 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 		}
 		var caller Caller
 		gate := len(admin) == 0
-		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token != "" {
+		// A token that is sent must be right, even where none is needed:
+		// a wrong one is a mistake to report (401), not to ignore and
+		// answer as for a stranger (an empty job list).
+		if authz := r.Header.Get("Authorization"); authz != "" {
+			token, ok := strings.CutPrefix(authz, "Bearer ")
+			if !ok || token == "" || strings.ContainsAny(token, " \t") {
+				writeJSON(w, http.StatusUnauthorized, Error{Error: `malformed Authorization header: want "Bearer TOKEN"`})
+				return
+			}
+			gate = false
 			switch {
 			case len(admin) > 0 && subtle.ConstantTimeCompare([]byte(token), admin) == 1:
 				gate = true
@@ -107,7 +117,7 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 		if h := r.Header.Get(owner.Header); h != "" && !unsignedPatterns[pattern] {
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
 			if err != nil {
-				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %d bytes", maxSignedBody))
+				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %s", text.Bytes(maxSignedBody)))
 				return
 			}
 			p, err := owner.ParseProof(h, r.Method, r.RequestURI, body)

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 )
 
@@ -39,20 +42,25 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /metrics", h.metrics)
-	notFound := func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
-	}
-	mux.HandleFunc("/v1/", notFound)
-	// The dashboard shares the catch-all pattern with the 404s: a "GET /"
-	// pattern would conflict with "/v1/" (neither is more specific), which
-	// ServeMux refuses with a panic.
-	mux.HandleFunc(dashboardPattern, func(w http.ResponseWriter, r *http.Request) {
-		if dashboard != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	// What no route takes lands on the two catch-all patterns: the
+	// dashboard's static files, and else a JSON 404, or a 405 naming the
+	// methods the path has routes for. The dashboard shares "/" with the
+	// 404s: a "GET /" pattern would conflict with "/v1/" (neither is more
+	// specific), which ServeMux refuses with a panic.
+	unrouted := func(w http.ResponseWriter, r *http.Request) {
+		allow := allowedMethods(mux, dashboard, r)
+		switch {
+		case len(allow) == 0:
+			writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+		case slices.Contains(allow, r.Method): // only the dashboard's files get here
 			dashboard.ServeHTTP(w, r)
-			return
+		default:
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, Error{Error: fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))})
 		}
-		notFound(w, r)
-	})
+	}
+	mux.HandleFunc("/v1/", unrouted)
+	mux.HandleFunc(dashboardPattern, unrouted)
 	return authenticate(cfg, mux)
 }
 
@@ -60,6 +68,61 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 // no data, so they are served without the token, and the page can ask for
 // one when the API answers 401.
 const dashboardPattern = "/"
+
+// routeMethods are the methods a 405's Allow header may name.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods lists the methods that have a route for r's path: the
+// API's own routes (every one names its method), and GET and HEAD where
+// the dashboard has a file at the path.
+func allowedMethods(mux *http.ServeMux, dashboard http.Handler, r *http.Request) []string {
+	hasFile := sync.OnceValue(func() bool {
+		return dashboard != nil && serves(dashboard, &http.Request{Method: http.MethodHead, URL: r.URL, Host: r.Host, Header: http.Header{}})
+	})
+	var allow []string
+	for _, m := range routeMethods {
+		_, pattern := mux.Handler(&http.Request{Method: m, URL: r.URL, Host: r.Host})
+		switch {
+		case strings.Contains(pattern, " "): // "METHOD /path"
+			allow = append(allow, m)
+		case pattern == dashboardPattern && (m == http.MethodGet || m == http.MethodHead) && hasFile():
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// serves reports whether h answers r without an error status, sending
+// nothing anywhere.
+func serves(h http.Handler, r *http.Request) bool {
+	var sw statusWriter
+	h.ServeHTTP(&sw, r)
+	return sw.code == 0 || sw.code < http.StatusBadRequest
+}
+
+// statusWriter is a ResponseWriter that keeps only the status.
+type statusWriter struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusWriter) Header() http.Header {
+	if s.header == nil {
+		s.header = http.Header{}
+	}
+	return s.header
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
 
 type handlers struct{ b Backend }
 
@@ -243,7 +306,7 @@ func (h *handlers) payload(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %d bytes", market.MaxPayloadBytes)
+			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %s", text.Bytes(market.MaxPayloadBytes))
 		}
 		writeError(w, err)
 		return

@@ -33,7 +33,7 @@ func TestHandlerServesDashboardBesideAPI(t *testing.T) {
 		{"metrics without token", "GET", "/metrics", "", 401, "missing or wrong API token"},
 		{"unknown api path", "GET", "/v1/nope", "Bearer " + token, 404, "no such endpoint: GET /v1/nope"},
 		{"unknown api path without token", "GET", "/v1/nope", "", 401, "missing or wrong API token"},
-		{"post to the page", "POST", "/", "", 404, "no such endpoint: POST /"},
+		{"post to the page", "POST", "/", "", 405, "method POST not allowed on /: use GET or HEAD"},
 		{"probe", "GET", "/healthz", "", 200, `"status": "ok"`},
 	}
 	for _, tc := range tests {

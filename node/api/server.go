@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/portuse"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
@@ -28,7 +30,9 @@ type Config struct {
 	Addr string
 	// Token, when set, must be presented as "Authorization: Bearer TOKEN" on
 	// every request except /healthz and /readyz (an owner token will do as
-	// well). It gives no owner identity.
+	// well). It gives no owner identity. Set or not, a request that
+	// presents a token that is neither Token nor an owner token, or a
+	// malformed Authorization header, is answered 401.
 	Token string
 	// OwnerTokens maps owner tokens (16 characters or more) to the keys of
 	// their owners: "Authorization: Bearer OWNER_TOKEN" acts as that owner,
@@ -51,7 +55,9 @@ const DefaultAddr = "127.0.0.1:7070"
 // token.
 var ErrTokenRequired = errors.New("api: listening beyond loopback needs a token (--api-token-file); refusing to start")
 
-// Listen validates the configuration and opens the listener.
+// Listen validates the configuration and opens the listener. A port that
+// another socket holds is an error that names the process holding it,
+// where the system tells (the node's mesh ports say it alike).
 func Listen(cfg Config) (net.Listener, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
@@ -68,7 +74,7 @@ func Listen(cfg Config) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
+		return nil, fmt.Errorf("api: %s: %w", cfg.Addr, portuse.Explain("tcp", cfg.Addr, err))
 	}
 	return ln, nil
 }
@@ -188,7 +194,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body over %d bytes", max)
+			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body over %s", text.Bytes(max))
 		}
 		return nil, Errorf(http.StatusBadRequest, "reading the request body: %v", err)
 	}

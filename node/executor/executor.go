@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Defaults of Config.
@@ -266,7 +268,7 @@ func (a Attempt) validate() error {
 		size += len(k) + len(v)
 	}
 	if size > maxArgBytes {
-		return fmt.Errorf("executor: command and environment take %d bytes, at most %d", size, maxArgBytes)
+		return fmt.Errorf("executor: command and environment take %s, at most %s", text.Bytes(int64(size)), text.Bytes(maxArgBytes))
 	}
 	return a.Limits.Validate()
 }

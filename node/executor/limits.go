@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // NetworkMode says what network a sandboxed job gets.
@@ -81,7 +83,7 @@ const (
 func (l Limits) Validate() error {
 	switch {
 	case l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes):
-		return fmt.Errorf("executor: limits: memory %d bytes: want 0 (no cap) or at least %d", l.MemoryBytes, MinMemoryBytes)
+		return fmt.Errorf("executor: limits: memory %s: want 0 (no cap) or at least %s", text.Bytes(l.MemoryBytes), text.Bytes(MinMemoryBytes))
 	case l.Pids < 0 || (l.Pids > 0 && l.Pids < MinPids):
 		return fmt.Errorf("executor: limits: pids %d: want 0 (default %d) or at least %d", l.Pids, DefaultPids, MinPids)
 	case l.CPUWeight < 0 || l.CPUWeight > MaxCPUWeight:

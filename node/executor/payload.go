@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // ErrPayloadTooLarge is returned when a payload archive or what it unpacks to
@@ -42,7 +44,7 @@ func unpackTar(r io.Reader, dir string, maxRead, maxWrite int64) error {
 		}
 		if err != nil {
 			if limited.exceeded {
-				return fmt.Errorf("%w: archive over %d bytes", ErrPayloadTooLarge, maxRead)
+				return fmt.Errorf("%w: archive over %s", ErrPayloadTooLarge, text.Bytes(maxRead))
 			}
 			return fmt.Errorf("tar: %w", err)
 		}
@@ -61,7 +63,7 @@ func unpackTar(r io.Reader, dir string, maxRead, maxWrite int64) error {
 			}
 		case tar.TypeReg:
 			if h.Size < 0 || written+h.Size > maxWrite {
-				return fmt.Errorf("%w: unpacks to over %d bytes", ErrPayloadTooLarge, maxWrite)
+				return fmt.Errorf("%w: unpacks to over %s", ErrPayloadTooLarge, text.Bytes(maxWrite))
 			}
 			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 				return err
@@ -79,7 +81,7 @@ func unpackTar(r io.Reader, dir string, maxRead, maxWrite int64) error {
 			written += n
 			if err != nil {
 				if limited.exceeded {
-					return fmt.Errorf("%w: archive over %d bytes", ErrPayloadTooLarge, maxRead)
+					return fmt.Errorf("%w: archive over %s", ErrPayloadTooLarge, text.Bytes(maxRead))
 				}
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/sim/workload"
 )
@@ -255,10 +256,10 @@ func Describe(plan []Supplier) string {
 		total += s.Cards
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d nodes, %d cards:", len(plan), total)
+	fmt.Fprintf(&b, "%s, %s:", text.Count(len(plan), "node"), text.Count(total, "card"))
 	for _, t := range []Tier{TierControl, TierIDC, TierCafe, TierHome} {
 		if nodes[t] > 0 {
-			fmt.Fprintf(&b, " %d %s (%d cards)", nodes[t], t, cards[t])
+			fmt.Fprintf(&b, " %d %s (%s)", nodes[t], t, text.Count(cards[t], "card"))
 		}
 	}
 	return b.String()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpumesh/gpumesh/internal/text"
 )
 
 // Lines renders the progress as a compact block of a few lines, for a
@@ -16,8 +18,8 @@ func (p Progress) Lines() []string {
 		return []string{head, fmt.Sprintf("starting the nodes… %d of %d up", p.Started, len(p.Plan))}
 	case PhaseForming:
 		f := p.Formation
-		return []string{head, fmt.Sprintf("mesh forming: the gateway hears %d of %d nodes, %d of %d coordinators, %d of %d cards",
-			f.Members, f.Up, f.Coordinators, f.Coordinating, f.Book, f.Cards)}
+		return []string{head, fmt.Sprintf("mesh forming: the gateway hears %d of %s, %d of %s, %d of %s",
+			f.Members, text.Count(f.Up, "node"), f.Coordinators, text.Count(f.Coordinating, "coordinator"), f.Book, text.Count(f.Cards, "card"))}
 	case PhaseStopping:
 		out = append(out, head+" · stopping the nodes…")
 	default:

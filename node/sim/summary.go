@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 )
 
@@ -179,14 +180,14 @@ func (d *demo) summarize(form Formation, elapsed time.Duration) *Summary {
 		j := o.jobs[id]
 		switch j.state {
 		case market.JobFailed:
-			s.Unfinished = append(s.Unfinished, fmt.Sprintf("%s (%s, %d cards): failed: %s", id, j.kind, j.spec.Cards, j.rec.Reason))
+			s.Unfinished = append(s.Unfinished, fmt.Sprintf("%s (%s, %s): failed: %s", id, j.kind, text.Count(j.spec.Cards, "card"), j.rec.Reason))
 		case market.JobPending, market.JobBidding, market.JobPlacing, market.JobRerouting:
 			if len(s.Unfinished) < 8 {
 				reason := j.rec.Reason
 				if !j.hasRec {
 					reason = "no record from its coordinator " + j.from
 				}
-				line := fmt.Sprintf("%s (%s, %d cards): %s", id, j.kind, j.spec.Cards, j.state)
+				line := fmt.Sprintf("%s (%s, %s): %s", id, j.kind, text.Count(j.spec.Cards, "card"), j.state)
 				if reason != "" {
 					line += ": " + reason
 				}
@@ -268,9 +269,9 @@ func (o *observer) checksLocked() []Check {
 	// 1. No card is awarded to two live jobs at once: no card is held by
 	// two processes at any sample.
 	c := Check{Name: "no card held by two jobs at once", OK: len(o.violations) == 0,
-		Detail: fmt.Sprintf("%d looks at every node's processes", o.samples)}
+		Detail: text.Count(o.samples, "look") + " at every node's processes"}
 	if !c.OK {
-		c.Detail = fmt.Sprintf("%d times, first: %s", len(o.violations), o.violations[0])
+		c.Detail = fmt.Sprintf("%s, first: %s", text.Count(len(o.violations), "time"), o.violations[0])
 	}
 	checks = append(checks, c)
 
@@ -330,7 +331,7 @@ func (o *observer) checksLocked() []Check {
 		}
 	}
 	c = Check{Name: "every price between the supplier's bid and the job's max", OK: len(badPrice) == 0,
-		Detail: fmt.Sprintf("%d placements", placements)}
+		Detail: text.Count(placements, "placement")}
 	if !c.OK {
 		c.Detail = strings.Join(first(badPrice, 3), "; ")
 	}
@@ -368,11 +369,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 	case PhaseStarting, PhaseForming:
 		fmt.Fprintf(&b, "gpumesh demo · seed %d · %s\n", s.Seed, s.Mesh)
 		if s.Stopped == PhaseStarting {
-			fmt.Fprintf(&b, "stopped while starting: %d of %d nodes up\n", s.Started, s.Nodes)
+			fmt.Fprintf(&b, "stopped while starting: %d of %s up\n", s.Started, text.Count(s.Nodes, "node"))
 		} else {
 			f := s.Formed
-			fmt.Fprintf(&b, "stopped while the mesh formed: %d of %d nodes up; the gateway heard %d of them, %d of %d coordinators, %d of %d cards\n",
-				f.Up, s.Nodes, f.Members, f.Coordinators, f.Coordinating, f.Book, f.Cards)
+			fmt.Fprintf(&b, "stopped while the mesh formed: %d of %s up; the gateway heard %d of them, %d of %s, %d of %s\n",
+				f.Up, text.Count(s.Nodes, "node"), f.Members, f.Coordinators, text.Count(f.Coordinating, "coordinator"), f.Book, text.Count(f.Cards, "card"))
 		}
 		b.WriteString("nothing ran: no job was submitted, no supplier left\n")
 		_, err := io.WriteString(w, b.String())
@@ -380,7 +381,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	chaos := "off"
 	if s.Chaos {
-		chaos = fmt.Sprintf("on: %d suppliers left, %d came back", s.Left, s.Joined)
+		chaos = fmt.Sprintf("on: %s left, %d came back", text.Count(s.Left, "supplier"), s.Joined)
 		if s.ChurnFrom != "" {
 			chaos += " (" + s.ChurnFrom + ")"
 		}
@@ -388,8 +389,8 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "gpumesh demo · seed %d · %s of %s · %s · chaos %s\n", s.Seed, round(s.Elapsed), round(s.Duration), s.Mesh, chaos)
 	fmt.Fprintf(&b, "workload: %s\n\n", s.Workload)
 	j := s.Jobs
-	fmt.Fprintf(&b, "jobs: %d submitted, %d placed, %d succeeded, %d running at the end, %d waiting, %d failed, %d refused, %d reroutes\n\n",
-		j.Submitted, j.Placed, j.Succeeded, j.Running, j.Waiting, j.Failed, j.Refused, j.Rerouted)
+	fmt.Fprintf(&b, "jobs: %d submitted, %d placed, %d succeeded, %d running at the end, %d waiting, %d failed, %d refused, %s\n\n",
+		j.Submitted, j.Placed, j.Succeeded, j.Running, j.Waiting, j.Failed, j.Refused, text.Count(j.Rerouted, "reroute"))
 
 	for _, u := range s.Unfinished {
 		fmt.Fprintf(&b, "  unfinished: %s\n", u)
@@ -428,7 +429,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		case t.Err != "":
 			fmt.Fprintf(&b, "training job %s: not scaled: %s\n", t.Job, t.Err)
 		default:
-			fmt.Fprintf(&b, "training job %s: %d → %d cards at %s: %d running after %s", t.Job, t.From, t.To, round(t.At), t.Reached, ms(t.Took))
+			fmt.Fprintf(&b, "training job %s: %d → %s at %s: %d running after %s", t.Job, t.From, text.Count(t.To, "card"), round(t.At), t.Reached, ms(t.Took))
 			if t.Down {
 				b.WriteString("; back to 8 later")
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -315,7 +316,7 @@ func (c *Client) call(ctx context.Context, r request, out any) error {
 	lr := &io.LimitedReader{R: resp.Body, N: maxResponseBytes + 1}
 	if err := json.NewDecoder(lr).Decode(out); err != nil {
 		if lr.N <= 0 {
-			return fmt.Errorf("%s %s: answer over %d bytes", r.method, r.path, maxResponseBytes)
+			return fmt.Errorf("%s %s: answer over %s", r.method, r.path, text.Bytes(maxResponseBytes))
 		}
 		return fmt.Errorf("%s %s: reading the answer: %w", r.method, r.path, err)
 	}

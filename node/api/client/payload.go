@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 )
 
@@ -106,7 +107,7 @@ func PackDir(dir string, max int64) ([]byte, error) {
 	}
 	if walkErr != nil {
 		if cw.over || errors.Is(walkErr, ErrPayloadTooLarge) {
-			return nil, fmt.Errorf("payload %s: %w: it packs to over %d bytes (the most a job may carry)", dir, ErrPayloadTooLarge, max)
+			return nil, fmt.Errorf("payload %s: %w: it packs to over %s (the most a job may carry)", dir, ErrPayloadTooLarge, text.Bytes(max))
 		}
 		return nil, fmt.Errorf("payload %s: %w", dir, walkErr)
 	}
@@ -209,7 +210,7 @@ func (c *Client) PutPayload(ctx context.Context, archive []byte) (market.Payload
 		return market.PayloadRef{}, errors.New("payload: empty archive")
 	}
 	if len(archive) > market.MaxPayloadBytes {
-		return market.PayloadRef{}, fmt.Errorf("payload: %w: %d bytes, the most is %d", ErrPayloadTooLarge, len(archive), market.MaxPayloadBytes)
+		return market.PayloadRef{}, fmt.Errorf("payload: %w: %s, the most is %s", ErrPayloadTooLarge, text.Bytes(int64(len(archive))), text.Bytes(market.MaxPayloadBytes))
 	}
 	var ref market.PayloadRef
 	err := c.call(ctx, request{method: http.MethodPost, path: "/v1/payloads", body: archive, contentType: "application/gzip", stream: true, unsigned: true}, &ref)

@@ -237,7 +237,7 @@ func TestPackDirSizeCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := client.PackDir(dir, 256<<10)
-	if !errors.Is(err, client.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "over 262144 bytes") {
+	if !errors.Is(err, client.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "over 256 KiB") {
 		t.Fatalf("err = %v", err)
 	}
 	archive, err := client.PackDir(dir, 400<<10)

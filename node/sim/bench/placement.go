@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/node/sim"
 )
 
@@ -46,7 +47,7 @@ func placementVirtual(ctx context.Context, r *runner) error {
 				v.cancel(id)
 			}
 			l := sim.LatencyOf("", lat)
-			c := fmt.Sprintf("%d cards", cards)
+			c := text.Count(cards, "card")
 			if vl.clock == ClockVirtualLAN {
 				// The same placements in real time: what the market cores
 				// of every node spend on it on this machine, in one process
@@ -111,7 +112,7 @@ func placementReal(ctx context.Context, r *runner) error {
 			}
 		}
 		l := sim.LatencyOf("", lat)
-		c := fmt.Sprintf("%d cards", cards)
+		c := text.Count(cards, "card")
 		row := Row{Scenario: ScenarioPlacement, Case: c, Clock: ClockReal, Metric: "median", Value: ms(l.P50), Unit: "ms", N: l.Count}
 		if sz.want == 1000 {
 			row = target(row, "< 1000 ms", l.P50 < time.Second)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/node/sim"
 )
 
@@ -132,7 +133,7 @@ func (r *runner) fullMesh(ctx context.Context) (*fullMesh, error) {
 			need, avail, fits, r.cfg.Nodes, m.formTook.Round(time.Second), runtime.NumCPU())
 	}
 	r.cfg.Progress(fmt.Sprintf("%d full nodes formed in %s", r.cfg.Nodes, m.formTook.Round(100*time.Millisecond)))
-	r.row(Row{Scenario: "mesh", Case: fmt.Sprintf("%d full nodes (%d × %d cards)", r.cfg.Nodes, len(m.plan)-controllers(m.plan), r.cfg.CardsPerNode),
+	r.row(Row{Scenario: "mesh", Case: fmt.Sprintf("%d full nodes (%d × %s)", r.cfg.Nodes, len(m.plan)-controllers(m.plan), text.Count(r.cfg.CardsPerNode, "card")),
 		Clock: ClockReal, Metric: "start+form", Value: ms(m.formTook), Unit: "ms"})
 	r.row(Row{Scenario: "mesh", Case: "heap+stacks per full node", Metric: "memory", Value: m.heapPerNode / (1 << 20), Unit: "MiB",
 		Note: "Go heap and goroutine stacks after formation, divided by the nodes"})

@@ -73,7 +73,7 @@ func TestScenarios(t *testing.T) {
 	// placement: every clock, median ≤ p99; virtual placements take 2 to
 	// 3 round trips.
 	for _, clock := range []string{ClockReal, ClockVirtualLAN, ClockVirtualWAN} {
-		med, p99 := find(t, res, ScenarioPlacement, "1 cards", clock, "median"), find(t, res, ScenarioPlacement, "1 cards", clock, "p99")
+		med, p99 := find(t, res, ScenarioPlacement, "1 card", clock, "median"), find(t, res, ScenarioPlacement, "1 card", clock, "p99")
 		if med.Value > p99.Value || med.N == 0 {
 			t.Errorf("%s: median %v, p99 %v over %d", clock, med.Value, p99.Value, med.N)
 		}
