@@ -118,6 +118,7 @@ func (n *Node) takeUp(rec market.JobRecord) {
 			}
 			n.postWait(func() {
 				if _, mine := n.mk.Job(adopt.ID); mine {
+					n.releaseLater(adopt.ID, term, "")
 					return
 				}
 				n.log.Warn("named coordinator of a job this node does not hold; taking it up", "job", adopt.ID, "term", term)

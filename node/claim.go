@@ -182,7 +182,9 @@ func (n *Node) claimOutranking(rec market.JobRecord) (ballot, bool) {
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
 	b, ok := n.claims.by[rec.ID]
-	if !ok || !b.outranks(ballotOf(rec)) || !n.claimantAlive(b) {
+	if !ok || b.Coordinator == rec.Coordinator || !b.outranks(ballotOf(rec)) || !n.claimantAlive(b) {
+		// A claim holds back the job's other coordinators, not its
+		// claimant's own records of a lower term.
 		return ballot{}, false
 	}
 	return b, true
@@ -337,6 +339,16 @@ func (n *Node) release(job string, term uint64, skip peer.ID) {
 		}()
 	}
 	wg.Wait()
+}
+
+// releaseLater releases a claim won but not used (the job was adopted by
+// another path meanwhile), off the driver.
+func (n *Node) releaseLater(job string, term uint64, skip peer.ID) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.release(job, term, skip)
+	}()
 }
 
 // claimTries bounds how often a claimant raises its term past claims of

@@ -72,10 +72,9 @@ func TestOfTwoClaimantsTheOutrankedOneStartsNothing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("claims won: %d of 2 (a term each: %v)", len(won), won)
-	if len(won) == 0 {
-		t.Fatal("neither successor won its claim")
-	}
+	// Membership's own succession races the two as well: whoever wins,
+	// what follows must hold.
+	t.Logf("claims won by the two: %d", len(won))
 
 	// One new attempt runs; no second one starts on the other runners.
 	var others []*Node

@@ -421,6 +421,7 @@ func (n *Node) resumeOne(rec market.JobRecord) {
 		case claimWon:
 			n.postWait(func() {
 				if _, mine := n.mk.Job(adopt.ID); mine {
+					n.releaseLater(adopt.ID, term, "")
 					return
 				}
 				if err := n.mk.Step(market.JobAdopted{Now: time.Now(), Record: adopt, Term: term}); err != nil {

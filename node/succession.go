@@ -141,10 +141,12 @@ func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orp
 	}
 	n.postWait(func() {
 		if _, mine := n.mk.Job(adopt.ID); mine {
+			n.releaseLater(adopt.ID, term, lost) // adopted meanwhile, by another path
 			return
 		}
 		if held, ok := n.view.job(adopt.ID); ok && newer(held, adopt) && held.Coordinator != lost.String() {
-			return // taken over meanwhile
+			n.releaseLater(adopt.ID, term, lost) // taken over meanwhile
+			return
 		}
 		n.adopt(adopt, lost, term)
 	})
