@@ -33,6 +33,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/payloads", h.payload)
 	mux.HandleFunc("GET /v1/peers", h.peers)
 	mux.HandleFunc("GET /v1/cards", h.cards)
+	mux.HandleFunc("GET /v1/offers", h.offers)
 	mux.HandleFunc("GET /v1/status", h.status)
 	mux.HandleFunc("GET /v1/events", h.events)
 	mux.HandleFunc("POST /v1/drain", h.drain)

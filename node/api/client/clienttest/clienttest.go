@@ -47,6 +47,7 @@ type Backend struct {
 	feeds    map[logKey]chan []byte
 	peers    []api.Peer
 	cards    []api.Card
+	offers   []api.Offer
 	submits  []market.JobSpec
 	scripts  map[string][]market.JobRecord // what the next Job calls return, in order
 	gets     map[string]int
@@ -65,7 +66,10 @@ type logKey struct {
 	stream string
 }
 
-var _ api.Backend = (*Backend)(nil)
+var (
+	_ api.Backend     = (*Backend)(nil)
+	_ api.OfferLister = (*Backend)(nil)
+)
 
 // New returns an empty Backend whose clock is time.Now.
 func New() *Backend {
@@ -155,6 +159,13 @@ func (b *Backend) SetCards(cards []api.Card) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cards = slices.Clone(cards)
+}
+
+// SetOffers sets what Offers returns (the API filters and sorts it).
+func (b *Backend) SetOffers(offers []api.Offer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.offers = slices.Clone(offers)
 }
 
 // SetLog sets the whole output of a job's share on stream ("stdout" or
@@ -369,6 +380,13 @@ func (b *Backend) Cards(context.Context) ([]api.Card, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.cards), nil
+}
+
+// Offers returns what SetOffers set.
+func (b *Backend) Offers(context.Context) ([]api.Offer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.offers), nil
 }
 
 // Status returns a small summary: the number of jobs and peers.
