@@ -160,6 +160,12 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s := q.Get("epoch"); s != "" {
+		if req.Epoch, err = strconv.ParseUint(s, 10, 64); err != nil || req.Epoch == 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "epoch", Err: fmt.Errorf("epoch %q: want a number ≥ 1", s)})
+			return
+		}
+	}
 	if s := q.Get("offset"); s != "" {
 		if req.Offset, err = strconv.ParseInt(s, 10, 64); err != nil || req.Offset < 0 {
 			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "offset", Err: fmt.Errorf("offset %q: want a number ≥ 0", s)})

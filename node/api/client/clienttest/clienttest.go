@@ -44,6 +44,7 @@ type Backend struct {
 	order    []string
 	payloads map[string][]byte
 	logs     map[logKey][]byte
+	gone     map[logKey]string // attempts whose output is out of reach, and why
 	feeds    map[logKey]chan []byte
 	peers    []api.Peer
 	cards    []api.Card
@@ -63,6 +64,7 @@ type jobEntry struct {
 type logKey struct {
 	job    string
 	share  int
+	epoch  uint64 // 0: the share's latest attempt
 	stream string
 }
 
@@ -77,6 +79,7 @@ func New() *Backend {
 		jobs:     map[string]*jobEntry{},
 		payloads: map[string][]byte{},
 		logs:     map[logKey][]byte{},
+		gone:     map[logKey]string{},
 		feeds:    map[logKey]chan []byte{},
 		gets:     map[string]int{},
 		scripts:  map[string][]market.JobRecord{},
@@ -173,7 +176,25 @@ func (b *Backend) SetOffers(offers []api.Offer) {
 func (b *Backend) SetLog(job string, share int, stream, text string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.logs[logKey{job, share, stream}] = []byte(text)
+	b.logs[logKey{job: job, share: share, stream: stream}] = []byte(text)
+}
+
+// SetAttemptLog sets the whole output of one attempt of a job's share (by
+// its epoch) on stream: what a request naming that epoch reads.
+func (b *Backend) SetAttemptLog(job string, share int, epoch uint64, stream, text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.logs[logKey{job, share, epoch, stream}] = []byte(text)
+}
+
+// SetAttemptGone makes a request for one attempt's output fail as a node
+// answers when the attempt's runner is gone: 502 with why.
+func (b *Backend) SetAttemptGone(job string, share int, epoch uint64, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, stream := range []string{"stdout", "stderr"} {
+		b.gone[logKey{job, share, epoch, stream}] = why
+	}
 }
 
 // Feed returns a channel whose chunks a following log request of the share
@@ -182,7 +203,7 @@ func (b *Backend) SetLog(job string, share int, stream, text string) {
 func (b *Backend) Feed(job string, share int, stream string) chan<- []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := logKey{job, share, stream}
+	k := logKey{job: job, share: share, stream: stream}
 	if ch, ok := b.feeds[k]; ok {
 		return ch
 	}
@@ -314,16 +335,19 @@ func (b *Backend) Scale(_ context.Context, id string, cards int) (market.JobReco
 	return e.rec, nil
 }
 
-// Logs writes the share's stored output from req.Offset, then, when
-// following and a Feed exists, each chunk fed until the feed is closed. Like
-// a node, it answers 404 for a job without placements and for a share the
-// job's record has no placement of (Field "share").
+// Logs writes the share's stored output from req.Offset (SetLog, or
+// SetAttemptLog for a request naming an epoch), then, when following and a
+// Feed exists, each chunk fed until the feed is closed. Like a node, it
+// answers 404 for a job without placements, for a share the job's record
+// has no placement of (Field "share") and for an epoch the share has no
+// placement of (Field "epoch"), and 502 for an attempt SetAttemptGone
+// marked.
 func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
 	stream := req.Stream
 	if stream == "" {
 		stream = "stdout"
 	}
-	k := logKey{req.Job, req.Share, stream}
+	k := logKey{req.Job, req.Share, req.Epoch, stream}
 	b.mu.Lock()
 	e, known := b.jobs[req.Job]
 	var rec market.JobRecord
@@ -332,6 +356,7 @@ func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flu
 	}
 	text := b.logs[k]
 	feed := b.feeds[k]
+	gone, isGone := b.gone[k]
 	b.mu.Unlock()
 	if !known {
 		return notFound(req.Job)
@@ -342,6 +367,12 @@ func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flu
 	}
 	if !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share }) {
 		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %s", req.Job, strconv.Itoa(req.Share))}
+	}
+	if req.Epoch != 0 && !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share && p.Epoch == req.Epoch }) {
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "epoch", Err: fmt.Errorf("job %s share %d has no attempt of epoch %d", req.Job, req.Share, req.Epoch)}
+	}
+	if isGone {
+		return api.Errorf(http.StatusBadGateway, "%s", gone)
 	}
 	if req.Offset < int64(len(text)) {
 		if _, err := io.Copy(w, bytes.NewReader(text[req.Offset:])); err != nil {
