@@ -107,6 +107,18 @@ func decodeSubmission(r *http.Request) (market.SignedSpec, error) {
 }
 
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
+	if jl, ok := h.b.(JobLister); ok {
+		list, err := jl.ListJobs(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if list.Jobs == nil {
+			list.Jobs = []market.JobRecord{}
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	jobs, err := h.b.Jobs(r.Context())
 	if err != nil {
 		writeError(w, err)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -13,9 +14,23 @@ import (
 // cost_cny, exit_code}], card_seconds, cost_cny, exit_code, submitted_at,
 // running_at, ended_at, explanation) and submitted as market.JobSpec.
 
-// JobList is the body of GET /v1/jobs.
+// JobList is the body of GET /v1/jobs: the caller's jobs, newest first.
 type JobList struct {
 	Jobs []market.JobRecord `json:"jobs"`
+	// Asked is how many nodes the list was gathered from, the answering
+	// node included; 0 when it lists only what it holds.
+	Asked int `json:"asked,omitempty"`
+	// Unanswered names the members asked that did not answer in time:
+	// jobs only they hold are missing from Jobs. Absent when every member
+	// answered.
+	Unanswered []string `json:"unanswered,omitempty"`
+}
+
+// JobLister is implemented by a Backend that gathers the caller's jobs
+// from other nodes: GET /v1/jobs then calls ListJobs instead of Jobs, and
+// serves what it says of the nodes that did not answer.
+type JobLister interface {
+	ListJobs(ctx context.Context) (JobList, error)
 }
 
 // ScaleRequest is the body of POST /v1/jobs/{id}/scale.

@@ -49,10 +49,13 @@ type Backend struct {
 	peers    []api.Peer
 	cards    []api.Card
 	offers   []api.Offer
-	submits  []market.JobSpec
-	scripts  map[string][]market.JobRecord // what the next Job calls return, in order
-	gets     map[string]int
-	now      func() time.Time
+	// asked and unanswered are what ListJobs says of the nodes it asked.
+	asked      int
+	unanswered []string
+	submits    []market.JobSpec
+	scripts    map[string][]market.JobRecord // what the next Job calls return, in order
+	gets       map[string]int
+	now        func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
 	failSubmit error
 }
@@ -71,6 +74,7 @@ type logKey struct {
 var (
 	_ api.Backend     = (*Backend)(nil)
 	_ api.OfferLister = (*Backend)(nil)
+	_ api.JobLister   = (*Backend)(nil)
 )
 
 // New returns an empty Backend whose clock is time.Now.
@@ -280,6 +284,22 @@ func (b *Backend) Jobs(context.Context) ([]market.JobRecord, error) {
 		out = append(out, b.jobs[id].rec)
 	}
 	return out, nil
+}
+
+// SetUnanswered makes the job list say it asked asked nodes, of which ids
+// did not answer.
+func (b *Backend) SetUnanswered(asked int, ids ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked, b.unanswered = asked, slices.Clone(ids)
+}
+
+// ListJobs is Jobs with what SetUnanswered set.
+func (b *Backend) ListJobs(ctx context.Context) (api.JobList, error) {
+	jobs, err := b.Jobs(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return api.JobList{Jobs: jobs, Asked: b.asked, Unanswered: slices.Clone(b.unanswered)}, err
 }
 
 // Job returns the job's record, advancing its script by one.
