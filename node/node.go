@@ -71,6 +71,7 @@ type Node struct {
 	// Driver-owned (touched only on the driver goroutine).
 	mk       *market.Node
 	book     *book
+	ledger   *ledger // what this node's cards earned (earnings.go)
 	runs     map[attemptKey]*runSlot
 	coordNow atomic.Bool // this node advertises itself as a coordinator
 	standby  atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
