@@ -217,6 +217,7 @@ func (n *Node) drain() {
 		for _, note := range rd.Notifications {
 			n.notify(note)
 		}
+		n.notifyAttempts(rd)
 		if rd.Ad != nil {
 			n.advertise(*rd.Ad)
 		} else if n.supplyChanged() {

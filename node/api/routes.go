@@ -300,14 +300,16 @@ func (h *handlers) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// events streams server-sent events until the client goes or the server
-// closes; a comment line every 15 s keeps proxies from closing it.
+// events streams server-sent events, as the caller may see them
+// (Event.ForCaller), until the client goes or the server closes; a comment
+// line every 15 s keeps proxies from closing it.
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, Errorf(http.StatusInternalServerError, "streaming unsupported"))
 		return
 	}
+	caller, _ := CallerFrom(r.Context())
 	ch, stop := h.b.Subscribe()
 	defer stop()
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -327,6 +329,9 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 		case ev, ok := <-ch:
 			if !ok {
 				return
+			}
+			if ev, ok = ev.ForCaller(caller.Owner); !ok {
+				continue
 			}
 			data, _ := json.Marshal(ev)
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)

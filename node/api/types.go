@@ -83,21 +83,6 @@ type CardList struct {
 	Cards []Card `json:"cards"`
 }
 
-// Event is one server-sent event of GET /v1/events: data is the JSON of
-// Event, the SSE event name is Type.
-type Event struct {
-	Type string    `json:"type"` // "job", "member", "auction", "reroute"
-	At   time.Time `json:"at"`
-	// Job events: the job, its new state and why.
-	Job    string `json:"job,omitempty"`
-	State  string `json:"state,omitempty"`
-	From   string `json:"from,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	Epoch  uint64 `json:"epoch,omitempty"`
-	// Member events: the peer and its new state.
-	Peer string `json:"peer,omitempty"`
-}
-
 // Health is the body of /healthz and /readyz.
 type Health struct {
 	// Status is "ok", or "unready" when a readiness check fails (503).
