@@ -371,6 +371,38 @@ func (b *trackBook) records() []TrackRecord {
 	return out
 }
 
+// Seen is what a coordinator's track record says of one supplier, for
+// people (the offers a node lists): the attempts it saw end and, when it
+// saw losses, the MTBF it takes the supplier at.
+type Seen struct {
+	Node string `json:"node"`
+	// Lost and Ended count the attempts seen to end lost and cleanly.
+	Lost  int `json:"lost"`
+	Ended int `json:"ended"`
+	// MTBF is the observed MTBF clearing weighs the supplier by when it is
+	// below what the supplier advertises; 0 when the record shows no loss
+	// (the supplier is taken at its word).
+	MTBF time.Duration `json:"mtbf"`
+	// LastLoss is when the latest loss was seen; zero if none.
+	LastLoss time.Time `json:"last_loss,omitzero"`
+}
+
+// Seen returns what this node's track record says of every supplier it
+// keeps one of, by node, as of the latest event's time.
+func (n *Node) Seen() []Seen {
+	b := n.coord.track
+	out := make([]Seen, 0, len(b.recs))
+	for _, e := range b.recs {
+		s := Seen{Node: e.Node, Lost: e.Lost, Ended: e.Ended, LastLoss: e.LastLoss}
+		if mtbf, _, ok := b.observed(e.Node); ok {
+			s.MTBF = mtbf
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(x, y Seen) int { return strings.Compare(x.Node, y.Node) })
+	return out
+}
+
 // shortDuration writes d for people at the precision that matters:
 // "720h", "26h", "2h13m", "40m", "35s", "0.4s".
 func shortDuration(d time.Duration) string {

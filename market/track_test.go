@@ -157,3 +157,28 @@ func TestTrackRecordSurvivesARestartAndFades(t *testing.T) {
 		t.Errorf("ten days on j2 runs on %q (bad: %q), want bad", on, bad.Detail)
 	}
 }
+
+// TestSeenSaysWhatTheRecordSays: the track record as people read it (the
+// offers a node lists) names the losses and the MTBF clearing weighs, and
+// nothing for a supplier it never saw lose a share.
+func TestSeenSaysWhatTheRecordSays(t *testing.T) {
+	h := markettest.New(markettest.Options{Seed: 1})
+	trackCoordinator(t, h, "coord", nil)
+	trackSupplier(t, h, "bad", 9)
+	loseThreeShares(t, h)
+	seen := h.Peer("coord").Node.Seen()
+	if len(seen) != 1 {
+		t.Fatalf("Seen() = %+v, want bad alone", seen)
+	}
+	s := seen[0]
+	if s.Node != "bad" || s.Lost != 3 || s.LastLoss.IsZero() {
+		t.Errorf("Seen() = %+v, want bad with 3 losses and the last one's time", s)
+	}
+	// The explanation says "MTBF taken as 2h": the same figure.
+	if s.MTBF < 90*time.Minute || s.MTBF > 150*time.Minute {
+		t.Errorf("observed MTBF %v, want about 2h as the explanation says", s.MTBF)
+	}
+	if got := h.Peer("bad").Node.Seen(); len(got) != 0 {
+		t.Errorf("a supplier that coordinated nothing has a record: %+v", got)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
@@ -48,6 +50,11 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 		}
 		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %d (shares: %v)", req.Job, req.Share, shares(rec))}
 	}
+	if req.Epoch != 0 {
+		if p, err = attemptOfShare(rec, req.Share, req.Epoch); err != nil {
+			return err
+		}
+	}
 	write := func(b []byte) error {
 		if _, err := w.Write(b); err != nil {
 			return err
@@ -63,6 +70,12 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 	if err != nil {
 		return err
 	}
+	if m, ok := n.mesh.Member(pid); ok && (m.State == mesh.StateDead || m.State == mesh.StateLeft) {
+		// Its output stays on that machine: a call would only wait out
+		// its timeout.
+		return api.Errorf(http.StatusBadGateway, "job %s share %d epoch %d ran on %s, which %s: its output is there, out of reach",
+			req.Job, p.Share, p.Epoch, pid.ShortString(), goneAs(m.State))
+	}
 	n.dialable(pid)
 	lr := logsRequest{Job: req.Job, Share: p.Share, Epoch: p.Epoch, Stream: req.Stream, Offset: req.Offset, Follow: req.Follow}
 	data, _ := json.Marshal(lr)
@@ -74,9 +87,49 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 		return write(m.Data)
 	})
 	if err != nil {
-		return fromCallError(err)
+		if err = fromCallError(err); !isHTTPError(err) && ctx.Err() == nil {
+			err = api.Errorf(http.StatusBadGateway, "job %s share %d epoch %d ran on %s, which did not answer: %v", req.Job, p.Share, p.Epoch, pid.ShortString(), err)
+		}
+		return err
 	}
 	return nil
+}
+
+// goneAs says how a member that membership declared gone went.
+func goneAs(s mesh.State) string {
+	if s == mesh.StateLeft {
+		return "has left the mesh"
+	}
+	return "is dead (unreachable)"
+}
+
+func isHTTPError(err error) bool {
+	var he *api.HTTPError
+	return errors.As(err, &he)
+}
+
+// attemptOfShare is the placement of one attempt of a share, by epoch: a
+// 404 naming the share's epochs when it has none of that epoch or the
+// attempt never ran (its supplier rejected the award).
+func attemptOfShare(rec market.JobRecord, share int, epoch uint64) (market.Placement, error) {
+	var epochs []string
+	for _, p := range rec.Placements {
+		if p.Share != share {
+			continue
+		}
+		if p.Epoch == epoch {
+			if p.State == market.PlacementRejected {
+				return p, &api.HTTPError{Status: http.StatusNotFound, Field: "epoch",
+					Err: fmt.Errorf("job %s share %d epoch %d never ran: its supplier rejected the award", rec.ID, share, epoch)}
+			}
+			return p, nil
+		}
+		if p.State != market.PlacementRejected {
+			epochs = append(epochs, strconv.FormatUint(p.Epoch, 10))
+		}
+	}
+	return market.Placement{}, &api.HTTPError{Status: http.StatusNotFound, Field: "epoch",
+		Err: fmt.Errorf("job %s share %d has no attempt of epoch %d (its attempts: epoch %s)", rec.ID, share, epoch, strings.Join(epochs, ", "))}
 }
 
 // localLogs streams an attempt's output from this node's files, following

@@ -41,6 +41,9 @@ func (n *Node) startMarket(cards []device.Card) error {
 	if mcfg.EndedAttempts, err = n.readAttempts(mcfg.ReportTTL); err != nil {
 		return err
 	}
+	if err := n.loadEarnings(mcfg.EndedAttempts); err != nil {
+		return fmt.Errorf("node: reading earnings: %w", err)
+	}
 	mk, err := market.New(mcfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -214,6 +217,7 @@ func (n *Node) drain() {
 		for _, note := range rd.Notifications {
 			n.notify(note)
 		}
+		n.notifyAttempts(rd)
 		if rd.Ad != nil {
 			n.advertise(*rd.Ad)
 		} else if n.supplyChanged() {
@@ -223,8 +227,9 @@ func (n *Node) drain() {
 	}
 }
 
-// persist writes the changed job records and attempts in one transaction
-// before anything that depends on them leaves the node.
+// persist writes the changed job records and attempts, and what the
+// attempts earned, in one transaction before anything that depends on them
+// leaves the node.
 func (n *Node) persist(rd market.Ready) {
 	var ops []store.Op
 	for _, node := range rd.ForgetTrackRecords { // before TrackRecords: one may be dropped and seen again
@@ -253,14 +258,18 @@ func (n *Node) persist(rd market.Ready) {
 			}
 		}
 	}
+	now := time.Now()
 	for _, a := range rd.Attempts {
-		n.observeEarned(a)
+		n.earn(now, a)
 		key := attemptName(a.Job, a.Share, a.Epoch)
 		if a.State == market.AttemptClosed {
 			ops = append(ops, store.Delete(store.Attempts, key))
 		} else {
 			ops = append(ops, store.Put(store.Attempts, key, a))
 		}
+	}
+	if len(rd.Attempts) > 0 {
+		ops = append(ops, n.ledger.ops(now)...) // what was counted goes with the attempts it was counted of
 	}
 	if err := n.storeApply(ops); err != nil {
 		n.log.Error("cannot write state; what this node decides now may not survive a restart", "err", err)

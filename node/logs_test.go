@@ -3,10 +3,14 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -36,5 +40,83 @@ func TestFollowingAnEndedJobReturns(t *testing.T) {
 	}
 	if out.String() != "first\nlast\n" {
 		t.Errorf("output %q, want both lines", out.String())
+	}
+}
+
+// The output of a share's earlier attempts stays readable by epoch after
+// the share moved (here: its first runner drained), from any node; an
+// epoch the share never had is a 404 naming its epochs; an attempt whose
+// runner is gone says so.
+func TestLogsOfEarlierAttempts(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
+	coord := sm.nodes[0]
+	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
+	sm.waitBook(coord, 2)
+	ctx := context.Background()
+	spec := market.JobSpec{ID: "moved-logs", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo attempt $GPUMESH_EPOCH; sleep 300"}}
+	if _, err := coord.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, spec.ID, 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(rec)
+	runner := sm.byID(first.Node)
+	logs := func(from *Node, epoch uint64) (string, error) {
+		var out bytes.Buffer
+		err := from.Logs(ctx, api.LogRequest{Job: spec.ID, Epoch: epoch}, &out, func() {})
+		return out.String(), err
+	}
+	firstOut := fmt.Sprintf("attempt %d\n", first.Epoch)
+	eventually(t, 10*time.Second, "the first attempt printed", func() bool {
+		out, err := logs(coord, 0)
+		return err == nil && out == firstOut
+	})
+
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := runner.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	var second market.Placement
+	eventually(t, 20*time.Second, "the share runs again elsewhere", func() bool {
+		r, err := coord.Job(ctx, spec.ID)
+		p, ok := livePlacement(r)
+		second = p
+		return err == nil && ok && p.Epoch > first.Epoch && p.Node != first.Node
+	})
+	secondOut := fmt.Sprintf("attempt %d\n", second.Epoch)
+	eventually(t, 10*time.Second, "the second attempt printed", func() bool {
+		out, err := logs(coord, 0)
+		return err == nil && out == secondOut
+	})
+	for _, from := range sm.nodes {
+		if out, err := logs(from, first.Epoch); err != nil || out != firstOut {
+			t.Errorf("epoch %d read through %s: %q, %v; want %q", first.Epoch, from.ID().ShortString(), out, err, firstOut)
+		}
+		if out, err := logs(from, second.Epoch); err != nil || out != secondOut {
+			t.Errorf("epoch %d read through %s: %q, %v; want %q", second.Epoch, from.ID().ShortString(), out, err, secondOut)
+		}
+	}
+	_, err := logs(coord, 99)
+	var he *api.HTTPError
+	want := fmt.Sprintf("has no attempt of epoch 99 (its attempts: epoch %d, %d)", first.Epoch, second.Epoch)
+	if !errors.As(err, &he) || he.Status != 404 || he.Field != "epoch" || !strings.Contains(he.Error(), want) {
+		t.Errorf("epoch 99: %v, want a 404 on epoch saying %q", err, want)
+	}
+
+	// The first runner goes: its attempt's output goes with it, and
+	// reading it says so; the current attempt's output stays readable.
+	if err := sm.net.Crash(runner.ID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the coordinator sees the first runner dead", func() bool {
+		m, ok := coord.Mesh().Member(runner.ID())
+		return ok && m.State == mesh.StateDead
+	})
+	_, err = logs(coord, first.Epoch)
+	if !errors.As(err, &he) || he.Status != 502 || !strings.Contains(he.Error(), "ran on "+runner.ID().ShortString()+", which is dead") {
+		t.Errorf("epoch %d after its runner died: %v, want a 502 saying its runner is dead", first.Epoch, err)
+	}
+	if out, err := logs(coord, second.Epoch); err != nil || out != secondOut {
+		t.Errorf("epoch %d after the first runner died: %q, %v", second.Epoch, out, err)
 	}
 }

@@ -71,6 +71,8 @@ type Node struct {
 	// Driver-owned (touched only on the driver goroutine).
 	mk       *market.Node
 	book     *book
+	ledger   *ledger             // what this node's cards earned (earnings.go)
+	endsSent map[attemptKey]bool // attempts whose end was published (events.go)
 	runs     map[attemptKey]*runSlot
 	coordNow atomic.Bool // this node advertises itself as a coordinator
 	standby  atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
@@ -128,6 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		wake:   make(chan struct{}, 1),
 
 		runs:       map[attemptKey]*runSlot{},
+		endsSent:   map[attemptKey]bool{},
 		pendingAds: map[peer.ID]gossip.Ad{},
 		roles:      map[peer.ID]memberRole{},
 		view:       newView(),

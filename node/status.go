@@ -19,13 +19,12 @@ const statusEvery = time.Second
 
 // observer is the driver's bookkeeping for metrics: when jobs started
 // rerouting, what they had been billed, which peers flap, and the latest
-// status.
+// status. What this node earned is the ledger's (earnings.go).
 type observer struct {
 	m         *metrics.Metrics
 	flaps     *metrics.Flaps
 	rerouting map[string]time.Time // job → when it started rerouting
 	billed    map[string]billed    // job → what AddBilling has counted
-	earned    map[attemptKey]float64
 	status    atomic.Pointer[api.Status]
 	built     time.Time
 }
@@ -38,7 +37,6 @@ func newObserver(m *metrics.Metrics) *observer {
 		flaps:     metrics.NewFlaps(10*time.Minute, 6),
 		rerouting: map[string]time.Time{},
 		billed:    map[string]billed{},
-		earned:    map[attemptKey]float64{},
 	}
 }
 
@@ -96,19 +94,6 @@ func (n *Node) observeBill(rec market.JobRecord) {
 	}
 }
 
-// observeEarned counts what this node's cards earned from an attempt.
-func (n *Node) observeEarned(a market.Attempt) {
-	key := attemptKey{a.Job, a.Share, a.Epoch}
-	prev := n.obs.earned[key]
-	if d := a.CardSeconds - prev; d > 0 {
-		_ = n.obs.m.AddBilling(metrics.SideEarned, d, d/3600*a.PriceCNY)
-		n.obs.earned[key] = a.CardSeconds
-	}
-	if a.State == market.AttemptClosed {
-		delete(n.obs.earned, key)
-	}
-}
-
 // refreshStatus rebuilds the status on the driver when it is older than
 // statusEvery.
 func (n *Node) refreshStatus(now time.Time) {
@@ -116,6 +101,7 @@ func (n *Node) refreshStatus(now time.Time) {
 		return
 	}
 	n.obs.built = now
+	n.accrue(now)
 	st := n.buildStatus(now)
 	n.obs.m.Sample(now)
 	n.obs.m.Fill(now, st)
@@ -167,6 +153,7 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 		}
 	}
 	st.Warnings = append(st.Warnings, n.obs.flaps.Warnings(now)...)
+	st.Earnings = n.ledger.summary(now)
 	return st
 }
 

@@ -31,9 +31,10 @@ import (
 //     is signed with the node's own owner key (Config.Owner).
 //   - The API (tenantAPI) serves a job's record, bill, logs and checkpoint,
 //     and cancels or scales it, only for the owner the request
-//     authenticated as (api.Caller); GET /v1/jobs lists the caller's jobs.
-//   - Between nodes, a cancel, a scale, a log read and a checkpoint read
-//     carry the owner's signed request (sealedCall): the peer that acts —
+//     authenticated as (api.Caller); GET /v1/jobs lists the caller's jobs,
+//     gathered from the members that hold records (joblist.go).
+//   - Between nodes, a cancel, a scale, a log read, a checkpoint read and a
+//     job list carry the owner's signed request (sealedCall): the peer that acts —
 //     the coordinator, the runner — verifies it and the owner itself. An
 //     in-process call is signed with the node's owner key, so a peer obeys
 //     it only for that key's jobs. Job records themselves are shared among
@@ -50,7 +51,7 @@ const kindCheckpointOwner = "ckpt.owner"
 
 // ownerKinds are the calls that act for an owner and must carry the
 // owner's signed request.
-var ownerKinds = map[string]bool{kindCancel: true, kindScale: true, kindLogs: true, kindCheckpointOwner: true}
+var ownerKinds = map[string]bool{kindCancel: true, kindScale: true, kindLogs: true, kindCheckpointOwner: true, kindJobsList: true}
 
 // sealedCall is a call made for an owner: the owner's signed request, the
 // body it covers, and the call's own data.
@@ -126,6 +127,8 @@ func ownerRequest(req any) (method, target string, body []byte) {
 		return http.MethodGet, "/v1/jobs/" + r.Job + "/logs", nil
 	case checkpointQuery:
 		return http.MethodGet, "/v1/jobs/" + r.Job + "/checkpoint", nil
+	case jobsListRequest:
+		return http.MethodGet, "/v1/jobs", nil
 	}
 	return http.MethodGet, "/v1/jobs", nil
 }
@@ -153,6 +156,9 @@ func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(st
 		return true, asCallError(api.Errorf(http.StatusUnauthorized, "%s must carry the job owner's signed request: %v", req.Kind, err))
 	}
 	req.Data = sc.Call
+	if req.Kind == kindJobsList {
+		return true, n.serveJobsList(&sc, reply)
+	}
 	var job string
 	var scale scaleRequest
 	var query checkpointQuery
@@ -275,6 +281,7 @@ var (
 	_ api.Backend          = tenantAPI{}
 	_ api.SignedSubmitter  = tenantAPI{}
 	_ api.CheckpointReader = tenantAPI{}
+	_ api.JobLister        = tenantAPI{}
 )
 
 // callerOwner is the owner an API request authenticated as. A request
@@ -333,24 +340,12 @@ func (t tenantAPI) SubmitSigned(ctx context.Context, s market.SignedSpec) (marke
 	return t.submitSigned(ctx, s)
 }
 
-// Jobs implements api.Backend: the caller's jobs; none for a caller that is
-// no owner (the admin's dashboard lists none).
+// Jobs implements api.Backend: the caller's jobs wherever they are
+// coordinated (ListJobs); none for a caller that is no owner (the admin's
+// dashboard lists none).
 func (t tenantAPI) Jobs(ctx context.Context) ([]market.JobRecord, error) {
-	who, err := callerOwner(ctx)
-	if err != nil {
-		return nil, nil
-	}
-	all, err := t.Node.Jobs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	mine := all[:0]
-	for _, rec := range all {
-		if rec.Spec.Owner == string(who) {
-			mine = append(mine, rec)
-		}
-	}
-	return mine, nil
+	list, err := t.ListJobs(ctx)
+	return list.Jobs, err
 }
 
 // Job implements api.Backend for the job's owner.

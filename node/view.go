@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
-	"github.com/gpumesh/gpumesh/mesh"
-	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // view is what API goroutines read without asking the driver: the records
@@ -106,76 +104,6 @@ func sortJobs(recs []market.JobRecord) {
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-}
-
-// hub fans API events out to subscribers; a subscriber that falls behind
-// misses events rather than slowing the node.
-type hub struct {
-	mu     sync.Mutex
-	subs   map[chan api.Event]struct{}
-	closed bool
-}
-
-func newHub() *hub { return &hub{subs: map[chan api.Event]struct{}{}} }
-
-func (h *hub) subscribe() (<-chan api.Event, func()) {
-	ch := make(chan api.Event, 256)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	h.subs[ch] = struct{}{}
-	return ch, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if _, ok := h.subs[ch]; ok {
-			delete(h.subs, ch)
-			close(ch)
-		}
-	}
-}
-
-func (h *hub) publish(ev api.Event) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.subs {
-		select {
-		case ch <- ev:
-		default:
-		}
-	}
-}
-
-func (h *hub) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closed = true
-	for ch := range h.subs {
-		close(ch)
-		delete(h.subs, ch)
-	}
-}
-
-// notify publishes a job's change of state (and, for the dashboard, an
-// auction that cleared or a reroute that began), and feeds the metrics.
-func (n *Node) notify(note market.Notification) {
-	n.observeNote(note)
-	ev := api.Event{Type: "job", At: note.At, Job: note.Job, State: string(note.To), From: string(note.From), Reason: note.Reason, Epoch: note.Epoch}
-	n.events.publish(ev)
-	switch note.To {
-	case market.JobRerouting:
-		ev.Type = "reroute"
-		n.events.publish(ev)
-	case market.JobPlacing:
-		ev.Type = "auction"
-		n.events.publish(ev)
-	}
-}
-
-func memberEvent(ev mesh.Event) api.Event {
-	return api.Event{Type: "member", At: ev.Time, Peer: ev.Peer.String(), State: ev.Kind.String()}
 }
 
 // newer reports whether rec supersedes old, a record of the same job. A

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 
@@ -17,10 +19,11 @@ import (
 
 func newLogsCommand(e env) *cobra.Command {
 	var (
-		af     apiFlags
-		follow bool
-		share  int
-		stderr bool
+		af      apiFlags
+		follow  bool
+		share   int
+		stderr  bool
+		attempt string
 	)
 	cmd := &cobra.Command{
 		Use:   "logs ID",
@@ -29,9 +32,18 @@ func newLogsCommand(e env) *cobra.Command {
 otherwise): its standard output, or with --stderr its standard error. Any
 node finds the job. -f keeps printing while the share runs, until it ends
 or you press Ctrl-C; for a job that has not started yet, it first waits
-for the share to start (saying so on stderr).`,
+for the share to start (saying so on stderr).
+
+A share that was placed again (its node was lost, drained or preempted)
+has one attempt per placement, numbered by epoch as ` + "`gpumesh job ID`" + ` lists
+them. Without --attempt the output is the latest attempt's; --attempt EPOCH
+prints an earlier one's, and --attempt all prints each attempt's in epoch
+order under a header line naming its epoch and node (with -f it then
+follows the latest). An attempt's output stays on the node that ran it: an
+attempt whose node is gone says so, and the others are still printed.`,
 		Example: `  gpumesh logs j3fk2x9q0m1z8c7vb -f
-  gpumesh logs j3fk2x9q0m1z8c7vb --share 1 --stderr`,
+  gpumesh logs j3fk2x9q0m1z8c7vb --share 1 --stderr
+  gpumesh logs j3fk2x9q0m1z8c7vb --attempt all`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -41,26 +53,38 @@ for the share to start (saying so on stderr).`,
 			if share < 0 {
 				return usagef("--share: must be 0 or more, got %d", share)
 			}
+			var epoch uint64
+			if attempt != "" && attempt != "all" {
+				n, err := strconv.ParseUint(attempt, 10, 64)
+				if err != nil || n == 0 {
+					return usagef("--attempt %q: want an epoch (a number from 1, as gpumesh job lists) or all", attempt)
+				}
+				epoch = n
+			}
 			c, err := af.client(e)
 			if err != nil {
 				return err
 			}
 			defer c.CloseIdleConnections()
-			req := api.LogRequest{Job: id, Share: share, Follow: follow, Stream: "stdout"}
+			req := api.LogRequest{Job: id, Share: share, Epoch: epoch, Follow: follow, Stream: "stdout"}
 			if stderr {
 				req.Stream = "stderr"
 			}
 			ctx := cmd.Context()
-			_, err = c.Logs(ctx, req, e.stdout)
-			if follow && errors.Is(err, client.ErrNotFound) {
-				// Right after submit the share may not run yet: wait for it.
-				err = followWhenStarted(ctx, e, c, req, err)
+			if attempt == "all" {
+				err = allAttempts(ctx, e, c, req)
+			} else {
+				_, err = c.Logs(ctx, req, e.stdout)
+				if follow && epoch == 0 && errors.Is(err, client.ErrNotFound) {
+					// Right after submit the share may not run yet: wait for it.
+					err = followWhenStarted(ctx, e, c, req, err)
+				}
 			}
 			if err != nil && follow && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return nil // Ctrl-C is how one stops following
 			}
 			if err != nil {
-				return apiError(err, map[string]string{"share": "--share", "stream": "--stderr"})
+				return apiError(err, logsFlags)
 			}
 			return nil
 		},
@@ -68,8 +92,101 @@ for the share to start (saying so on stderr).`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing while the share runs")
 	cmd.Flags().IntVar(&share, "share", 0, "the share whose output to print")
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print standard error instead of standard output")
+	cmd.Flags().StringVar(&attempt, "attempt", "", "the attempt whose output to print: its `EPOCH`, or all (default: the latest)")
 	af.registerOwner(cmd)
 	return cmd
+}
+
+// logsFlags names the flag behind each log request field.
+var logsFlags = map[string]string{"share": "--share", "stream": "--stderr", "epoch": "--attempt"}
+
+// allAttempts is logs --attempt all: every attempt of the share in epoch
+// order, each under a header line; an attempt whose output cannot be read
+// (its node is gone) says why in place of its output. It fails only when
+// the job cannot be read, the caller may not read it, or no attempt's
+// output could be read.
+func allAttempts(ctx context.Context, e env, c *client.Client, req api.LogRequest) error {
+	rec, err := c.Job(ctx, req.Job)
+	if err != nil {
+		return err
+	}
+	var attempts []market.Placement
+	for _, p := range rec.Placements {
+		if p.Share == req.Share && p.State != market.PlacementRejected {
+			attempts = append(attempts, p)
+		}
+	}
+	slices.SortFunc(attempts, func(a, b market.Placement) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	if len(attempts) == 0 {
+		return fmt.Errorf("job %s (%s) has no attempt of share %d yet", req.Job, rec.State, req.Share)
+	}
+	out := &lineTracker{w: e.stdout}
+	read := 0
+	last := "" // why the last attempt's output could not be read
+	for i, p := range attempts {
+		if i > 0 {
+			out.endLine()
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintln(out, attemptHeader(p))
+		r := req
+		r.Epoch, r.Offset, r.Follow = p.Epoch, 0, req.Follow && i == len(attempts)-1
+		_, err := c.Logs(ctx, r, out)
+		switch {
+		case err == nil:
+			read++
+		case ctx.Err() != nil, errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
+			return err
+		default:
+			var ae *client.APIError
+			last = err.Error()
+			if errors.As(err, &ae) {
+				last = ae.Message
+			}
+			out.endLine()
+			fmt.Fprintf(out, "(no output: %s)\n", oneLine(last))
+		}
+	}
+	if read == 0 {
+		// Not wrapped: the node's answer is only the last attempt's.
+		return fmt.Errorf("the output of none of the %s of job %s share %d could be read; the last: %s", text.Count(len(attempts), "attempt"), req.Job, req.Share, oneLine(last))
+	}
+	return nil
+}
+
+// attemptHeader names an attempt: "==> share 0 · epoch 2 · node 12*abcdef ·
+// lost: renewals stopped <==".
+func attemptHeader(p market.Placement) string {
+	state := string(p.State)
+	why := p.Reason
+	if why == "" {
+		why = string(p.Cause)
+	}
+	if why != "" {
+		state += ": " + why
+	}
+	return fmt.Sprintf("==> share %d · epoch %d · node %s · %s <==", p.Share, p.Epoch, shortID(p.Node), oneLine(state))
+}
+
+// lineTracker is a writer that knows whether what it wrote ends a line.
+type lineTracker struct {
+	w       io.Writer
+	midLine bool
+}
+
+func (l *lineTracker) Write(b []byte) (int, error) {
+	n, err := l.w.Write(b)
+	if n > 0 {
+		l.midLine = b[n-1] != '\n'
+	}
+	return n, err
+}
+
+// endLine ends a line the output left open.
+func (l *lineTracker) endLine() {
+	if l.midLine {
+		fmt.Fprintln(l)
+	}
 }
 
 // followWhenStarted is logs -f on a share that had no output to give

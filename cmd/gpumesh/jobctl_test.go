@@ -197,3 +197,91 @@ func TestLogsFollowMissingShare(t *testing.T) {
 	}
 	oneLineErr(t, "unknown job", errOut, `job "jnope" not found`)
 }
+
+// rerouted is a job whose share 0 ran on node A (epoch 1, lost), then on
+// node B (epoch 2, running); share 1 ran once.
+func rerouted() market.JobRecord {
+	r := market.JobRecord{ID: "jmoved", State: market.JobRunning, Epoch: 2}
+	r.Placements = []market.Placement{
+		{Share: 0, Epoch: 1, Node: nodeA, State: market.PlacementLost, Reason: "renewals stopped", StartedAt: time.Now()},
+		{Share: 1, Epoch: 1, Node: nodeA, State: market.PlacementRunning, StartedAt: time.Now()},
+		{Share: 0, Epoch: 2, Node: nodeB, State: market.PlacementRunning, StartedAt: time.Now()},
+		{Share: 0, Epoch: 3, Node: nodeA, State: market.PlacementRejected, Reason: "no cards"},
+	}
+	return r
+}
+
+// logs --attempt EPOCH prints an earlier attempt's output; --attempt all
+// prints every attempt's in epoch order under a header naming its epoch
+// and node.
+func TestLogsOfEarlierAttempts(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(rerouted())
+	n.b.SetLog("jmoved", 0, "stdout", "step 48\n")
+	n.b.SetAttemptLog("jmoved", 0, 1, "stdout", "step 1\nstep 47")
+	n.b.SetAttemptLog("jmoved", 0, 2, "stdout", "resumed at step 47\nstep 48\n")
+	if code, out, errOut := n.run("logs", "jmoved"); code != 0 || out != "step 48\n" || errOut != "" {
+		t.Errorf("latest: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := n.run("logs", "jmoved", "--attempt", "1"); code != 0 || out != "step 1\nstep 47" || errOut != "" {
+		t.Errorf("--attempt 1: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, errOut := n.run("logs", "jmoved", "--attempt", "all")
+	want := "==> share 0 · epoch 1 · node 12*aaaaaa · lost: renewals stopped <==\n" +
+		"step 1\nstep 47\n" +
+		"\n==> share 0 · epoch 2 · node 12*bbbbbb · running <==\n" +
+		"resumed at step 47\nstep 48\n"
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("--attempt all: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+
+	// The first attempt's node is gone: that attempt says so, the others
+	// still print, and the command succeeds.
+	n.b.SetAttemptGone("jmoved", 0, 1, "job jmoved share 0 epoch 1 ran on 12*aaaaaa, which is dead (unreachable): its output is there, out of reach")
+	code, out, errOut = n.run("logs", "jmoved", "--attempt", "all")
+	want = "==> share 0 · epoch 1 · node 12*aaaaaa · lost: renewals stopped <==\n" +
+		"(no output: job jmoved share 0 epoch 1 ran on 12*aaaaaa, which is dead (unreachable): its output is there, out of reach)\n" +
+		"\n==> share 0 · epoch 2 · node 12*bbbbbb · running <==\n" +
+		"resumed at step 47\nstep 48\n"
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("--attempt all, epoch 1 gone: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+	// Asked for alone, the gone attempt is an error that says why.
+	code, out, errOut = n.run("logs", "jmoved", "--attempt", "1")
+	if code != exitError || out != "" {
+		t.Errorf("--attempt 1, gone: exit %d, %q", code, out)
+	}
+	oneLineErr(t, "--attempt 1, gone", errOut, "which is dead (unreachable)")
+	// Every attempt gone: the command fails.
+	n.b.SetAttemptGone("jmoved", 0, 2, "ran on 12*bbbbbb, which has left the mesh")
+	code, _, errOut = n.run("logs", "jmoved", "--attempt", "all")
+	if code != exitError {
+		t.Errorf("--attempt all, every attempt gone: exit %d", code)
+	}
+	oneLineErr(t, "every attempt gone", errOut, "none of the 2 attempts of job jmoved share 0 could be read", "which has left the mesh")
+}
+
+func TestLogsAttemptBadInput(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(rerouted())
+	for _, bad := range []string{"0", "-1", "last", "2.5"} {
+		code, out, errOut := n.run("logs", "jmoved", "--attempt", bad)
+		if code != exitUsage || out != "" {
+			t.Errorf("--attempt %s: exit %d, %q", bad, code, out)
+		}
+		oneLineErr(t, "--attempt "+bad, errOut, "--attempt", "want an epoch")
+	}
+	// An epoch the share never had: the node's 404 names the flag.
+	code, _, errOut := n.run("logs", "jmoved", "--attempt", "9")
+	if code != exitError {
+		t.Errorf("--attempt 9: exit %d", code)
+	}
+	oneLineErr(t, "--attempt 9", errOut, "has no attempt of epoch 9")
+	// A job never placed: nothing to print, and the command says so.
+	n.b.AddJob(market.JobRecord{ID: "jwait", State: market.JobPending})
+	code, _, errOut = n.run("logs", "jwait", "--attempt", "all")
+	if code != exitError {
+		t.Errorf("--attempt all of an unplaced job: exit %d", code)
+	}
+	oneLineErr(t, "unplaced", errOut, "job jwait (pending) has no attempt of share 0 yet")
+}

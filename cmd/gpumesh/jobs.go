@@ -22,11 +22,14 @@ func newJobsCommand(e env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
-		Short: "List the jobs a node knows",
-		Long: `List the jobs the node knows, newest first: those it coordinates or holds a
-copy of, and those submitted through it. COST is the bill so far in CNY;
-EPOCH counts placements (it rises each time a share is placed again).
---json prints the records as a JSON array.`,
+		Short: "List your jobs",
+		Long: `List your jobs, newest first, asked of any node: it gathers them from the
+members that coordinate jobs and hold their records, so a node that joined
+a minute ago lists them as well as their coordinator. When some member does
+not answer in time, a note on stderr names it: jobs only it holds are
+missing from the list. COST is the bill so far in CNY; EPOCH counts
+placements (it rises each time a share is placed again). --json prints the
+records as a JSON array (the note stays on stderr).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := af.client(e)
@@ -34,9 +37,22 @@ EPOCH counts placements (it rises each time a share is placed again).
 				return err
 			}
 			defer c.CloseIdleConnections()
-			jobs, err := c.Jobs(cmd.Context())
+			list, err := c.JobList(cmd.Context())
 			if err != nil {
 				return apiError(err, nil)
+			}
+			jobs := list.Jobs
+			if len(list.Unanswered) > 0 {
+				ids := make([]string, len(list.Unanswered))
+				for i, id := range list.Unanswered {
+					ids[i] = shortID(id)
+				}
+				asked := ""
+				if list.Asked > 0 {
+					asked = fmt.Sprintf(" of %d", list.Asked)
+				}
+				fmt.Fprintf(e.stderr, "gpumesh: %d%s nodes asked did not answer in time (%s): jobs only they hold are not listed\n",
+					len(ids), asked, strings.Join(ids, ", "))
 			}
 			slices.SortStableFunc(jobs, func(a, b market.JobRecord) int {
 				if c := b.SubmittedAt.Compare(a.SubmittedAt); c != 0 {

@@ -300,3 +300,27 @@ func TestJobExplainSingular(t *testing.T) {
 		t.Errorf("explain:\n%s", out)
 	}
 }
+
+// When a member holding job records did not answer, the list says so on
+// stderr, naming it; the table and the JSON array stay as they are.
+func TestJobsNoteWhenAMemberDidNotAnswer(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.AddJob(market.JobRecord{ID: "j1", State: market.JobRunning, SubmittedAt: time.Now()})
+	n.b.SetUnanswered(5, nodeA, nodeB)
+	code, out, errOut := n.run("jobs")
+	if rows := table(out); code != 0 || len(rows) != 2 || rows[1][0] != "j1" {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+	oneLineErr(t, "jobs", errOut, "2 of 5 nodes asked did not answer in time (12*aaaaaa, 12*bbbbbb): jobs only they hold are not listed")
+	code, out, errOut = n.run("jobs", "--json")
+	var jobs []market.JobRecord
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 {
+		t.Errorf("--json: exit %d\n%s", code, out)
+	}
+	oneLineErr(t, "jobs --json", errOut, "2 of 5 nodes asked did not answer")
+	// Every member answered: no note.
+	n.b.SetUnanswered(5)
+	if code, _, errOut := n.run("jobs"); code != 0 || errOut != "" {
+		t.Errorf("all answered: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -31,6 +31,9 @@ func newStatusCommand(e env) *cobra.Command {
 		Short: "Show the mesh's health as a node sees it",
 		Long: `Show one screen about the mesh, as the node behind --api sees it: the node
 itself (peer ID, version, uptime, NAT reachability, its cards and their health),
+what its cards earned (today, this week from Monday, in all, by model: the
+card-seconds of the jobs they ran at the price each was awarded at, as the
+jobs are billed),
 the mesh (members by state, cards total/free/busy by model and by vendor,
 regions), the jobs the node coordinates (by state, reroutes in the last hour,
 placement latency over the last 5 minutes), gossip (mesh peers, messages/s,
@@ -116,6 +119,9 @@ func writeStatus(w io.Writer, st *api.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if st.Earnings != nil {
+		writeEarnings(w, st.Earnings, len(n.Cards) > 0)
+	}
 
 	m := st.Mesh
 	fmt.Fprintf(w, "\nMESH   %s: %d alive, %d suspect, %d dead, %d left\n",
@@ -166,6 +172,32 @@ func writeStatus(w io.Writer, st *api.Status) error {
 		fmt.Fprintf(w, "  ! %s\n", oneLine(s))
 	}
 	return nil
+}
+
+// writeEarnings prints what this node's cards earned: today, this week and
+// in all, then by model.
+func writeEarnings(w io.Writer, e *api.Earnings, hasCards bool) {
+	if e.Total.CardSeconds <= 0 {
+		why := ""
+		if !hasCards {
+			why = ": this node offers no cards"
+		}
+		fmt.Fprintf(w, "\nEARNED nothing yet%s\n", why)
+		return
+	}
+	amount := func(x api.Earned) string {
+		return fmt.Sprintf("%s CNY (%.1f card-hours)", cny(x.CNY), x.CardSeconds/3600)
+	}
+	fmt.Fprintf(w, "\nEARNED today %s · this week %s · in all %s since %s\n",
+		amount(e.Today), amount(e.Week), amount(e.Total), e.Since.Local().Format(time.DateOnly))
+	mw := len("MODEL")
+	for _, r := range e.ByModel {
+		mw = max(mw, len(oneLine(r.Model)))
+	}
+	fmt.Fprintf(w, "       %-*s  %10s  %10s  %10s\n", mw, "MODEL", "TODAY", "THIS WEEK", "IN ALL")
+	for _, r := range e.ByModel {
+		fmt.Fprintf(w, "       %-*s  %10s  %10s  %10s\n", mw, oneLine(r.Model), cny(r.Today.CNY), cny(r.Week.CNY), cny(r.Total.CNY))
+	}
 }
 
 // writeCapacity prints the cards by model, then by vendor: names left,

@@ -50,6 +50,14 @@ func sampleStatus() api.Status {
 		},
 		Warnings: []string{"card GPU-bbbb unhealthy: Xid 79", "peer 12D3KooWQ… flapping: 6 state changes in 10m"},
 	}
+	st.Earnings = &api.Earnings{
+		Today: api.Earned{CNY: 12.34, CardSeconds: 2 * 3600}, Week: api.Earned{CNY: 80.5, CardSeconds: 13 * 3600}, Total: api.Earned{CNY: 310, CardSeconds: 50 * 3600},
+		Since: time.Date(2026, 11, 2, 9, 0, 0, 0, time.Local),
+		ByModel: []api.ModelEarned{
+			{Model: "h100-sxm-80g", Today: api.Earned{CNY: 12.34}, Week: api.Earned{CNY: 77.5}, Total: api.Earned{CNY: 300}},
+			{Model: "rtx4090-48g", Week: api.Earned{CNY: 3}, Total: api.Earned{CNY: 10}},
+		},
+	}
 	st.Mesh.Members = api.MemberCounts{Alive: 3, Suspect: 1, Dead: 1}
 	st.Mesh.AddCards(api.Capacity{Model: "h100-sxm-80g", Vendor: "nvidia", Free: 6, Reserved: 1, Busy: 1})
 	st.Mesh.AddCards(api.Capacity{Model: "mtt-s4000-48g", Vendor: "mthreads", Busy: 4})
@@ -88,6 +96,10 @@ func TestStatusScreen(t *testing.T) {
 		"version v0.1.0 · up 3h12m · reachability private (behind NAT: reached through relays) · region cn-east · coordinator\n",
 		"CARDS  h100-sxm-80g  GPU-aaaa  running j-7f3a9c  ok\n",
 		"h100-sxm-80g  GPU-bbbb  free              UNHEALTHY: Xid 79: fallen off the bus\n",
+		"EARNED today 12.34 CNY (2.0 card-hours) · this week 80.50 CNY (13.0 card-hours) · in all 310.00 CNY (50.0 card-hours) since 2026-11-02\n",
+		"       MODEL              TODAY   THIS WEEK      IN ALL\n",
+		"       h100-sxm-80g       12.34       77.50      300.00\n",
+		"       rtx4090-48g         0.00        3.00       10.00\n",
 		"MESH   5 members: 3 alive, 1 suspect, 1 dead, 0 left\n",
 		"regions: cn-east 1 member, 8 cards · cn-north 1 member, 4 cards\n",
 		"cards: 12 total, 6 free, 1 reserved, 5 busy\n",
@@ -111,14 +123,14 @@ func TestStatusScreen(t *testing.T) {
 
 func TestStatusQuietMesh(t *testing.T) {
 	// A node alone, nothing placed, nothing wrong.
-	st := api.Status{Node: api.NodeStatus{PeerID: "12D3KooWA", Version: "devel", UptimeSeconds: 42}, Warnings: []string{}}
+	st := api.Status{Node: api.NodeStatus{PeerID: "12D3KooWA", Version: "devel", UptimeSeconds: 42}, Warnings: []string{}, Earnings: &api.Earnings{}}
 	st.Mesh.Members.Alive = 1
 	code, out, _ := runStatus(t, nil, "status", "--api", statusServer(t, st, ""))
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{
-		"up 42s · reachability unknown\n", "no cards\n", "MESH   1 member: 1 alive",
+		"up 42s · reachability unknown\n", "no cards\n", "EARNED nothing yet: this node offers no cards\n", "MESH   1 member: 1 alive",
 		"JOBS   none coordinated here\n", "no jobs placed\n", "reroutes (last 0s): none\n",
 		"rejected: none\n", "WARNINGS none\n",
 	} {

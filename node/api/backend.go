@@ -10,8 +10,11 @@ import (
 
 // LogRequest names the output a GET /v1/jobs/{id}/logs wants.
 type LogRequest struct {
-	Job    string
-	Share  int    // default 0
+	Job   string
+	Share int // default 0
+	// Epoch names one attempt of the share (its epoch, parameter "epoch");
+	// 0, the default, is its latest.
+	Epoch  uint64
 	Stream string // "stdout" (default) or "stderr"
 	Offset int64  // bytes already read
 	Follow bool   // keep streaming until the attempt ends

@@ -36,6 +36,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/payloads", h.payload)
 	mux.HandleFunc("GET /v1/peers", h.peers)
 	mux.HandleFunc("GET /v1/cards", h.cards)
+	mux.HandleFunc("GET /v1/offers", h.offers)
 	mux.HandleFunc("GET /v1/status", h.status)
 	mux.HandleFunc("GET /v1/events", h.events)
 	mux.HandleFunc("POST /v1/drain", h.drain)
@@ -169,6 +170,18 @@ func decodeSubmission(r *http.Request) (market.SignedSpec, error) {
 }
 
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
+	if jl, ok := h.b.(JobLister); ok {
+		list, err := jl.ListJobs(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if list.Jobs == nil {
+			list.Jobs = []market.JobRecord{}
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	jobs, err := h.b.Jobs(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -219,6 +232,12 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("share"); s != "" {
 		if req.Share, err = strconv.Atoi(s); err != nil || req.Share < 0 {
 			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "share", Err: fmt.Errorf("share %q: want a number ≥ 0", s)})
+			return
+		}
+	}
+	if s := q.Get("epoch"); s != "" {
+		if req.Epoch, err = strconv.ParseUint(s, 10, 64); err != nil || req.Epoch == 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "epoch", Err: fmt.Errorf("epoch %q: want a number ≥ 1", s)})
 			return
 		}
 	}
@@ -344,14 +363,16 @@ func (h *handlers) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// events streams server-sent events until the client goes or the server
-// closes; a comment line every 15 s keeps proxies from closing it.
+// events streams server-sent events, as the caller may see them
+// (Event.ForCaller), until the client goes or the server closes; a comment
+// line every 15 s keeps proxies from closing it.
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, Errorf(http.StatusInternalServerError, "streaming unsupported"))
 		return
 	}
+	caller, _ := CallerFrom(r.Context())
 	ch, stop := h.b.Subscribe()
 	defer stop()
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -371,6 +392,9 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 		case ev, ok := <-ch:
 			if !ok {
 				return
+			}
+			if ev, ok = ev.ForCaller(caller.Owner); !ok {
+				continue
 			}
 			data, _ := json.Marshal(ev)
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, data)

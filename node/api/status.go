@@ -15,6 +15,9 @@ type Status struct {
 	Mesh   MeshStatus   `json:"mesh"`
 	Jobs   JobsStatus   `json:"jobs"`
 	Gossip GossipStatus `json:"gossip"`
+	// Earnings is what this node's cards earned; nil from a node that
+	// does not count it.
+	Earnings *Earnings `json:"earnings,omitempty"`
 	// Warnings are short sentences an operator should act on ("card
 	// GPU-1234 unhealthy: Xid 79", "clock skew: ...", "peer 12D3… flapping:
 	// 6 state changes in 10m"). Empty, never null, when all is well.

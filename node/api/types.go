@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -13,9 +14,23 @@ import (
 // cost_cny, exit_code}], card_seconds, cost_cny, exit_code, submitted_at,
 // running_at, ended_at, explanation) and submitted as market.JobSpec.
 
-// JobList is the body of GET /v1/jobs.
+// JobList is the body of GET /v1/jobs: the caller's jobs, newest first.
 type JobList struct {
 	Jobs []market.JobRecord `json:"jobs"`
+	// Asked is how many nodes the list was gathered from, the answering
+	// node included; 0 when it lists only what it holds.
+	Asked int `json:"asked,omitempty"`
+	// Unanswered names the members asked that did not answer in time:
+	// jobs only they hold are missing from Jobs. Absent when every member
+	// answered.
+	Unanswered []string `json:"unanswered,omitempty"`
+}
+
+// JobLister is implemented by a Backend that gathers the caller's jobs
+// from other nodes: GET /v1/jobs then calls ListJobs instead of Jobs, and
+// serves what it says of the nodes that did not answer.
+type JobLister interface {
+	ListJobs(ctx context.Context) (JobList, error)
 }
 
 // ScaleRequest is the body of POST /v1/jobs/{id}/scale.
@@ -66,21 +81,6 @@ type Card struct {
 // CardList is the body of GET /v1/cards.
 type CardList struct {
 	Cards []Card `json:"cards"`
-}
-
-// Event is one server-sent event of GET /v1/events: data is the JSON of
-// Event, the SSE event name is Type.
-type Event struct {
-	Type string    `json:"type"` // "job", "member", "auction", "reroute"
-	At   time.Time `json:"at"`
-	// Job events: the job, its new state and why.
-	Job    string `json:"job,omitempty"`
-	State  string `json:"state,omitempty"`
-	From   string `json:"from,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	Epoch  uint64 `json:"epoch,omitempty"`
-	// Member events: the peer and its new state.
-	Peer string `json:"peer,omitempty"`
 }
 
 // Health is the body of /healthz and /readyz.

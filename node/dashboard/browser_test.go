@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -95,7 +96,7 @@ func tab(t *testing.T, browser context.Context) context.Context {
 // and waits for their handlers.
 func serve(t *testing.T, f *fakeMesh, token string) string {
 	t.Helper()
-	srv := httptest.NewServer(api.Handler(api.Config{Token: token}, f, Handler()))
+	srv := httptest.NewServer(api.Handler(api.Config{Token: token, OwnerTokens: map[string]owner.Key{ownerToken: ownerKey}}, f, Handler()))
 	t.Cleanup(func() {
 		start := time.Now()
 		srv.CloseClientConnections()
@@ -211,16 +212,32 @@ func saveArtifact(t *testing.T, name string, png []byte) {
 func TestDashboardInBrowser(t *testing.T) {
 	b := browser(t)
 	t.Run("mesh and events", func(t *testing.T) { testMeshAndEvents(t, b) })
+	t.Run("without an owner token", func(t *testing.T) { testWithoutOwnerToken(t, b) })
 	t.Run("token", func(t *testing.T) { testAsksForToken(t, b) })
 }
 
-// testMeshAndEvents: the page shows the members, the cards and a running
-// job, and changes when the node's state changes and an event says so.
+// waitSubscribed waits until the page follows the fake's events.
+func waitSubscribed(t *testing.T, ctx context.Context, f *fakeMesh) {
+	t.Helper()
+	waitFor(t, ctx, "the live indicator", `document.getElementById('live').dataset.live === 'yes'`)
+	deadline := time.Now().Add(5 * time.Second)
+	for f.subscribers() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the page never subscribed to /v1/events")
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+}
+
+// testMeshAndEvents: opened with the owner's token, the page shows the
+// members, the cards, the owner's running jobs, what the mesh sells and
+// what this node earned, and changes when the node's state changes and an
+// event says so; on a job's page the owner scales and cancels it.
 func testMeshAndEvents(t *testing.T, browser context.Context) {
 	f := newFakeMesh()
 	url := serve(t, f, "")
 	ctx := tab(t, browser)
-	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/?token="+ownerToken)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -258,15 +275,32 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 	if got := text(t, ctx, fmt.Sprintf(`#jobs tr[data-job=%q] td.state`, jobQueued)); got != "pending" {
 		t.Errorf("queued job state %q", got)
 	}
-	// The event stream is connected before the fake emits anything.
-	waitFor(t, ctx, "the live indicator", `document.getElementById('live').dataset.live === 'yes'`)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.subscribers() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the page never subscribed to /v1/events")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	// What the mesh sells: the offers with a free card, cheapest first,
+	// with their reliability; the one with none free is counted.
+	waitFor(t, ctx, "the offers", `document.querySelectorAll('#offers tr[data-offer]').length === 2`)
+	offers, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#offers tr[data-offer]')].map(tr => tr.dataset.offer)`))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if strings.Join(offers, ",") != peerTwo+"/rtx4090-48g,"+peerSelf+"/h100-sxm-80g" {
+		t.Errorf("offers %v, want the 4090s then the H100s", offers)
+	}
+	if got := text(t, ctx, fmt.Sprintf(`#offers tr[data-offer=%q]`, peerTwo+"/rtx4090-48g")); !strings.Contains(got, "4/8") || !strings.Contains(got, "4.50") ||
+		!strings.Contains(got, "8.49") || !strings.Contains(got, "here 1 of 4 lost, MTBF 5h00m") || !strings.Contains(got, "cn-east") {
+		t.Errorf("4090 offer row %q", got)
+	}
+	if got := text(t, ctx, "#offers-summary"); got != "2 offers · 5 free cards · 1 more with no free card (4 cards busy)" {
+		t.Errorf("offers summary %q", got)
+	}
+	// What this node earned.
+	if got := text(t, ctx, `[data-tile="earned-today"] .value`); got != "¥11.25" {
+		t.Errorf("earned today %q, want ¥11.25", got)
+	}
+	if got := text(t, ctx, `#earnings-models tr[data-model="h100-sxm-80g"]`); !strings.Contains(got, "96.50") || !strings.Contains(got, "412.75") {
+		t.Errorf("earnings of the H100s %q", got)
+	}
+	// The event stream is connected before the fake emits anything.
+	waitSubscribed(t, ctx, f)
 
 	// The mesh moves: a peer dies, the eval job finishes, an auction and a
 	// reroute happen.
@@ -277,10 +311,11 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 		f.jobs[i].Placements[0].State = market.PlacementExited
 		f.jobs[i].CostCNY = 0.5
 	})
+	mine := string(ownerKey.ID())
 	f.emit(api.Event{Type: "member", Peer: peerThree, State: "dead"})
-	f.emit(api.Event{Type: "job", Job: jobEval, From: "running", State: "succeeded", Reason: "every share exited 0"})
-	f.emit(api.Event{Type: "auction", Job: jobQueued, State: "bidding", Reason: "asked 3 nodes", Epoch: 1})
-	f.emit(api.Event{Type: "reroute", Job: jobTrain, Reason: "share 1 lost: lease lapsed", Epoch: 3})
+	f.emit(api.Event{Type: "job", Job: jobEval, From: "running", State: "succeeded", Reason: "every share exited 0", Owner: mine})
+	f.emit(api.Event{Type: "auction", Job: jobQueued, State: "bidding", Reason: "asked 3 nodes", Epoch: 1, Owner: mine})
+	f.emit(api.Event{Type: "reroute", Job: jobTrain, Reason: "share 1 lost: lease lapsed", Epoch: 3, Owner: mine})
 
 	waitFor(t, ctx, "the dead member", cellIs(fmt.Sprintf(`#members tr[data-peer=%q] td.state`, peerThree), "dead"))
 	waitFor(t, ctx, "the finished job", cellIs(fmt.Sprintf(`#jobs tr[data-job=%q] td.state`, jobEval), "succeeded"))
@@ -299,6 +334,12 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 		t.Errorf("reroute item %q", got)
 	}
 	waitFor(t, ctx, "the members tile", cellIs(`[data-tile="members"] .detail`, "0 suspect · 1 dead · 0 left"))
+	// A share placed on this node's own cards.
+	f.emit(api.Event{Type: "placement", Job: jobTrain, Node: peerSelf, Share: 0, Epoch: 4, Model: "h100-sxm-80g", Cards: 1, PriceCNY: 22.5, State: "running"})
+	waitFor(t, ctx, "the placement in the feed", `document.querySelectorAll('#feed li[data-type="placement"]').length === 1`)
+	if got := text(t, ctx, `#feed li[data-type="placement"]`); !strings.Contains(got, jobTrain+" share 0 on this node: h100-sxm-80g×1 at ¥22.50/card-h epoch 4") {
+		t.Errorf("placement item %q", got)
+	}
 	if got := text(t, ctx, fmt.Sprintf(`#jobs tr[data-job=%q] td.state`, jobTrain)); got != "running" {
 		t.Errorf("training job %q after the events, want still running", got)
 	}
@@ -329,13 +370,96 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "stderr", `document.getElementById('logs').innerText.includes('warning: stderr of share 0')`)
+	// The owner's controls: the job is elastic (1 to 8 cards).
+	waitFor(t, ctx, "the job's controls", `!document.getElementById('job-controls').hidden && !document.getElementById('scale-box').hidden`)
 	screenshot(t, ctx, "dashboard-job.png")
+	if err := chromedp.Do(ctx, chromedp.SetValue("#scale-cards", "6"), chromedp.Click("#scale-job")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the scale", cellIs("#control-msg", "scale: running, 6 cards"))
+	if err := chromedp.Do(ctx, chromedp.Click("#cancel-job")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the cancel armed", cellIs("#cancel-job", "Cancel it: click again"))
+	if n := f.cancelled(); n != 0 {
+		t.Fatalf("one click cancelled the job (%d cancels)", n)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#cancel-job")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the job cancelled", cellIs("#job-state", "cancelled")+` && document.getElementById('job-controls').hidden`)
+	if n := f.cancelled(); n != 1 {
+		t.Errorf("%d cancels, want 1", n)
+	}
 
 	// An unknown job says so.
 	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/#/job/j-nope")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the error", `document.getElementById('error').innerText.includes('no job "j-nope"')`)
+}
+
+// testWithoutOwnerToken: opened without a token, the page shows the mesh,
+// its offers and this node's cards at work, says the owner's token is
+// needed to list jobs and how to give it, and shows in the Activity pane
+// the node's own cards at work and other owners' auctions without naming
+// their jobs. Given the owner's token, it lists the jobs.
+func testWithoutOwnerToken(t *testing.T, browser context.Context) {
+	f := newFakeMesh()
+	url := serve(t, f, "")
+	ctx := tab(t, browser)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "three members", `document.querySelectorAll('#members tbody tr[data-peer]').length === 3`)
+	waitFor(t, ctx, "the owner-token note", `!!document.querySelector('#jobs tr[data-empty="no-owner"]')`)
+	note := text(t, ctx, `#jobs tr[data-empty="no-owner"]`)
+	for _, want := range []string{"Jobs are shown to their owner only", url + "/?token=OWNER_TOKEN", "--owner-tokens", "enter your owner token"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("the jobs note %q lacks %q", note, want)
+		}
+	}
+	if strings.Contains(note, "No jobs yet") {
+		t.Errorf("the page says there are no jobs: %q", note)
+	}
+	// The same page shows this node's card running a job: the note says
+	// why the job is not listed.
+	if got := text(t, ctx, `#node-cards tr[data-card="GPU-a1"]`); !strings.Contains(got, "running") || !strings.Contains(got, jobTrain) {
+		t.Errorf("this node's card GPU-a1: %q", got)
+	}
+	waitFor(t, ctx, "the offers", `document.querySelectorAll('#offers tr[data-offer]').length === 2`)
+
+	waitSubscribed(t, ctx, f)
+	mine := string(ownerKey.ID())
+	f.emit(api.Event{Type: "job", Job: jobQueued, From: "pending", State: "bidding", Reason: "asked 3 nodes", Owner: mine})
+	f.emit(api.Event{Type: "auction", Job: jobQueued, From: "bidding", State: "placing", Reason: "cleared", Epoch: 1, Owner: mine})
+	f.emit(api.Event{Type: "placement", Job: jobTrain, Node: peerSelf, Share: 0, Epoch: 1, Model: "h100-sxm-80g", Cards: 1, PriceCNY: 22.5, State: "running"})
+	f.emit(api.Event{Type: "member", Peer: peerTwo, State: "alive"})
+	waitFor(t, ctx, "three events in the feed", `document.querySelectorAll('#feed li[data-type]').length === 3`)
+	kinds, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#feed li[data-type]')].map(li => li.dataset.type)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(kinds, ",") != "member,placement,auction" {
+		t.Errorf("feed kinds %v, want member,placement,auction (another owner's change of state is not sent)", kinds)
+	}
+	if got := text(t, ctx, `#feed li[data-type="auction"]`); !strings.Contains(got, "a job (its owner's token shows which)") || strings.Contains(got, jobQueued) || strings.Contains(got, "cleared") {
+		t.Errorf("another owner's auction %q: want it without its job and reason", got)
+	}
+	if got := text(t, ctx, `#feed li[data-type="placement"]`); !strings.Contains(got, jobTrain+" share 0 on this node: h100-sxm-80g×1") {
+		t.Errorf("this node's placement %q", got)
+	}
+	screenshot(t, ctx, "dashboard-no-token.png")
+
+	// The owner gives the token: the jobs are listed.
+	if err := chromedp.Do(ctx, chromedp.Click("#owner-token-button")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the token dialog", `!document.getElementById('token-dialog').hidden && document.getElementById('token-why').innerText.includes('owner token')`)
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token-input", ownerToken), chromedp.Click(`#token-form button`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the owner's jobs", `document.querySelectorAll('#jobs tr[data-job]').length === 3`)
 }
 
 // testAsksForToken: against a node with a token, the page asks for it,

@@ -1,8 +1,11 @@
 // Package dashboard is the web page every node serves at "/": the mesh
 // (members, their state, region and cards), capacity by model (free,
-// reserved, busy), jobs with their placements and live state, auctions and
-// reroutes as they happen, and a page per job (#/job/ID) with its
-// placements, bill and logs.
+// reserved, busy), what the mesh sells (the offers of GET /v1/offers),
+// this node's cards and what they earned, the owner's jobs with their
+// placements and live state (a page without the owner's token says that it
+// needs one and how to give it), auctions, placements, reroutes and ends as
+// they happen, and a page per job (#/job/ID) with its placements, bill and
+// logs, and buttons that cancel and scale it.
 //
 // The files are plain HTML, CSS and JavaScript embedded in the binary
 // (go:embed): no framework, no build step, no CDN. The page reads the node's

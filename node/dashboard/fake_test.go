@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,23 +13,48 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
 // fakeMesh is an api.Backend holding a small mesh the test changes: three
-// members, some cards, jobs and their logs. Its methods are safe for
-// concurrent use, as the API's request goroutines need.
+// members, some cards, jobs and their logs, offers and earnings. As a node
+// does, it lists, cancels and scales jobs for their owner only (every job
+// is ownerKey's). Its methods are safe for concurrent use, as the API's
+// request goroutines need.
 type fakeMesh struct {
-	mu    sync.Mutex
-	peers []api.Peer
-	jobs  []market.JobRecord
-	logs  map[string]string // job → stdout of share 0
-	cards []api.Card
-	subs  map[chan api.Event]bool
-	start time.Time
+	mu      sync.Mutex
+	peers   []api.Peer
+	jobs    []market.JobRecord
+	logs    map[string]string // job → stdout of share 0
+	cards   []api.Card
+	offers  []api.Offer
+	subs    map[chan api.Event]bool
+	start   time.Time
+	cancels int
 }
 
-var _ api.Backend = (*fakeMesh)(nil)
+var (
+	_ api.Backend     = (*fakeMesh)(nil)
+	_ api.OfferLister = (*fakeMesh)(nil)
+)
+
+// ownerKey owns every job of the fake; ownerToken is its owner token.
+var ownerKey = func() owner.Key {
+	k, err := owner.KeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+const ownerToken = "owner-tok-5b9e2c41a7"
+
+// isOwner reports whether the request acts as the jobs' owner.
+func isOwner(ctx context.Context) bool {
+	c, _ := api.CallerFrom(ctx)
+	return c.Owner == ownerKey.ID()
+}
 
 // The fake mesh's identities.
 const (
@@ -54,7 +81,7 @@ func newFakeMesh() *fakeMesh {
 	f.jobs = []market.JobRecord{
 		{
 			ID: jobTrain, State: market.JobRunning, Coordinator: peerSelf, Term: 1, Epoch: 2, Cards: 5,
-			Spec: market.JobSpec{ID: jobTrain, Name: "llama fine-tune", Cards: 5, MaxPriceCNY: 30,
+			Spec: market.JobSpec{ID: jobTrain, Name: "llama fine-tune", Cards: 5, MaxPriceCNY: 30, Elastic: &market.Elastic{Min: 1, Max: 8},
 				Command: []string{"torchrun", "train.py"}, Env: map[string]string{"HF_TOKEN": "hf_secret_value"}},
 			Placements: []market.Placement{
 				{Share: 0, Epoch: 1, Node: peerSelf, Cards: []string{"GPU-a1"}, Model: "h100-sxm-80g", State: market.PlacementRunning, PriceCNY: 22.5, StartedAt: now.Add(-30 * time.Minute), CardSeconds: 1800, CostCNY: 11.25},
@@ -77,7 +104,17 @@ func newFakeMesh() *fakeMesh {
 			SubmittedAt: now.Add(-time.Minute),
 		},
 	}
+	for i := range f.jobs {
+		f.jobs[i].Spec.Owner = string(ownerKey.ID())
+	}
 	f.logs[jobTrain] = "step 1/3 loss=0.42\nstep 2/3 loss=0.31\n"
+	f.offers = []api.Offer{
+		{Node: peerTwo, Region: "cn-east", Model: "rtx4090-48g", Vendor: "nvidia", MemoryMiB: 49152, ComputeUnits: 0.53, Free: 4, Total: 8,
+			PriceCNY: 4.5, PricePerCUCNY: 4.5 / 0.53, Reliability: api.Reliability{UptimeSeconds: 3 * 3600, Seen: &api.Seen{Lost: 1, Ended: 3, MTBFSeconds: 5 * 3600}}},
+		{Node: peerSelf, Self: true, Region: "cn-east", Model: "h100-sxm-80g", Vendor: "nvidia", MemoryMiB: 81920, ComputeUnits: 3.17, Free: 1, Total: 2,
+			PriceCNY: 22.5, PricePerCUCNY: 22.5 / 3.17, Reliability: api.Reliability{MTBFSeconds: 720 * 3600, UptimeSeconds: 2*3600 + 300}},
+		{Node: peerThree, Region: "cn-north", Model: "mtt-s4000-48g", Vendor: "mthreads", MemoryMiB: 49152, ComputeUnits: 0.31, Free: 0, Total: 4, PriceCNY: 3},
+	}
 	return f
 }
 
@@ -128,6 +165,11 @@ func (f *fakeMesh) Status(context.Context) (any, error) {
 		Gossip: api.GossipStatus{MeshPeers: 2, MessagesPerSecond: 3.4, BytesInPerSecond: 2100, BytesOutPerSecond: 1800,
 			Rejected: map[string]uint64{}, Ignored: map[string]uint64{}},
 		Warnings: []string{},
+		Earnings: &api.Earnings{
+			Today: api.Earned{CNY: 11.25, CardSeconds: 1800}, Week: api.Earned{CNY: 96.5, CardSeconds: 15440}, Total: api.Earned{CNY: 412.75, CardSeconds: 66040},
+			TodaySince: now.Truncate(24 * time.Hour), WeekSince: now.Add(-72 * time.Hour).Truncate(24 * time.Hour), Since: now.Add(-40 * 24 * time.Hour),
+			ByModel: []api.ModelEarned{{Model: "h100-sxm-80g", Today: api.Earned{CNY: 11.25, CardSeconds: 1800}, Week: api.Earned{CNY: 96.5, CardSeconds: 15440}, Total: api.Earned{CNY: 412.75, CardSeconds: 66040}}},
+		},
 	}
 	for _, p := range f.peers {
 		st.Mesh.Members.Add(p.State)
@@ -155,19 +197,32 @@ func (f *fakeMesh) Peers(context.Context) ([]api.Peer, error) {
 	return slices.Clone(f.peers), nil
 }
 
-func (f *fakeMesh) Jobs(context.Context) ([]market.JobRecord, error) {
+// Jobs lists the jobs to their owner, and none to anyone else.
+func (f *fakeMesh) Jobs(ctx context.Context) ([]market.JobRecord, error) {
+	if !isOwner(ctx) {
+		return nil, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.jobs), nil
 }
 
-func (f *fakeMesh) Job(_ context.Context, id string) (market.JobRecord, error) {
+func (f *fakeMesh) Job(ctx context.Context, id string) (market.JobRecord, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if i, ok := f.job(id); ok {
+		if !isOwner(ctx) {
+			return market.JobRecord{}, api.Errorf(http.StatusForbidden, "job %s belongs to another owner", id)
+		}
 		return f.jobs[i], nil
 	}
 	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %q", id)
+}
+
+func (f *fakeMesh) Offers(context.Context) ([]api.Offer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.offers), nil
 }
 
 func (f *fakeMesh) Cards(context.Context) ([]api.Card, error) {
@@ -186,6 +241,9 @@ func (f *fakeMesh) Logs(ctx context.Context, req api.LogRequest, w io.Writer, fl
 	f.mu.Unlock()
 	if !ok {
 		return api.Errorf(http.StatusNotFound, "no job %q", req.Job)
+	}
+	if !isOwner(ctx) {
+		return api.Errorf(http.StatusForbidden, "job %s belongs to another owner", req.Job)
 	}
 	if req.Stream == "stderr" {
 		out = "warning: stderr of share " + fmt.Sprint(req.Share) + "\n"
@@ -229,10 +287,41 @@ func (f *fakeMesh) PutPayload(context.Context, io.Reader) (market.PayloadRef, er
 	return market.PayloadRef{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not upload")
 }
 
-func (f *fakeMesh) Cancel(context.Context, string) (market.JobRecord, error) {
-	return market.JobRecord{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not cancel")
+// Cancel cancels a job for its owner, as a coordinator would, and says so
+// on the event stream.
+func (f *fakeMesh) Cancel(ctx context.Context, id string) (market.JobRecord, error) {
+	f.mu.Lock()
+	i, ok := f.job(id)
+	if !ok || !isOwner(ctx) {
+		f.mu.Unlock()
+		return market.JobRecord{}, api.Errorf(http.StatusForbidden, "job %s: not yours to cancel", id)
+	}
+	f.cancels++
+	from := f.jobs[i].State
+	f.jobs[i].State, f.jobs[i].Reason = market.JobCancelled, "cancelled by its owner"
+	rec := f.jobs[i]
+	f.mu.Unlock()
+	f.emit(api.Event{Type: "end", Job: id, From: string(from), State: string(market.JobCancelled), Reason: rec.Reason, Owner: rec.Spec.Owner})
+	return rec, nil
 }
 
-func (f *fakeMesh) Scale(context.Context, string, int) (market.JobRecord, error) {
-	return market.JobRecord{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not scale")
+// Scale sets an elastic job's cards for its owner.
+func (f *fakeMesh) Scale(ctx context.Context, id string, cards int) (market.JobRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := f.job(id)
+	if !ok || !isOwner(ctx) {
+		return market.JobRecord{}, api.Errorf(http.StatusForbidden, "job %s: not yours to scale", id)
+	}
+	if el := f.jobs[i].Spec.Elastic; el == nil || cards < el.Min || cards > el.Max {
+		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: fmt.Errorf("cards %d outside the elastic range", cards)}
+	}
+	f.jobs[i].Cards = cards
+	return f.jobs[i], nil
+}
+
+func (f *fakeMesh) cancelled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancels
 }

@@ -1,6 +1,7 @@
 // Package store keeps a node's durable state in one bbolt file under the data
 // dir: the job records it coordinates or replicates, the attempts it runs,
-// their usage, its suppliers' track records, and the claims it granted. Writes are grouped into one transaction per Ready, committed
+// their usage, its suppliers' track records, the claims it granted and what
+// its cards earned. Writes are grouped into one transaction per Ready, committed
 // with fsync before the node sends anything that depends on them, so what a
 // node acknowledged survives its restart.
 //
@@ -38,10 +39,14 @@ const (
 	// coordinator of the job (its term and peer ID) and has not yet seen
 	// replaced by that coordinator's record.
 	Claims Bucket = "claims"
+	// Earnings holds what this node's cards earned: per local day and
+	// model, per model in all, and the card-seconds counted of each
+	// attempt not yet closed (node/earnings.go).
+	Earnings Bucket = "earnings"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords, Claims}
+var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords, Claims, Earnings}
 
 const schemaVersion = "1"
 

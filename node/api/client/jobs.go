@@ -89,13 +89,18 @@ func (c *Client) network(ctx context.Context) (string, error) {
 	return info.Network, nil
 }
 
-// Jobs lists the jobs the node knows (GET /v1/jobs), in the node's order.
+// Jobs lists the caller's jobs (GET /v1/jobs), in the node's order.
 func (c *Client) Jobs(ctx context.Context) ([]market.JobRecord, error) {
+	list, err := c.JobList(ctx)
+	return list.Jobs, err
+}
+
+// JobList is Jobs with what the node says of the list: how many nodes it
+// asked, and which did not answer (their jobs may be missing).
+func (c *Client) JobList(ctx context.Context) (api.JobList, error) {
 	var list api.JobList
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/jobs"}, &list); err != nil {
-		return nil, err
-	}
-	return list.Jobs, nil
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/jobs"}, &list)
+	return list, err
 }
 
 // Job returns a job's record (GET /v1/jobs/{id}); an unknown job is an

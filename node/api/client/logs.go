@@ -13,7 +13,7 @@ import (
 
 // Logs copies a share's output to w (GET /v1/jobs/{id}/logs) and returns the
 // number of bytes copied. req names the job, the share (default 0), the
-// stream ("stdout" by default, or "stderr") and the offset to start from.
+// attempt (its epoch; default the share's latest), the stream ("stdout" by default, or "stderr") and the offset to start from.
 // With req.Follow it keeps copying while the attempt runs, until the node
 // ends the stream or ctx ends (then the error wraps ctx.Err()). Logs has no
 // timeout of its own: ctx bounds it.
@@ -21,6 +21,9 @@ func (c *Client) Logs(ctx context.Context, req api.LogRequest, w io.Writer) (int
 	q := url.Values{}
 	if req.Share != 0 {
 		q.Set("share", strconv.Itoa(req.Share))
+	}
+	if req.Epoch != 0 {
+		q.Set("epoch", strconv.FormatUint(req.Epoch, 10))
 	}
 	if req.Stream != "" {
 		q.Set("stream", req.Stream)

@@ -52,6 +52,31 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// A request for one attempt's output names its epoch; an epoch the share
+// never had is a 404 on "epoch".
+func TestLogsOfOneAttempt(t *testing.T) {
+	b, c := newClient(t, "")
+	r := placed(rec("j1", market.JobRunning, 2), 0)
+	r.Placements = append(r.Placements, market.Placement{Share: 0, Epoch: 2, Node: "n2", State: market.PlacementRunning, StartedAt: time.Now()})
+	r.Placements[0].State = market.PlacementLost
+	b.AddJob(r)
+	b.SetLog("j1", 0, "stdout", "second\n")
+	b.SetAttemptLog("j1", 0, 1, "stdout", "first\n")
+	b.SetAttemptLog("j1", 0, 2, "stdout", "second\n")
+	ctx := context.Background()
+	for epoch, want := range map[uint64]string{0: "second\n", 1: "first\n", 2: "second\n"} {
+		var out bytes.Buffer
+		if _, err := c.Logs(ctx, api.LogRequest{Job: "j1", Epoch: epoch}, &out); err != nil || out.String() != want {
+			t.Errorf("epoch %d: %q, %v; want %q", epoch, out.String(), err, want)
+		}
+	}
+	_, err := c.Logs(ctx, api.LogRequest{Job: "j1", Epoch: 3}, io.Discard)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 404 || ae.Field != "epoch" {
+		t.Errorf("epoch 3: %v, want a 404 on epoch", err)
+	}
+}
+
 // placed gives r a running placement of each share.
 func placed(r market.JobRecord, shares ...int) market.JobRecord {
 	for _, sh := range shares {

@@ -50,3 +50,13 @@ func (c *Client) Drain(ctx context.Context, timeout time.Duration) (api.DrainRes
 	err = c.call(ctx, request{method: http.MethodPost, path: "/v1/drain", body: body, stream: true}, &res)
 	return res, err
 }
+
+// Offers lists what the mesh sells as the node's book holds it (GET
+// /v1/offers): the offers with a free card that match q, in q's order, and
+// how many more match with none free. A bad q is an *APIError (400) whose
+// Field names the parameter.
+func (c *Client) Offers(ctx context.Context, q api.OfferQuery) (api.OfferList, error) {
+	var list api.OfferList
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/offers", query: q.Values()}, &list)
+	return list, err
+}

@@ -52,6 +52,11 @@ func (b *callerBackend) Jobs(ctx context.Context) ([]market.JobRecord, error) {
 	return b.Backend.Jobs(ctx)
 }
 
+func (b *callerBackend) ListJobs(ctx context.Context) (api.JobList, error) {
+	b.saw(ctx)
+	return b.Backend.ListJobs(ctx)
+}
+
 func (b *callerBackend) Scale(ctx context.Context, id string, cards int) (market.JobRecord, error) {
 	b.saw(ctx)
 	return market.JobRecord{ID: id, Cards: cards}, nil

@@ -1,6 +1,7 @@
 // gpumesh dashboard. Vanilla JS, no dependencies and no request beyond the
 // node it came from: it reads the node's API (/v1/status, /v1/peers,
-// /v1/jobs, /v1/jobs/{id}, /v1/jobs/{id}/logs) and follows /v1/events, a
+// /v1/info, /v1/jobs, /v1/offers, /v1/jobs/{id}, /v1/jobs/{id}/logs),
+// cancels and scales jobs for their owner, and follows /v1/events, a
 // stream of server-sent events read with fetch (EventSource cannot send the
 // Authorization header a token needs).
 //
@@ -27,6 +28,8 @@
     status: null,
     peers: [],
     jobs: [],
+    owner: '',          // the owner the token authenticates as ('' for none: no jobs shown)
+    offers: null,       // GET /v1/offers, or {error} when the node lists none
     feed: [],
     route: { page: 'overview' },
     job: null,
@@ -167,12 +170,19 @@
     setLive(false, 'token needed');
   }
 
+  // askOwnerToken opens the token dialog to trade the page's token (none,
+  // or the node's admin token) for the owner's.
+  function askOwnerToken() {
+    askToken('Enter your owner token: a token of the node\'s --owner-tokens file, which acts as your owner key. It stays in this tab only (session storage).');
+  }
+
   $('token-form').addEventListener('submit', (e) => {
     e.preventDefault();
     state.token = $('token-input').value.trim();
     $('token-input').value = '';
     sessionStorage.setItem(TOKEN_KEY, state.token);
     $('token-dialog').hidden = true;
+    state.owner = '';
     restartStream();
     refresh();
   });
@@ -208,10 +218,20 @@
           renderJob();
         }
       } else {
-        const [st, peers, jobs] = await Promise.all([getJSON('/v1/status'), getJSON('/v1/peers'), getJSON('/v1/jobs')]);
+        const sort = $('offers-sort').value;
+        const [st, peers, jobs, info, offers] = await Promise.all([
+          getJSON('/v1/status'), getJSON('/v1/peers'), getJSON('/v1/jobs'), getJSON('/v1/info'),
+          getJSON('/v1/offers?sort=' + encodeURIComponent(sort)).catch((e) => {
+            if (e instanceof AuthError) throw e;
+            return { error: e.message };
+          }),
+        ]);
         state.status = st;
         state.peers = (peers && peers.peers) || [];
         state.jobs = (jobs && jobs.jobs) || [];
+        state.jobsUnanswered = (jobs && jobs.unanswered) || [];
+        state.owner = (info && info.owner) || '';
+        state.offers = offers;
         renderHeader();
         renderOverview();
       }
@@ -326,7 +346,19 @@
 
   function eventText(ev) {
     const parts = [];
+    if (ev.hidden) parts.push(h('span', { class: 'muted', text: 'a job (its owner\'s token shows which) ' }));
     if (ev.job) parts.push(jobLink(ev.job), ' ');
+    if (ev.node) {
+      // An attempt on this node's own cards.
+      parts.push(`share ${ev.share || 0} on this node: `, h('span', { class: 'mono', text: `${ev.model || '?'}×${ev.cards || 0}` }));
+      if (ev.type === 'placement' && ev.price_cny) parts.push(` at ¥${fmtMoney(ev.price_cny)}/card-h`);
+      if (ev.type === 'end') {
+        parts.push(' ', badge(ev.cause || 'ended'));
+        if (ev.exit_code !== undefined && ev.exit_code !== null) parts.push(` exit ${ev.exit_code}`);
+      }
+      if (ev.epoch) parts.push(' epoch ' + ev.epoch);
+      return parts;
+    }
     if (ev.peer) parts.push('peer ', peerLabel(ev.peer), ' ');
     if (ev.from && ev.state) parts.push(ev.from, ' → ', badge(ev.state));
     else if (ev.state) parts.push(badge(ev.state));
@@ -337,7 +369,7 @@
 
   function feedItem(ev) {
     const fresh = Date.now() - ev.seen < 1500;
-    return h('li', { class: cssState(ev.type) + (fresh ? ' new' : ''), 'data-type': ev.type },
+    return h('li', { class: cssState(ev.type) + (ev.hidden ? ' hidden' : '') + (fresh ? ' new' : ''), 'data-type': ev.type, 'data-job': ev.job || null },
       h('span', { class: 'when', text: fmtClock(ev.at) }),
       h('span', { class: 'kind', text: ev.type }),
       h('span', { class: 'what' }, eventText(ev)));
@@ -456,6 +488,78 @@
       h('td', {}, c.healthy ? badge('ok') : h('span', {}, badge('unhealthy'), ' ', (c.health && c.health.reason) || '')))));
   }
 
+  function earnedText(e) {
+    e = e || {};
+    return `¥${fmtMoney(e.cny)}`;
+  }
+
+  function renderEarnings() {
+    const st = state.status || {};
+    const e = st.earnings;
+    const cards = (st.node && st.node.cards) || [];
+    const box = $('earnings-box');
+    box.hidden = !e || (cards.length === 0 && !(e.total && e.total.card_seconds));
+    if (box.hidden) return;
+    const hours = (x) => `${(((x || {}).card_seconds || 0) / 3600).toFixed(1)} card-hours`;
+    $('earnings-since').textContent = parseTime(e.since) ? `since ${fmtTime(e.since)}` : 'nothing yet';
+    fill($('earnings'),
+      tile('today', earnedText(e.today), hours(e.today), 'earned-today'),
+      tile('this week', earnedText(e.week), `since Monday · ${hours(e.week)}`, 'earned-week'),
+      tile('in all', earnedText(e.total), hours(e.total), 'earned-total'));
+    const tbody = $('earnings-models').tBodies[0];
+    const rows = e.by_model || [];
+    if (rows.length === 0) {
+      fill(tbody, h('tr', {}, h('td', { colspan: 4, class: 'empty', text: 'No job has run on these cards yet.' })));
+      return;
+    }
+    fill(tbody, rows.map((r) => h('tr', { 'data-model': r.model },
+      h('td', { class: 'mono', text: r.model }),
+      h('td', { class: 'num', text: fmtMoney((r.today || {}).cny) }),
+      h('td', { class: 'num', text: fmtMoney((r.week || {}).cny) }),
+      h('td', { class: 'num', text: fmtMoney((r.total || {}).cny) }))));
+  }
+
+  function reliabilityText(r) {
+    r = r || {};
+    let s = `MTBF ${r.mtbf_seconds ? fmtDuration(r.mtbf_seconds) : '?'}, up ${fmtDuration(r.uptime_seconds)}`;
+    if (r.seen) {
+      s += `; here ${r.seen.lost} of ${r.seen.lost + r.seen.ended} lost`;
+      if (r.seen.mtbf_seconds) s += `, MTBF ${fmtDuration(r.seen.mtbf_seconds)}`;
+    }
+    return s;
+  }
+
+  function renderOffers() {
+    const o = state.offers;
+    const tbody = $('offers').tBodies[0];
+    if (!o || o.error) {
+      $('offers-summary').textContent = '';
+      fill(tbody, h('tr', {}, h('td', { colspan: 9, class: 'empty', text: o ? o.error : 'loading…' })));
+      return;
+    }
+    const offers = o.offers || [];
+    const free = offers.reduce((n, x) => n + (x.free || 0), 0);
+    let summary = `${plural(offers.length, 'offer')} · ${plural(free, 'free card')}`;
+    if (o.busy_offers) summary += ` · ${o.busy_offers} more with no free card (${plural(o.busy_cards || 0, 'card')} busy)`;
+    $('offers-summary').textContent = summary;
+    if (offers.length === 0) {
+      fill(tbody, h('tr', {}, h('td', { colspan: 9, class: 'empty', text: 'No free card is advertised right now.' })));
+      return;
+    }
+    fill(tbody, offers.map((x) => h('tr', { 'data-offer': x.node + '/' + x.model, class: x.self ? 'self' : '' },
+      h('td', { class: 'mono', title: x.vendor, text: x.model }),
+      h('td', { class: 'num', text: `${x.free}/${x.total}` }),
+      h('td', { class: 'num', text: `${Math.floor((x.memory_mib || 0) / 1024)} GiB` }),
+      h('td', { class: 'num', text: x.compute_units ? x.compute_units.toFixed(2) : '?' }),
+      h('td', { class: 'num', text: fmtMoney(x.price_cny) }),
+      h('td', { class: 'num', text: x.price_per_cu_cny ? fmtMoney(x.price_per_cu_cny) : '–' }),
+      h('td', { text: reliabilityText(x.reliability) }),
+      h('td', { text: x.region || '' }),
+      h('td', {}, peerLabel(x.node), x.self ? h('span', { class: 'muted', text: ' (this node)' }) : null))));
+  }
+
+  $('offers-sort').addEventListener('change', () => scheduleRefresh(0));
+
   function placementSummary(rec) {
     const live = (rec.placements || []).filter((p) => livePlacement(p.state));
     if (live.length === 0) return h('span', { class: 'muted', text: rec.reason || '' });
@@ -469,10 +573,25 @@
       String(b.submitted_at).localeCompare(String(a.submitted_at)));
     const counts = {};
     for (const j of jobs) counts[j.state] = (counts[j.state] || 0) + 1;
-    $('jobs-summary').textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(' · ');
+    let summary = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(' · ');
+    const silent = state.jobsUnanswered || [];
+    if (silent.length) summary += ` · ${plural(silent.length, 'node')} did not answer: jobs only they hold are missing`;
+    $('jobs-summary').textContent = summary;
     const tbody = $('jobs').tBodies[0];
+    if (jobs.length === 0 && !state.owner) {
+      // The node shows jobs to their owner only: this page has no owner's
+      // token (none, or the node's admin token).
+      const link = `${location.origin}/?token=OWNER_TOKEN`;
+      fill(tbody, h('tr', { 'data-empty': 'no-owner' }, h('td', { colspan: 6, class: 'empty' },
+        'Jobs are shown to their owner only, and this page has no owner token. Open it as ',
+        h('span', { class: 'mono', text: link }),
+        ' with a token of the node\'s --owner-tokens file (gpumesh demo prints such a link), or ',
+        h('button', { type: 'button', id: 'owner-token-button', text: 'enter your owner token' }), '.')));
+      $('owner-token-button').addEventListener('click', askOwnerToken);
+      return;
+    }
     if (jobs.length === 0) {
-      fill(tbody, h('tr', {}, h('td', { colspan: 6, class: 'empty', text: 'No jobs yet: gpumesh submit sends one.' })));
+      fill(tbody, h('tr', { 'data-empty': 'none' }, h('td', { colspan: 6, class: 'empty', text: 'No jobs yet: gpumesh submit sends one.' })));
       return;
     }
     fill(tbody, jobs.slice(0, JOBS_MAX).map((j) => h('tr', { 'data-job': j.id, class: flashClass('job:' + j.id) },
@@ -498,7 +617,9 @@
     renderCapacity();
     renderMembers();
     renderNodeCards();
+    renderEarnings();
     renderJobs();
+    renderOffers();
     renderFeed($('feed'), state.feed);
     state.changed.clear();
   }
@@ -517,6 +638,7 @@
     $('job-title').textContent = spec.name ? `${rec.id} (${spec.name})` : rec.id;
     fill($('job-state'), badge(rec.state));
     $('job-reason').textContent = rec.reason || '';
+    renderControls(rec);
     facts($('job-facts'), [
       ['owner', spec.owner],
       ['kind', spec.kind || 'batch'],
@@ -570,6 +692,64 @@
     renderFeed($('job-feed'), state.feed.filter((e) => e.job === rec.id));
     startLogs(rec);
   }
+
+  // ---- controls ----------------------------------------------------------
+
+  // The page of a job is served to its owner only: its controls act as that
+  // owner. Cancel takes two clicks.
+  let cancelArmed = false;
+
+  function renderControls(rec) {
+    const box = $('job-controls');
+    box.hidden = terminal(rec.state);
+    if (box.hidden) return;
+    const el = (rec.spec || {}).elastic;
+    $('scale-box').hidden = !el;
+    const input = $('scale-cards');
+    if (el) {
+      input.min = el.min;
+      input.max = el.max;
+      if (document.activeElement !== input) input.value = rec.cards || el.min;
+    }
+    $('cancel-job').textContent = cancelArmed ? 'Cancel it: click again' : 'Cancel job';
+    $('cancel-job').classList.toggle('armed', cancelArmed);
+  }
+
+  async function control(what, path, opts) {
+    const msg = $('control-msg');
+    msg.textContent = what + '…';
+    try {
+      const rec = await (await call(path, opts)).json();
+      msg.textContent = `${what}: ${rec.state}` + (rec.cards ? `, ${plural(rec.cards, 'card')}` : '');
+      if (state.job && state.job.id === rec.id) state.job = rec;
+      renderJob();
+      scheduleRefresh(0);
+    } catch (e) {
+      msg.textContent = e instanceof AuthError ? 'token needed' : e.message;
+    }
+  }
+
+  $('cancel-job').addEventListener('click', () => {
+    if (!state.job) return;
+    if (!cancelArmed) {
+      cancelArmed = true;
+      renderControls(state.job);
+      return;
+    }
+    cancelArmed = false;
+    control('cancel', '/v1/jobs/' + encodeURIComponent(state.job.id), { method: 'DELETE' });
+  });
+
+  $('scale-job').addEventListener('click', () => {
+    if (!state.job) return;
+    const cards = Number($('scale-cards').value);
+    if (!Number.isInteger(cards) || cards < 1) {
+      $('control-msg').textContent = 'cards: want a whole number from 1';
+      return;
+    }
+    control('scale', '/v1/jobs/' + encodeURIComponent(state.job.id) + '/scale',
+      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ cards }) });
+  });
 
   // ---- logs --------------------------------------------------------------
 
@@ -630,6 +810,8 @@
       if (state.route.page !== 'job' || state.route.id !== id) {
         stopLogs();
         state.job = null;
+        cancelArmed = false;
+        $('control-msg').textContent = '';
         fill($('log-share'));
         $('logs').textContent = '';
       }

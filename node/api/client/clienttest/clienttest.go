@@ -44,13 +44,18 @@ type Backend struct {
 	order    []string
 	payloads map[string][]byte
 	logs     map[logKey][]byte
+	gone     map[logKey]string // attempts whose output is out of reach, and why
 	feeds    map[logKey]chan []byte
 	peers    []api.Peer
 	cards    []api.Card
-	submits  []market.JobSpec
-	scripts  map[string][]market.JobRecord // what the next Job calls return, in order
-	gets     map[string]int
-	now      func() time.Time
+	offers   []api.Offer
+	// asked and unanswered are what ListJobs says of the nodes it asked.
+	asked      int
+	unanswered []string
+	submits    []market.JobSpec
+	scripts    map[string][]market.JobRecord // what the next Job calls return, in order
+	gets       map[string]int
+	now        func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
 	failSubmit error
 }
@@ -62,10 +67,15 @@ type jobEntry struct {
 type logKey struct {
 	job    string
 	share  int
+	epoch  uint64 // 0: the share's latest attempt
 	stream string
 }
 
-var _ api.Backend = (*Backend)(nil)
+var (
+	_ api.Backend     = (*Backend)(nil)
+	_ api.OfferLister = (*Backend)(nil)
+	_ api.JobLister   = (*Backend)(nil)
+)
 
 // New returns an empty Backend whose clock is time.Now.
 func New() *Backend {
@@ -73,6 +83,7 @@ func New() *Backend {
 		jobs:     map[string]*jobEntry{},
 		payloads: map[string][]byte{},
 		logs:     map[logKey][]byte{},
+		gone:     map[logKey]string{},
 		feeds:    map[logKey]chan []byte{},
 		gets:     map[string]int{},
 		scripts:  map[string][]market.JobRecord{},
@@ -157,12 +168,37 @@ func (b *Backend) SetCards(cards []api.Card) {
 	b.cards = slices.Clone(cards)
 }
 
+// SetOffers sets what Offers returns (the API filters and sorts it).
+func (b *Backend) SetOffers(offers []api.Offer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.offers = slices.Clone(offers)
+}
+
 // SetLog sets the whole output of a job's share on stream ("stdout" or
 // "stderr"): what a request without follow reads.
 func (b *Backend) SetLog(job string, share int, stream, text string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.logs[logKey{job, share, stream}] = []byte(text)
+	b.logs[logKey{job: job, share: share, stream: stream}] = []byte(text)
+}
+
+// SetAttemptLog sets the whole output of one attempt of a job's share (by
+// its epoch) on stream: what a request naming that epoch reads.
+func (b *Backend) SetAttemptLog(job string, share int, epoch uint64, stream, text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.logs[logKey{job, share, epoch, stream}] = []byte(text)
+}
+
+// SetAttemptGone makes a request for one attempt's output fail as a node
+// answers when the attempt's runner is gone: 502 with why.
+func (b *Backend) SetAttemptGone(job string, share int, epoch uint64, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, stream := range []string{"stdout", "stderr"} {
+		b.gone[logKey{job, share, epoch, stream}] = why
+	}
 }
 
 // Feed returns a channel whose chunks a following log request of the share
@@ -171,7 +207,7 @@ func (b *Backend) SetLog(job string, share int, stream, text string) {
 func (b *Backend) Feed(job string, share int, stream string) chan<- []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := logKey{job, share, stream}
+	k := logKey{job: job, share: share, stream: stream}
 	if ch, ok := b.feeds[k]; ok {
 		return ch
 	}
@@ -250,6 +286,22 @@ func (b *Backend) Jobs(context.Context) ([]market.JobRecord, error) {
 	return out, nil
 }
 
+// SetUnanswered makes the job list say it asked asked nodes, of which ids
+// did not answer.
+func (b *Backend) SetUnanswered(asked int, ids ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked, b.unanswered = asked, slices.Clone(ids)
+}
+
+// ListJobs is Jobs with what SetUnanswered set.
+func (b *Backend) ListJobs(ctx context.Context) (api.JobList, error) {
+	jobs, err := b.Jobs(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return api.JobList{Jobs: jobs, Asked: b.asked, Unanswered: slices.Clone(b.unanswered)}, err
+}
+
 // Job returns the job's record, advancing its script by one.
 func (b *Backend) Job(_ context.Context, id string) (market.JobRecord, error) {
 	b.mu.Lock()
@@ -303,16 +355,19 @@ func (b *Backend) Scale(_ context.Context, id string, cards int) (market.JobReco
 	return e.rec, nil
 }
 
-// Logs writes the share's stored output from req.Offset, then, when
-// following and a Feed exists, each chunk fed until the feed is closed. Like
-// a node, it answers 404 for a job without placements and for a share the
-// job's record has no placement of (Field "share").
+// Logs writes the share's stored output from req.Offset (SetLog, or
+// SetAttemptLog for a request naming an epoch), then, when following and a
+// Feed exists, each chunk fed until the feed is closed. Like a node, it
+// answers 404 for a job without placements, for a share the job's record
+// has no placement of (Field "share") and for an epoch the share has no
+// placement of (Field "epoch"), and 502 for an attempt SetAttemptGone
+// marked.
 func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush func()) error {
 	stream := req.Stream
 	if stream == "" {
 		stream = "stdout"
 	}
-	k := logKey{req.Job, req.Share, stream}
+	k := logKey{req.Job, req.Share, req.Epoch, stream}
 	b.mu.Lock()
 	e, known := b.jobs[req.Job]
 	var rec market.JobRecord
@@ -321,6 +376,7 @@ func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flu
 	}
 	text := b.logs[k]
 	feed := b.feeds[k]
+	gone, isGone := b.gone[k]
 	b.mu.Unlock()
 	if !known {
 		return notFound(req.Job)
@@ -331,6 +387,12 @@ func (b *Backend) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flu
 	}
 	if !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share }) {
 		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s has no share %s", req.Job, strconv.Itoa(req.Share))}
+	}
+	if req.Epoch != 0 && !slices.ContainsFunc(rec.Placements, func(p market.Placement) bool { return p.Share == req.Share && p.Epoch == req.Epoch }) {
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "epoch", Err: fmt.Errorf("job %s share %d has no attempt of epoch %d", req.Job, req.Share, req.Epoch)}
+	}
+	if isGone {
+		return api.Errorf(http.StatusBadGateway, "%s", gone)
 	}
 	if req.Offset < int64(len(text)) {
 		if _, err := io.Copy(w, bytes.NewReader(text[req.Offset:])); err != nil {
@@ -369,6 +431,13 @@ func (b *Backend) Cards(context.Context) ([]api.Card, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.cards), nil
+}
+
+// Offers returns what SetOffers set.
+func (b *Backend) Offers(context.Context) ([]api.Offer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.offers), nil
 }
 
 // Status returns a small summary: the number of jobs and peers.
