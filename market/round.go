@@ -208,7 +208,7 @@ func (c *coordinator) onDecline(from string, m *Decline) error {
 	if a == nil || a.replied {
 		return ErrStale
 	}
-	a.replied = true
+	a.replied, a.declined = true, m.Reason
 	r.x.add(ExplainEntry{Stage: "bid", Node: from, Reason: ReasonDeclined, Detail: m.Reason})
 	if r.phase == phaseBidding {
 		c.maybeCloseEarly(j, r)
@@ -339,7 +339,7 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 	}
 	c.requeue(j, r.need, r.slots)
 	j.round = nil
-	c.backoff(j, "waiting for capacity: "+why)
+	c.backoff(j, c.shortfall(j, r, why))
 	r.expl.Outcome = why
 	c.explainRound(j, r)
 	c.refresh(j)

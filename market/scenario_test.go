@@ -408,7 +408,8 @@ func (s *scenario) capture(kv map[string]string, f func()) string {
 }
 
 // addNodes handles "node ID... cards=SPEC [mtbf=DUR] [price=MODEL:P,...]
-// [region=R] [count=N]": with count, IDs are ID01..IDN.
+// [region=R] [network=MAX] [count=N]": with count, IDs are ID01..IDN;
+// network is the most network the supplier's policy allows a job.
 func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 	if n, ok := kv["count"]; ok {
 		count, err := strconv.Atoi(n)
@@ -429,6 +430,7 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		}
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
+		cfg.Policy.MaxNetwork = market.JobNetwork(kv["network"])
 		if v, ok := kv["mtbf"]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {

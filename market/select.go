@@ -15,7 +15,8 @@ type ask struct {
 	want     int
 	score    float64 // the book's best score for the node (lower is better)
 	replied  bool
-	feasible int // feasible cards in its bid (0 if it declined)
+	feasible int    // feasible cards in its bid (0 if it declined)
+	declined string // its Decline's reason
 }
 
 // nodeOffer aggregates what one node offers a job in the book.

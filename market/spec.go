@@ -152,9 +152,12 @@ type JobSpec struct {
 	Payload *PayloadRef `json:"payload,omitempty"`
 	// Network is the network the job needs where it runs: none, egress (the
 	// public internet only) or host (the supplier's own network). Empty
-	// means host for a per_node job (its ranks reach each other directly)
-	// and none otherwise; see NetworkOrDefault. Suppliers bid only for jobs
-	// whose network their policy allows (Policy.MaxNetwork).
+	// means host for a per_node job across nodes (its ranks reach each
+	// other directly) and none otherwise; see NetworkOrDefault. Suppliers
+	// bid only for jobs whose network their policy allows
+	// (Policy.MaxNetwork), which is egress by default (gpumesh node
+	// --job-network): a gang across nodes runs only on suppliers that
+	// allow host.
 	Network JobNetwork `json:"network,omitempty"`
 	// Resources caps what each share may use on its node besides its cards
 	// (memory_bytes, pids, cpu_weight at the top level of the JSON). Zero

@@ -237,6 +237,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		preempts bool
 	}
 	var free, preempt []option
+	var misses cardMisses // why free cards did not match, for a decline
 	for _, c := range s.cards {
 		if !c.offerable() || c.lease != nil || c.draining != nil {
 			continue
@@ -253,7 +254,11 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 			continue
 		}
 		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
-		if match.check(&facts) != reasonPassed {
+		if r := match.check(&facts); r != reasonPassed {
+			if misses == nil {
+				misses = cardMisses{}
+			}
+			misses[r]++
 			continue
 		}
 		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
@@ -272,8 +277,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 	}
 	if len(take) < m.Min {
 		if !broadcast {
-			reason := fmt.Sprintf("%d matching cards free, the request needs at least %d", len(take), m.Min)
-			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: reason})
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: declineText(&m.Filter, len(take), m.Min, misses)})
 		}
 		return nil
 	}
