@@ -124,6 +124,12 @@ type (
 		// (the node's fence keeper killed it while the node was frozen):
 		// the attempt ends fenced, whatever its exit code.
 		Fenced bool
+		// Reason, when not empty, says why for the job's owner: above all
+		// why a process did not start ("executable file not found in
+		// $PATH: nvidia-smi"). It travels to the coordinator in the
+		// AttemptEnded, cut to MaxEndReasonBytes, and becomes the
+		// placement's reason (and the job's, when the job fails by it).
+		Reason string
 	}
 )
 

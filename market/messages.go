@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/device"
 )
@@ -164,6 +165,9 @@ type (
 		Cause       Cause   `json:"cause"`
 		ExitCode    int     `json:"exit_code"`
 		CardSeconds float64 `json:"card_seconds"`
+		// Reason says why, for the owner (ExecutionExited.Reason), at
+		// most MaxEndReasonBytes; empty when the process simply exited.
+		Reason string `json:"reason,omitempty"`
 	}
 	// EndAck acknowledges an AttemptEnded.
 	EndAck struct {
@@ -559,6 +563,9 @@ func (m *AttemptEnded) validate() error {
 	}
 	if math.IsNaN(m.CardSeconds) || math.IsInf(m.CardSeconds, 0) || m.CardSeconds < 0 {
 		return badf("card_seconds %v out of range", m.CardSeconds)
+	}
+	if len(m.Reason) > MaxEndReasonBytes || !utf8.ValidString(m.Reason) {
+		return badf("reason: at most %d bytes of UTF-8, got %d", MaxEndReasonBytes, len(m.Reason))
 	}
 	return nil
 }

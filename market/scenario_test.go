@@ -327,11 +327,12 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		n, _ := strconv.Atoi(pos[1])
 		return "", h.Step(h.Coordinator(pos[0]), market.ScaleJob{Now: h.Now, Job: pos[0], Cards: n})
 	case "exit":
-		// exit NODE JOB SHARE EPOCH CODE
+		// exit NODE JOB SHARE EPOCH CODE, then optionally the runner's
+		// reason on the next line (a process that did not start).
 		share, _ := strconv.Atoi(pos[2])
 		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
 		code, _ := strconv.Atoi(pos[4])
-		return "", h.Exit(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code)
+		return "", h.ExitWith(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"))
 	case "unhealthy":
 		// unhealthy NODE CARD...: those cards report unhealthy from now on.
 		p := h.Peer(pos[0])

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 )
 
 // A round that falls short leaves its job pending with a reason. The
@@ -126,18 +125,8 @@ func topCauses(causes map[string]int) string {
 }
 
 // causeText is a supplier's reason fit for one line of a job's reason:
-// newlines become spaces and it is cut at shortfallCauseLen bytes.
-func causeText(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= shortfallCauseLen {
-		return s
-	}
-	cut := shortfallCauseLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+// one line of at most shortfallCauseLen bytes.
+func causeText(s string) string { return oneLineCut(s, shortfallCauseLen) }
 
 func countAll(m map[string]int) int {
 	n := 0

@@ -118,7 +118,8 @@ func (s *supplier) restore(ended []Attempt) {
 			continue
 		}
 		a := &attempt{rec: rec, acked: rec.Acked, giveUpAt: rec.EndedAt.Add(s.n.cfg.ReportTTL)}
-		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds}
+		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds,
+			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes)}
 		if a.acked {
 			s.keepEnded(key, a)
 		} else {
@@ -538,7 +539,7 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 	}
 	a.stopCause = cause
 	if !a.startSent {
-		s.finish(a, 0)
+		s.finish(a, 0, "")
 		return
 	}
 	a.rec.State = AttemptStopping
@@ -547,8 +548,9 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 }
 
 // finish records the end of an attempt, frees its cards and reports to the
-// coordinator until acknowledged.
-func (s *supplier) finish(a *attempt, exitCode int) {
+// coordinator until acknowledged; reason (ExecutionExited.Reason) goes
+// with the report, cut to MaxEndReasonBytes.
+func (s *supplier) finish(a *attempt, exitCode int, reason string) {
 	now := s.n.now
 	cause := a.stopCause
 	if cause == "" {
@@ -556,7 +558,9 @@ func (s *supplier) finish(a *attempt, exitCode int) {
 	}
 	a.rec.CardSeconds = s.usage(a)
 	a.rec.State, a.rec.Cause, a.rec.ExitCode, a.rec.EndedAt = AttemptDone, cause, exitCode, now
-	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds}
+	a.rec.Reason = oneLineCut(reason, MaxEndReasonBytes)
+	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds,
+		Reason: a.rec.Reason}
 	a.nextResend = now.Add(s.n.cfg.RenewInterval)
 	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
 	s.touch(a)
@@ -612,7 +616,7 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
 		a.stopCause = CauseFenced
 	}
-	s.finish(a, ev.ExitCode)
+	s.finish(a, ev.ExitCode, ev.Reason)
 	return nil
 }
 
