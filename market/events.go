@@ -63,7 +63,10 @@ type (
 	}
 
 	// ScaleJob changes the card count of a running elastic job within its
-	// spec's range: up by an incremental auction, down by stopping shares.
+	// spec's range: up by an incremental auction, down by stopping whole
+	// shares and starting nothing (shrink.go). A scale-down that whole
+	// shares cannot meet exactly stops as much as it can without going
+	// below Cards: the job's record then holds more cards than asked.
 	ScaleJob struct {
 		Now   time.Time
 		Job   string

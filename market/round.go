@@ -339,7 +339,12 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 	}
 	c.requeue(j, r.need, r.slots)
 	j.round = nil
-	c.backoff(j, c.shortfall(j, r, why))
+	if j.shrinkPending {
+		c.shrinkNow(j) // a scale-down came while the round was open
+	}
+	if j.hasNeed() {
+		c.backoff(j, c.shortfall(j, r, why))
+	}
 	r.expl.Outcome = why
 	c.explainRound(j, r)
 	c.refresh(j)
