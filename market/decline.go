@@ -10,13 +10,18 @@ import (
 type cardMisses map[Reason]int
 
 // declineText says why a supplier cannot serve a bid request whose filter
-// is f: it holds matched matching free cards and the request needs min.
+// is f: it holds matched matching free cards, of which it may bid usable
+// (as many of one model as it has, when the job's shares are of one
+// model), and the request needs min.
 // The words are about the job, not the supplier (the supplier's own limit
 // is in them only where it is the reason), so that every supplier in the
 // same situation declines with the same text and the coordinator can
 // count them (a pending job's reason says "3 of 3 suppliers asked
 // declined: ..."; see shortfall.go).
-func declineText(f *Filter, matched, min int, misses cardMisses) string {
+func declineText(f *Filter, matched, usable, min int, misses cardMisses) string {
+	if usable < matched {
+		return fmt.Sprintf("%d matching cards free, at most %d of one model; the job needs %d of one model on one node", matched, usable, min)
+	}
 	if matched > 0 {
 		return fmt.Sprintf("%d matching cards free, the job needs %d on one node", matched, min)
 	}

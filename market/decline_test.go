@@ -1,6 +1,8 @@
 package market_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -36,6 +38,8 @@ func TestSupplierDeclinesNameTheJobsUnmetCheck(t *testing.T) {
 		{"too few for the layout", "a100-80g:2", nil, market.Filter{MaxPriceCNY: 50}, 4,
 			"2 matching cards free, the job needs 4 on one node"},
 		{"nothing at all", "", nil, market.Filter{MaxPriceCNY: 50}, 1, "no free cards"},
+		{"not enough of one model", "a100-80g:2,rtx4090-24g:2", nil, market.Filter{MaxPriceCNY: 50}, 4,
+			"4 matching cards free, at most 2 of one model; the job needs 4 of one model on one node"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,5 +75,39 @@ func TestSupplierDeclinesNameTheJobsUnmetCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A supplier bids cards of one model unless the job mixes models: the
+// model that gives the most of what was asked.
+func TestSupplierBidsOneModel(t *testing.T) {
+	for _, mixed := range []bool{false, true} {
+		cfg := market.DefaultConfig("s")
+		cfg.Cards = markettest.MustCards("s", "a100-80g:2,rtx4090-24g:1")
+		sup, err := market.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(sup)
+		req := &market.BidRequest{Job: "j1", Term: 1, Round: 1, Filter: market.Filter{MaxPriceCNY: 50}, Want: 2, Min: 1, MixedModels: mixed}
+		if err := sup.Step(market.MessageReceived{Now: t0, Message: market.Message{From: "c", To: "s", Payload: req}}); err != nil {
+			t.Fatal(err)
+		}
+		var models []string
+		for _, m := range drain(sup).Messages {
+			if b, ok := m.Payload.(*market.Bid); ok {
+				for _, c := range b.Cards {
+					models = append(models, c.Model)
+				}
+			}
+		}
+		slices.Sort(models)
+		want := "a100-80g a100-80g" // two of one model beat one
+		if mixed {
+			want = "a100-80g rtx4090-24g" // the cheapest per compute unit first
+		}
+		if got := strings.Join(models, " "); got != want {
+			t.Errorf("mixed=%v: bid %q, want %q", mixed, got, want)
+		}
 	}
 }

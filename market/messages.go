@@ -42,7 +42,8 @@ var ErrBadMessage = errors.New("bad message")
 // checked on receipt; a bad one makes Step return ErrBadMessage.
 type (
 	// BidRequest asks a supplier to reserve up to Want cards that pass
-	// Filter (at least Min, or none) and bid them.
+	// Filter (at least Min, or none) and bid them: cards of one model,
+	// unless MixedModels (JobSpec.MixedModels) lets a share mix them.
 	//
 	// Owner, Duration, Network and Resources say what the supplier's
 	// Policy needs to know of the job (its owner ID, expected duration,
@@ -59,6 +60,7 @@ type (
 		Duration Duration   `json:"duration,omitempty"`
 		Network  JobNetwork `json:"network,omitempty"`
 		Resources
+		MixedModels bool `json:"mixed_models,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.

@@ -56,7 +56,7 @@ type lotMeta struct {
 	lease    string
 	expires  time.Time // by the coordinator's clock, with LeaseMargin taken off
 	used     bool      // awarded or released
-	feasible int
+	feasible int       // cards that pass the job's checks and may form one share (usableCards)
 }
 
 func (c *coordinator) startRound(j *job) {
@@ -174,13 +174,7 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
 	if !r.exclude[from] {
-		for i := range m.Cards {
-			bc := &m.Cards[i]
-			f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts}
-			if j.match.check(&f) == reasonPassed {
-				meta.feasible++
-			}
-		}
+		meta.feasible = usableCards(j.match, m.Cards, j.spec.MixedModels)
 	}
 	r.lotBy[from] = len(r.lots)
 	r.lots = append(r.lots, lot)
@@ -247,7 +241,8 @@ func (c *coordinator) expireLots(r *round) {
 
 func (c *coordinator) clearInput(j *job, r *round, lots []Lot, need Need, x *explainer) clearInput {
 	return clearInput{lots: lots, need: need, match: j.match, scorer: j.scorer, seed: j.seed ^ r.id,
-		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x}
+		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x,
+		mixed: j.spec.MixedModels}
 }
 
 func (c *coordinator) closeBidding(j *job, r *round) {

@@ -475,7 +475,8 @@ func matcher(typ string, kv map[string]string) func(market.Message) bool {
 }
 
 // formatJob prints a job record: a header, then one line per placement
-// (with all=1 also the placements that are over).
+// (with all also the placements that are over; with models each
+// placement's model).
 func formatJob(r market.JobRecord, flags []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s epoch=%d cards=%d cost=%.4f", r.ID, r.State, r.Epoch, r.Cards, r.CostCNY)
@@ -513,6 +514,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		cards := append([]string(nil), p.Cards...)
 		slices.Sort(cards)
 		fmt.Fprintf(&b, "\n  share=%d epoch=%d %s [%s] %s price=%.2f bid=%.2f", p.Share, p.Epoch, p.Node, strings.Join(cards, " "), p.State, p.PriceCNY, p.BidCNY)
+		if slices.Contains(flags, "models") {
+			fmt.Fprintf(&b, " model=%s", p.Model)
+		}
 		if p.Region != "" {
 			fmt.Fprintf(&b, " region=%s", p.Region)
 		}

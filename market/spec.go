@@ -128,6 +128,12 @@ type JobSpec struct {
 	MinComputeUnits float64 `json:"min_compute_units,omitempty"`
 	// Layout says how the cards may be spread over nodes. Default: any.
 	Layout Layout `json:"layout"`
+	// MixedModels lets a share (the cards the job gets on one node) hold
+	// cards of more than one model. Default false: every share's cards
+	// are of one model, whatever Models allows (a job of 2 cards never
+	// gets an A100 and an RTX 4090 side by side). Shares on different
+	// nodes may differ either way: Models pins the model of all of them.
+	MixedModels bool `json:"mixed_models,omitempty"`
 	// MaxPriceCNY is the most the owner pays per card-hour. Required, > 0.
 	MaxPriceCNY float64 `json:"max_price_cny"`
 	// Kind is batch (default), preemptible or service.

@@ -231,13 +231,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		return nil
 	}
 	match := newMatcher(m.Filter)
-	type option struct {
-		c        *cardState
-		price    float64
-		rank     float64
-		preempts bool
-	}
-	var free, preempt []option
+	var free, preempt []bidOption
 	var misses cardMisses // why free cards did not match, for a decline
 	for _, c := range s.cards {
 		if !c.offerable() || c.lease != nil || c.draining != nil {
@@ -262,23 +256,21 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 			misses[r]++
 			continue
 		}
-		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
+		o := bidOption{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
 		if busy {
 			preempt = append(preempt, o)
 		} else {
 			free = append(free, o)
 		}
 	}
-	byRank := func(a, b option) int { return cmp.Compare(a.rank, b.rank) }
-	slices.SortStableFunc(free, byRank)
-	slices.SortStableFunc(preempt, byRank)
-	take := free[:min(len(free), m.Want)]
-	if len(take) < m.Want {
-		take = append(take, preempt[:min(len(preempt), m.Want-len(take))]...)
+	take := bidCards(free, preempt, m.Want)
+	matched := len(take)
+	if !m.MixedModels {
+		take = bidOneModel(free, preempt, m.Want)
 	}
 	if len(take) < m.Min {
 		if !broadcast {
-			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: declineText(&m.Filter, len(take), m.Min, misses)})
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: declineText(&m.Filter, matched, len(take), m.Min, misses)})
 		}
 		return nil
 	}
@@ -774,4 +766,56 @@ func (s *supplier) sortedAttempts() []attemptKey {
 		})
 	}
 	return s.order
+}
+
+// bidOption is a card a supplier may bid for a request, at its price.
+type bidOption struct {
+	c        *cardState
+	price    float64
+	rank     float64 // price per compute unit: the cheaper first
+	preempts bool
+}
+
+// bidCards picks up to want cards to bid: free ones first, then ones that
+// preempt work, each kind the cheapest per compute unit first.
+func bidCards(free, preempt []bidOption, want int) []bidOption {
+	byRank := func(a, b bidOption) int { return cmp.Compare(a.rank, b.rank) }
+	free, preempt = slices.Clone(free), slices.Clone(preempt)
+	slices.SortStableFunc(free, byRank)
+	slices.SortStableFunc(preempt, byRank)
+	take := free[:min(len(free), want)]
+	if len(take) < want {
+		take = append(take, preempt[:min(len(preempt), want-len(take))]...)
+	}
+	return take
+}
+
+// bidOneModel picks the cards to bid when a share's cards must be of one
+// model (BidRequest.MixedModels false): bidCards among the cards of each
+// model, and of those the model that gives the most cards, then the one
+// whose cards cost least per compute unit in all, then by name.
+func bidOneModel(free, preempt []bidOption, want int) []bidOption {
+	var models []string
+	for _, o := range append(slices.Clip(free), preempt...) {
+		if !slices.Contains(models, o.c.card.Model) {
+			models = append(models, o.c.card.Model)
+		}
+	}
+	slices.Sort(models)
+	of := func(opts []bidOption, model string) []bidOption {
+		return slices.DeleteFunc(slices.Clone(opts), func(o bidOption) bool { return o.c.card.Model != model })
+	}
+	var best []bidOption
+	bestRank := 0.0
+	for _, model := range models {
+		take := bidCards(of(free, model), of(preempt, model), want)
+		rank := 0.0
+		for _, o := range take {
+			rank += o.rank
+		}
+		if len(take) > len(best) || (len(take) == len(best) && rank < bestRank) {
+			best, bestRank = take, rank
+		}
+	}
+	return best
 }

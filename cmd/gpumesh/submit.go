@@ -41,7 +41,10 @@ spelling). --min-cu is compute per card in A100 units (dense BF16 TFLOPS/312).
 Layout: by default cards may spread over any nodes. --per-node N puts exactly
 N on each node used (a gang job: torchrun's nproc_per_node; the job sees
 NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE). --one-node keeps
-all cards on one node.
+all cards on one node. The cards a job gets on one node (a share) are of
+one model, whatever --model allows; --mixed-models lets a share mix models
+(its placement's model then lists them, such as a100-80g+rtx4090-24g).
+Shares on different nodes may be of different models: --model pins them.
 
 Price: --max-price is the most paid per card-hour, in CNY. When it is not
 given, the default is the highest price suppliers ask by default (the
@@ -162,6 +165,7 @@ submitted.`,
 	f.Float64Var(&o.minCU, "min-cu", 0, "least compute per card in A100 units (default no minimum)")
 	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
 	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
+	f.BoolVar(&o.mixedModels, "mixed-models", false, "let one node's share hold cards of more than one model (default: one model per share)")
 	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
 	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
 	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")
