@@ -1,6 +1,10 @@
 package market
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Awards: the winners of a round are awarded their shares; an award that
 // is rejected or not answered in time goes to a spare under a new epoch; a
@@ -34,7 +38,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	meta.used = true
 	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.n.cfg.AwardTimeout), lastHeard: c.n.now}
 	p.Share, p.Epoch, p.Node, p.Region, p.State, p.AwardedAt = share, epoch, lot.Node, lot.Region, PlacementAwarded, c.n.now
-	p.Model = lot.Cards[w.cards[0]].Model
+	p.Model = shareModel(lot, w.cards)
 	for i, ci := range w.cards {
 		p.Cards = append(p.Cards, lot.Cards[ci].ID)
 		p.PriceCNY += w.pay[i]
@@ -58,6 +62,21 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	})
 	c.touch(j)
 	return p
+}
+
+// shareModel is the model of a share's cards: the model of all of them,
+// or, in a share that mixes models (JobSpec.MixedModels), every model it
+// holds, sorted and joined by "+" ("a100-80g+rtx4090-24g"): a record
+// never labels a card with a model it is not.
+func shareModel(lot *Lot, cards []int) string {
+	var models []string
+	for _, ci := range cards {
+		if m := lot.Cards[ci].Model; !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	slices.Sort(models)
+	return strings.Join(models, "+")
 }
 
 func (c *coordinator) onAccept(from string, m *Accept) error {

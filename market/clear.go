@@ -53,6 +53,10 @@ type clearInput struct {
 	spread   map[string]bool
 	maxPrice float64
 	explain  *explainer // nil: do not explain
+	// mixed lets a share hold cards of several models
+	// (JobSpec.MixedModels); otherwise each winner's cards are of one
+	// model (onemodel.go).
+	mixed bool
 }
 
 // winner is one node's share of a clearing.
@@ -125,6 +129,9 @@ func (a *candidate) compare(b *candidate) int {
 func clearBids(in clearInput) clearing {
 	cands, perLot := feasibleCards(in)
 	if in.need.Cards > 0 {
+		if !in.mixed && anyLotMixes(in, cands, perLot) {
+			return clearAnyOneModel(in, cands, perLot)
+		}
 		return clearAny(in, cands)
 	}
 	return clearSlots(in, cands, perLot)
@@ -199,7 +206,14 @@ func clearAny(in clearInput, cands []candidate) clearing {
 		return clearing{short: fmt.Sprintf("bids offer %d feasible cards, the job needs %d", len(cands), m)}
 	}
 	selectBest(cands, m)
-	won, lost := cands[:m], cands[m:]
+	return settleAny(in, cands[:m], cands[m:], nil)
+}
+
+// settleAny prices and groups the winning cards of an any layout: won are
+// the winners; lost the feasible cards that could have won instead (the
+// best of them sets the price); idle the cards of winning nodes that their
+// share cannot take, being of another model than it (onemodel.go).
+func settleAny(in clearInput, won, lost, idle []candidate) clearing {
 	res := clearing{ok: true, priceCU: -1}
 	if len(lost) > 0 {
 		best := &lost[0]
@@ -212,10 +226,12 @@ func clearAny(in clearInput, cands []candidate) clearing {
 			res.priceCU = best.score
 		}
 	}
-	if res.priceCU < 0 {
-		for i := range won {
-			res.priceCU = max(res.priceCU, won[i].score)
-		}
+	// With no loser, or only avoided ones, the worst winner sets the
+	// price; a loser never sets it below a winner's score (with the
+	// greedy choice none is; under the one-model rule, none is at the
+	// optimum either, and a winner is never paid below its bid anyway).
+	for i := range won {
+		res.priceCU = max(res.priceCU, won[i].score)
 	}
 	byLot := map[int]int{} // lot → index in res.winners
 	for _, c := range won {
@@ -234,6 +250,7 @@ func clearAny(in clearInput, cands []candidate) clearing {
 	if in.explain != nil {
 		in.explainWinners(&res, won)
 		in.explainLosers(lost, ReasonOutbid, res.priceCU)
+		in.explainOtherModels(idle)
 	}
 	return res
 }
@@ -276,34 +293,47 @@ func selectBest(c []candidate, k int) {
 }
 
 // clearSlots picks need.Slots nodes that each give need.PerSlot cards, the
-// set with the least total score.
+// set with the least total score. Under the one-model rule (onemodel.go) a
+// node gives the PerSlot best cards of its best model group that holds
+// that many.
 func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 	k, s := in.need.PerSlot, in.need.Slots
-	// feasibleCards appends each lot's cards together, in lot order: only
-	// each lot's own run needs sorting.
-	for i := 0; i < len(cands); {
-		j := i + perLot[cands[i].lot]
-		slices.SortFunc(cands[i:j], func(a, b candidate) int { return a.compare(&b) })
-		i = j
-	}
 	type nodeSet struct {
 		lot         int
-		first       int // index into cands of the lot's best card
+		start, n    int // the lot's cards are cands[start:start+n]
+		first, size int // the group it gives from: cands[first:first+size], best first
 		cost        float64
 		avoid, pre  bool
 		tie         uint64
 		unqualified bool
+		mostOfOne   int // unqualified: the most feasible cards of one model
 	}
 	sets := make([]nodeSet, 0, len(in.lots))
+	// feasibleCards appends each lot's cards together, in lot order: only
+	// each lot's own run needs sorting.
 	for i := 0; i < len(cands); {
 		j := i + perLot[cands[i].lot]
-		set := nodeSet{lot: cands[i].lot, first: i, avoid: cands[i].avoid, tie: tieKey(in.seed, in.lots[cands[i].lot].Node, "")}
-		if j-i < k {
-			set.unqualified = true
+		run := cands[i:j]
+		bounds := []int{0, len(run)}
+		if in.mixed {
+			slices.SortFunc(run, func(a, b candidate) int { return a.compare(&b) })
 		} else {
-			for _, c := range cands[i : i+k] {
-				set.cost += c.score
-				set.pre = set.pre || c.preempts
+			bounds = modelGroups(&in, run)
+		}
+		set := nodeSet{lot: cands[i].lot, start: i, n: j - i, avoid: cands[i].avoid, tie: tieKey(in.seed, in.lots[cands[i].lot].Node, ""), unqualified: true}
+		for g := 0; g+1 < len(bounds); g++ {
+			group := run[bounds[g]:bounds[g+1]]
+			set.mostOfOne = max(set.mostOfOne, len(group))
+			if len(group) < k {
+				continue
+			}
+			cost, pre := 0.0, false
+			for _, c := range group[:k] {
+				cost += c.score
+				pre = pre || c.preempts
+			}
+			if set.unqualified || cost < set.cost {
+				set.unqualified, set.first, set.size, set.cost, set.pre = false, i+bounds[g], len(group), cost, pre
 			}
 		}
 		sets = append(sets, set)
@@ -314,10 +344,14 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 		if set.unqualified {
 			if in.explain != nil {
 				lot := &in.lots[set.lot]
-				n := perLot[set.lot]
-				in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[cands[set.first].card].Model, Cards: n,
-					Reason: ReasonLayout, Score: cands[set.first].score,
-					Detail: fmt.Sprintf("%s, the layout needs %d on one node", text.Count(n, "feasible card"), k)})
+				run := cands[set.start : set.start+set.n]
+				best := slices.MinFunc(run, func(a, b candidate) int { return a.compare(&b) })
+				detail := fmt.Sprintf("%s, the layout needs %d on one node", text.Count(set.n, "feasible card"), k)
+				if set.mostOfOne < set.n {
+					detail = fmt.Sprintf("%s, at most %d of one model; the layout needs %d of one model on one node", text.Count(set.n, "feasible card"), set.mostOfOne, k)
+				}
+				in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[best.card].Model, Cards: set.n,
+					Reason: ReasonLayout, Score: best.score, Detail: detail})
 			}
 			continue
 		}
@@ -385,11 +419,13 @@ func clearSlots(in clearInput, cands []candidate, perLot []int) clearing {
 		var won []candidate
 		for _, set := range winners {
 			won = append(won, cands[set.first:set.first+k]...)
-			in.explainLot(cands[set.first+k:set.first+perLot[set.lot]], ReasonNotNeeded, res.priceCU)
+			in.explainLot(cands[set.first+k:set.first+set.size], ReasonNotNeeded, res.priceCU)
+			other := slices.Concat(cands[set.start:set.first], cands[set.first+set.size:set.start+set.n])
+			in.explainOtherModels(other)
 		}
 		in.explainWinners(&res, won)
 		for i, set := range losers {
-			lot := cands[set.first : set.first+perLot[set.lot]]
+			lot := cands[set.first : set.first+set.size]
 			if i < passedOver && !set.avoid {
 				c := &lot[0]
 				l := &in.lots[c.lot]

@@ -94,6 +94,11 @@ func checkClearing(t *testing.T, cc clearCase, res clearing) {
 		if cc.need.Slots > 0 && len(w.cards) != cc.need.PerSlot {
 			t.Fatalf("node %s gives %d cards, layout wants %d", lot.Node, len(w.cards), cc.need.PerSlot)
 		}
+		for _, ci := range w.cards {
+			if m := lot.Cards[ci].Model; !cc.rp.mixed && m != lot.Cards[w.cards[0]].Model {
+				t.Fatalf("node %s's share mixes %s and %s; the job does not allow mixed models", lot.Node, lot.Cards[w.cards[0]].Model, m)
+			}
+		}
 		for i, ci := range w.cards {
 			c := lot.Cards[ci]
 			if !cc.rp.feasible(c) {
@@ -136,6 +141,7 @@ func bruteForceCase(r *rand.Rand) clearCase {
 			exclude[lots[0].Node] = true
 		}
 		dur := time.Duration(r.IntN(48)) * time.Hour
+		mixed := r.IntN(3) == 0 // else the one-model rule holds
 		var need Need
 		if r.IntN(10) == 0 {
 			if r.IntN(2) == 0 {
@@ -144,12 +150,17 @@ func bruteForceCase(r *rand.Rand) clearCase {
 				need.PerSlot, need.Slots = 1+r.IntN(3), 1+r.IntN(3)
 			}
 		} else {
-			rp := refParams{filter: f, duration: dur, unknownMTBF: 6 * time.Hour, unknownCU: 0.1, exclude: exclude}
+			rp := refParams{filter: f, duration: dur, unknownMTBF: 6 * time.Hour, unknownCU: 0.1, exclude: exclude, mixed: mixed}
 			usable, most := 0, 0
-			per := rp.perNodeScores(lots)
-			for _, s := range per {
-				usable += len(s)
-				most = max(most, len(s))
+			per := make([]int, 0, len(lots)) // the most cards one share may take from each node
+			for _, groups := range rp.perNodeGroups(lots) {
+				big := 0
+				for _, g := range groups {
+					big = max(big, len(g))
+				}
+				per = append(per, big)
+				usable += big
+				most = max(most, big)
 			}
 			if usable == 0 {
 				continue // nothing passes: draw again
@@ -159,15 +170,17 @@ func bruteForceCase(r *rand.Rand) clearCase {
 			} else {
 				need.PerSlot = 1 + r.IntN(min(3, most))
 				nodes := 0
-				for _, s := range per {
-					if len(s) >= need.PerSlot {
+				for _, n := range per {
+					if n >= need.PerSlot {
 						nodes++
 					}
 				}
 				need.Slots = 1 + r.IntN(min(3, nodes))
 			}
 		}
-		return newClearCase(lots, need, f, dur, exclude, r.Uint64())
+		cc := newClearCase(lots, need, f, dur, exclude, r.Uint64())
+		cc.in.mixed, cc.rp.mixed = mixed, mixed
+		return cc
 	}
 }
 
@@ -229,6 +242,8 @@ func TestClearMatchesDPOnLargeInstances(t *testing.T) {
 			need.PerSlot, need.Slots = 1+r.IntN(8), 1+r.IntN(10)
 		}
 		cc := newClearCase(lots, need, randomFilter(r), time.Duration(r.IntN(24))*time.Hour, nil, r.Uint64())
+		cc.in.mixed = r.IntN(3) == 0 // else the one-model rule holds
+		cc.rp.mixed = cc.in.mixed
 		res := clearBids(cc.in)
 		want, ok := dpOptimum(lots, need, &cc.rp)
 		if res.ok != ok {
@@ -393,5 +408,44 @@ func TestClearExplainsEveryCandidate(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "asks 30.00 CNY per card-hour, job pays at most 25.00") {
 		t.Errorf("explanation lacks the price detail:\n%s", out.String())
+	}
+}
+
+// A node that bids an A100 and an RTX 4090 for a 2-card job does not give
+// it both unless the job allows mixed models; when it does, the share's
+// model names both, never one of them for all its cards.
+func TestClearKeepsEachShareToOneModel(t *testing.T) {
+	mix := lotOf("mix", 0, card("a100-80g", 10), card("rtx4090-24g", 1.98))
+	other := lotOf("other", 0, card("a100-80g", 11))
+	f := Filter{MaxPriceCNY: 30}
+
+	cc := newClearCase([]Lot{mix}, Need{Cards: 2}, f, 0, nil, 1)
+	if res := clearBids(cc.in); res.ok || !strings.Contains(res.short, "of one model per node") {
+		t.Fatalf("one mixed node, 2 cards: cleared=%v (%s), want no clearing saying why", res.ok, res.short)
+	}
+
+	lots := []Lot{mix, other}
+	cc = newClearCase(lots, Need{Cards: 2}, f, 0, nil, 1)
+	res := clearBids(cc.in)
+	checkClearing(t, cc, res)
+	got := map[string]string{}
+	for _, w := range res.winners {
+		got[lots[w.lot].Node] = shareModel(&lots[w.lot], w.cards)
+	}
+	if got["mix"] != "rtx4090-24g" || got["other"] != "a100-80g" {
+		t.Errorf("shares %v, want the 4090 of mix and the A100 of other", got)
+	}
+	var out Explanation
+	cc.in.explain.finish(&out, 100)
+	if !strings.Contains(out.String(), "a share's cards are of one model") {
+		t.Errorf("the explanation does not say why mix's A100 stayed out:\n%s", out.String())
+	}
+
+	cc = newClearCase([]Lot{mix}, Need{Cards: 2}, f, 0, nil, 1)
+	cc.in.mixed, cc.rp.mixed = true, true
+	res = clearBids(cc.in)
+	checkClearing(t, cc, res)
+	if m := shareModel(&mix, res.winners[0].cards); len(res.winners) != 1 || m != "a100-80g+rtx4090-24g" {
+		t.Errorf("mixed allowed: %d shares, model %q, want one share labelled a100-80g+rtx4090-24g", len(res.winners), m)
 	}
 }

@@ -31,10 +31,12 @@ func capture(t testing.TB) []market.Message {
 		t.Fatal(err)
 	}
 	h.RunFor(time.Second)
-	for _, k := range []markettest.AttemptKey{{Job: "j1", Share: 0, Epoch: 1}, {Job: "j1", Share: 1, Epoch: 1}} {
+	for i, k := range []markettest.AttemptKey{{Job: "j1", Share: 0, Epoch: 1}, {Job: "j1", Share: 1, Epoch: 1}} {
 		for _, p := range h.Peers() {
-			if p.Running[k] != nil {
+			if p.Running[k] != nil && i == 0 {
 				_ = h.Exit(p.ID, k, 0)
+			} else if p.Running[k] != nil {
+				_ = h.ExitWith(p.ID, k, 127, "did not start: executable file not found in $PATH: torchrun")
 			}
 		}
 	}
@@ -64,8 +66,11 @@ func TestMessageRoundTrip(t *testing.T) {
 			t.Fatalf("round trip changed the message:\n%+v\n%+v", m, back)
 		}
 		types[m.Payload.Type()] = true
+		if e, ok := m.Payload.(*market.AttemptEnded); ok && e.Reason != "" {
+			types["attempt_ended with a reason"] = true
+		}
 	}
-	for _, typ := range []string{"bid_request", "bid", "decline", "award", "accept", "release", "start", "renewal", "renewal_ack", "attempt_ended", "end_ack"} {
+	for _, typ := range []string{"bid_request", "bid", "decline", "award", "accept", "release", "start", "renewal", "renewal_ack", "attempt_ended", "attempt_ended with a reason", "end_ack"} {
 		if !types[typ] {
 			t.Errorf("the captured run sent no %s message", typ)
 		}
@@ -85,6 +90,8 @@ func TestDecodeMessageRefusesBadInput(t *testing.T) {
 		"min over want": `{"from":"a","to":"b","type":"bid_request","payload":{"job":"j1","round":1,"want":1,"min":2,"filter":{"max_price_cny":3}}}`,
 		"trailing":      `{"from":"a","to":"b","type":"release","payload":{"job":"j1","lease":"L1"}} {}`,
 		"bad cause":     `{"from":"a","to":"b","type":"attempt_ended","payload":{"job":"j1","share":0,"epoch":1,"cause":"bored"}}`,
+		"long reason": `{"from":"a","to":"b","type":"attempt_ended","payload":{"job":"j1","share":0,"epoch":1,"cause":"exited","reason":"` +
+			strings.Repeat("x", market.MaxEndReasonBytes+1) + `"}}`,
 	} {
 		if _, err := market.DecodeMessage([]byte(in)); !errors.Is(err, market.ErrBadMessage) {
 			t.Errorf("%s: err = %v, want ErrBadMessage", name, err)

@@ -1,7 +1,6 @@
 package market
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -361,58 +360,6 @@ func (c *coordinator) scale(id string, cards int) error {
 	}
 	c.refresh(j)
 	return nil
-}
-
-// shrinkNow brings the job down to its target: first by dropping what is
-// not placed yet, then by stopping whole running shares (the most expensive
-// per card first for LayoutAny, the highest share numbers for slot
-// layouts). Stopping whole shares may overshoot; the shortfall is placed
-// again by an incremental auction, so the job ends at its target exactly.
-// With a round open it waits for the round to end.
-func (c *coordinator) shrinkNow(j *job) {
-	j.shrinkPending = false
-	if j.round != nil {
-		j.shrinkPending = true
-		return
-	}
-	running := slices.DeleteFunc(j.liveSorted(), func(p *placement) bool { return p.State == PlacementStopping })
-	if !j.flexible() {
-		k := j.perSlot()
-		excess := len(running) + len(j.needSlots) - j.target/k
-		for excess > 0 && len(j.needSlots) > 0 {
-			j.needSlots = j.needSlots[:len(j.needSlots)-1]
-			excess--
-		}
-		for i := len(running) - 1; i >= 0 && excess > 0; i-- {
-			c.stopPlacement(j, running[i], "scaled down")
-			excess--
-		}
-		return
-	}
-	held := 0
-	for _, p := range running {
-		held += len(p.Cards)
-	}
-	excess := held + j.needCards - j.target
-	n := min(max(excess, 0), j.needCards)
-	j.needCards -= n
-	excess -= n
-	slices.SortStableFunc(running, func(a, b *placement) int {
-		if c := cmp.Compare(b.PriceCNY, a.PriceCNY); c != 0 {
-			return c
-		}
-		return b.Share - a.Share
-	})
-	for _, p := range running {
-		if excess <= 0 {
-			break
-		}
-		c.stopPlacement(j, p, "scaled down")
-		excess -= len(p.Cards)
-	}
-	if excess < 0 {
-		j.needCards += -excess // stopped a whole share past the target: top up
-	}
 }
 
 // refresh derives the job's state from its rounds, needs and attempts.

@@ -63,7 +63,10 @@ type (
 	}
 
 	// ScaleJob changes the card count of a running elastic job within its
-	// spec's range: up by an incremental auction, down by stopping shares.
+	// spec's range: up by an incremental auction, down by stopping whole
+	// shares and starting nothing (shrink.go). A scale-down that whole
+	// shares cannot meet exactly stops as much as it can without going
+	// below Cards: the job's record then holds more cards than asked.
 	ScaleJob struct {
 		Now   time.Time
 		Job   string
@@ -124,6 +127,12 @@ type (
 		// (the node's fence keeper killed it while the node was frozen):
 		// the attempt ends fenced, whatever its exit code.
 		Fenced bool
+		// Reason, when not empty, says why for the job's owner: above all
+		// why a process did not start ("executable file not found in
+		// $PATH: nvidia-smi"). It travels to the coordinator in the
+		// AttemptEnded, cut to MaxEndReasonBytes, and becomes the
+		// placement's reason (and the job's, when the job fails by it).
+		Reason string
 	}
 )
 

@@ -163,6 +163,34 @@ func (m *matcher) detail(r Reason, c *cardFacts) string {
 	return string(r)
 }
 
+// usableCards counts the cards of a bid that pass the job's checks and
+// may form one share: all of them when the job lets a share mix models
+// (JobSpec.MixedModels), else those of its most numerous model.
+func usableCards(m *matcher, cards []BidCard, mixed bool) int {
+	var perModel map[string]int
+	most, all := 0, 0
+	for i := range cards {
+		bc := &cards[i]
+		f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts}
+		if m.check(&f) != reasonPassed {
+			continue
+		}
+		all++
+		if mixed {
+			continue
+		}
+		if perModel == nil {
+			perModel = map[string]int{}
+		}
+		perModel[bc.Model]++
+		most = max(most, perModel[bc.Model])
+	}
+	if mixed {
+		return all
+	}
+	return most
+}
+
 // roundedMiB is a card's memory counted in whole GiB as it rounds, in MiB:
 // a 24564 MiB RTX 4090 counts as 24 GiB = 24576 MiB.
 func roundedMiB(mib uint64) uint64 { return (mib + 512) / 1024 * 1024 }

@@ -100,23 +100,27 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	c.bill(j, p, m.CardSeconds)
 	code := m.ExitCode
 	p.ExitCode = &code
+	why := "" // the runner's word on it ("did not start: ..."), as ": why"
+	if m.Reason != "" {
+		why = ": " + m.Reason
+	}
 	switch {
 	case p.State == PlacementStopping:
 		c.settle(j, p, PlacementStopped, m.Cause, "")
 		c.movedAfterStop(j, p)
 	case m.Cause == CauseExited:
-		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d", code))
+		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d%s", code, why))
 	case m.Cause == CauseTimeLimit:
 		c.settle(j, p, PlacementExited, m.Cause, "stopped at the supplier's time limit")
 	default:
-		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause))
+		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause)+why)
 	}
 	// Fenced or a card lost: the supplier lost it. Preempted: it said so,
 	// for work the job's kind lets take its cards.
 	c.trackEnd(p, p.State == PlacementLost && m.Cause != CausePreempted)
 	switch p.State {
 	case PlacementExited:
-		c.onExit(j, p, code)
+		c.onExit(j, p, code, why)
 	case PlacementLost:
 		c.onLost(j, p)
 	}
@@ -125,8 +129,9 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	return nil
 }
 
-// onExit handles a share whose process exited by itself.
-func (c *coordinator) onExit(j *job, p *placement, code int) {
+// onExit handles a share whose process exited by itself; why is what its
+// runner said of it (": did not start: ..."), or "".
+func (c *coordinator) onExit(j *job, p *placement, code int, why string) {
 	if j.state.Terminal() {
 		return
 	}
@@ -137,7 +142,7 @@ func (c *coordinator) onExit(j *job, p *placement, code int) {
 	case p.Cause == CauseTimeLimit:
 		c.fail(j, fmt.Sprintf("share %d ran as long as its supplier allows and was stopped (set a shorter expected duration, or choose suppliers with a longer limit)", p.Share), &code)
 	case code != 0:
-		c.fail(j, fmt.Sprintf("share %d exited with status %d", p.Share, code), &code)
+		c.fail(j, fmt.Sprintf("share %d exited with status %d%s", p.Share, code, why), &code)
 	}
 }
 

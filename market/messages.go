@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumesh/gpumesh/device"
 )
@@ -41,7 +42,8 @@ var ErrBadMessage = errors.New("bad message")
 // checked on receipt; a bad one makes Step return ErrBadMessage.
 type (
 	// BidRequest asks a supplier to reserve up to Want cards that pass
-	// Filter (at least Min, or none) and bid them.
+	// Filter (at least Min, or none) and bid them: cards of one model,
+	// unless MixedModels (JobSpec.MixedModels) lets a share mix them.
 	//
 	// Owner, Duration, Network and Resources say what the supplier's
 	// Policy needs to know of the job (its owner ID, expected duration,
@@ -58,6 +60,7 @@ type (
 		Duration Duration   `json:"duration,omitempty"`
 		Network  JobNetwork `json:"network,omitempty"`
 		Resources
+		MixedModels bool `json:"mixed_models,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -164,6 +167,9 @@ type (
 		Cause       Cause   `json:"cause"`
 		ExitCode    int     `json:"exit_code"`
 		CardSeconds float64 `json:"card_seconds"`
+		// Reason says why, for the owner (ExecutionExited.Reason), at
+		// most MaxEndReasonBytes; empty when the process simply exited.
+		Reason string `json:"reason,omitempty"`
 	}
 	// EndAck acknowledges an AttemptEnded.
 	EndAck struct {
@@ -559,6 +565,9 @@ func (m *AttemptEnded) validate() error {
 	}
 	if math.IsNaN(m.CardSeconds) || math.IsInf(m.CardSeconds, 0) || m.CardSeconds < 0 {
 		return badf("card_seconds %v out of range", m.CardSeconds)
+	}
+	if len(m.Reason) > MaxEndReasonBytes || !utf8.ValidString(m.Reason) {
+		return badf("reason: at most %d bytes of UTF-8, got %d", MaxEndReasonBytes, len(m.Reason))
 	}
 	return nil
 }

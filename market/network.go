@@ -39,13 +39,14 @@ func (n JobNetwork) rank() int {
 }
 
 // NetworkOrDefault is the network the job gets: Network when set, else
-// host for a per_node job (a gang's ranks reach each other directly) and
-// none for every other.
+// host for a per_node job that may run on more than one node (a gang's
+// ranks reach each other directly) and none for every other, a per_node
+// job that fits on one node included.
 func (s *JobSpec) NetworkOrDefault() JobNetwork {
 	switch {
 	case s.Network != "":
 		return s.Network
-	case s.LayoutMode() == LayoutPerNode:
+	case s.spansNodes():
 		return NetworkHost
 	}
 	return NetworkNone

@@ -313,6 +313,7 @@ func TestRestartedRunnerKeepsItsEnds(t *testing.T) {
 		Cause: market.CauseExited, ExitCode: 0, CardSeconds: 42, EndedAt: t0, Acked: true}
 	unacked := done
 	unacked.Job, unacked.Acked = "j2", false
+	unacked.ExitCode, unacked.Reason = 127, "did not start: executable file not found in $PATH: nvidia-smi"
 	cfg.EndedAttempts = []market.Attempt{done, unacked}
 	n, err := market.New(cfg)
 	if err != nil {
@@ -333,8 +334,8 @@ func TestRestartedRunnerKeepsItsEnds(t *testing.T) {
 	if err := n.Step(market.Tick{Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ends(drain(n), "c1"); len(got) != 1 || got[0].Job != "j2" {
-		t.Fatalf("after the restart the runner reports %v to its coordinator, want the unacknowledged end of j2 alone", got)
+	if got := ends(drain(n), "c1"); len(got) != 1 || got[0].Job != "j2" || got[0].Reason != unacked.Reason {
+		t.Fatalf("after the restart the runner reports %v to its coordinator, want the unacknowledged end of j2 alone, with its reason", got)
 	}
 
 	// A successor of term 2 tells the runner its term for the attempt

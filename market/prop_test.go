@@ -348,12 +348,13 @@ func (w *world) checkSettled() {
 }
 
 // placeableNow reports whether the free, healthy cards of the mesh could
-// place the whole job as its spec stands (its current card count).
+// place the whole job as its spec stands (its current card count), each
+// share's cards of one model unless the job mixes models.
 func (w *world) placeableNow(spec market.JobSpec, r market.JobRecord) bool {
 	f := market.FilterOf(&spec)
-	perNode := map[string]int{}
-	total := 0
+	perNode := map[string]int{} // a node's cards one share may take: its largest model's
 	for _, p := range w.h.Peers() {
+		perModel := map[string]int{}
 		for _, c := range p.Node.Cards() {
 			if c.State != market.CardFree {
 				continue
@@ -364,9 +365,17 @@ func (w *world) placeableNow(spec market.JobSpec, r market.JobRecord) bool {
 			if !priceOK(p, c.Card, spec) {
 				continue
 			}
-			perNode[p.ID]++
-			total++
+			model := c.Card.Model
+			if spec.MixedModels {
+				model = "*"
+			}
+			perModel[model]++
+			perNode[p.ID] = max(perNode[p.ID], perModel[model])
 		}
+	}
+	total := 0
+	for _, k := range perNode {
+		total += k
 	}
 	switch {
 	case spec.KindOrDefault() == market.KindService: // replicas on distinct nodes

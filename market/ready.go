@@ -99,7 +99,9 @@ type Attempt struct {
 	// its coordinator acknowledged the end.
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	Acked   bool      `json:"acked,omitempty"`
-	Version uint64    `json:"version"`
+	// Reason says why it ended, for the owner (ExecutionExited.Reason).
+	Reason  string `json:"reason,omitempty"`
+	Version uint64 `json:"version"`
 }
 
 // ValidateEnded checks an ended attempt read back from storage

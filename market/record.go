@@ -63,7 +63,7 @@ type Placement struct {
 	// service's replicas are spread over regions by it.
 	Region string         `json:"region,omitempty"`
 	Cards  []string       `json:"cards"`
-	Model  string         `json:"model"` // of the first card
+	Model  string         `json:"model"` // of its cards; several joined by "+" when the job mixes models (JobSpec.MixedModels)
 	State  PlacementState `json:"state"`
 	// Cause says why an attempt that is over ended.
 	Cause  Cause  `json:"cause,omitempty"`

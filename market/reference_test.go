@@ -17,6 +17,9 @@ type refParams struct {
 	unknownMTBF time.Duration
 	unknownCU   float64
 	exclude     map[string]bool
+	// mixed lets one node's cards in a solution be of several models;
+	// false: each node gives cards of one model (the one-model rule).
+	mixed bool
 }
 
 func (rp *refParams) feasible(c BidCard) bool {
@@ -71,19 +74,49 @@ func (rp *refParams) score(lot *Lot, c BidCard) float64 {
 // scores in ascending order.
 func (rp *refParams) perNodeScores(lots []Lot) [][]float64 {
 	var out [][]float64
+	for _, groups := range rp.perNodeGroups(lots) {
+		var s []float64
+		for _, g := range groups {
+			s = append(s, g...)
+		}
+		slices.Sort(s)
+		out = append(out, s)
+	}
+	return out
+}
+
+// perNodeGroups returns, for every lot that may win, the groups of cards
+// one share may take from it, each group's scores in ascending order: one
+// group per model, or, when mixed, one group of all its feasible cards.
+func (rp *refParams) perNodeGroups(lots []Lot) [][][]float64 {
+	var out [][][]float64
 	for i := range lots {
 		lot := &lots[i]
 		if lot.Expired || rp.exclude[lot.Node] {
 			continue
 		}
-		var s []float64
+		byModel := map[string][]float64{}
+		var models []string
 		for _, c := range lot.Cards {
-			if rp.feasible(c) {
-				s = append(s, rp.score(lot, c))
+			if !rp.feasible(c) {
+				continue
 			}
+			key := c.Model
+			if rp.mixed {
+				key = "*"
+			}
+			if _, seen := byModel[key]; !seen {
+				models = append(models, key)
+			}
+			byModel[key] = append(byModel[key], rp.score(lot, c))
 		}
-		slices.Sort(s)
-		out = append(out, s)
+		var groups [][]float64
+		for _, m := range models {
+			s := byModel[m]
+			slices.Sort(s)
+			groups = append(groups, s)
+		}
+		out = append(out, groups)
 	}
 	return out
 }
@@ -94,6 +127,7 @@ func (rp *refParams) perNodeScores(lots []Lot) [][]float64 {
 func bruteForce(lots []Lot, need Need, rp *refParams) (float64, bool) {
 	type card struct {
 		node  int
+		model string
 		score float64
 		ok    bool
 	}
@@ -102,13 +136,15 @@ func bruteForce(lots []Lot, need Need, rp *refParams) (float64, bool) {
 		lot := &lots[i]
 		for _, c := range lot.Cards {
 			ok := !lot.Expired && !rp.exclude[lot.Node] && rp.feasible(c)
-			cards = append(cards, card{node: i, score: rp.score(lot, c), ok: ok})
+			cards = append(cards, card{node: i, model: c.Model, score: rp.score(lot, c), ok: ok})
 		}
 	}
 	best, found := math.Inf(1), false
 	perNode := make([]int, len(lots))
+	nodeModel := make([]string, len(lots))
 	for mask := 0; mask < 1<<len(cards); mask++ {
 		clear(perNode)
+		clear(nodeModel)
 		cost, n, valid := 0.0, 0, true
 		for i, c := range cards {
 			if mask&(1<<i) == 0 {
@@ -118,6 +154,11 @@ func bruteForce(lots []Lot, need Need, rp *refParams) (float64, bool) {
 				valid = false
 				break
 			}
+			if !rp.mixed && perNode[c.node] > 0 && nodeModel[c.node] != c.model {
+				valid = false // one node's cards of two models: the one-model rule
+				break
+			}
+			nodeModel[c.node] = c.model
 			cost += c.score
 			perNode[c.node]++
 			n++
@@ -152,7 +193,7 @@ func bruteForce(lots []Lot, need Need, rp *refParams) (float64, bool) {
 // PerSlot cards (slot layouts). Polynomial, for the large instances of the
 // quality benchmark.
 func dpOptimum(lots []Lot, need Need, rp *refParams) (float64, bool) {
-	scores := rp.perNodeScores(lots)
+	nodes := rp.perNodeGroups(lots)
 	inf := math.Inf(1)
 	if need.Cards > 0 {
 		m := need.Cards
@@ -161,14 +202,16 @@ func dpOptimum(lots []Lot, need Need, rp *refParams) (float64, bool) {
 			dp[i] = inf
 		}
 		dp[0] = 0
-		for _, s := range scores {
+		for _, groups := range nodes {
 			next := slices.Clone(dp)
-			prefix := 0.0
-			for take := 1; take <= len(s); take++ {
-				prefix += s[take-1]
-				for have := 0; have+take <= m; have++ {
-					if dp[have] < inf && dp[have]+prefix < next[have+take] {
-						next[have+take] = dp[have] + prefix
+			for _, s := range groups { // the node gives cards of one group
+				prefix := 0.0
+				for take := 1; take <= len(s); take++ {
+					prefix += s[take-1]
+					for have := 0; have+take <= m; have++ {
+						if dp[have] < inf && dp[have]+prefix < next[have+take] {
+							next[have+take] = dp[have] + prefix
+						}
 					}
 				}
 			}
@@ -182,13 +225,20 @@ func dpOptimum(lots []Lot, need Need, rp *refParams) (float64, bool) {
 		dp[i] = inf
 	}
 	dp[0] = 0
-	for _, s := range scores {
-		if len(s) < k {
-			continue
+	for _, groups := range nodes {
+		cost := inf // the node's best group of k cards
+		for _, s := range groups {
+			if len(s) < k {
+				continue
+			}
+			c := 0.0
+			for _, v := range s[:k] {
+				c += v
+			}
+			cost = min(cost, c)
 		}
-		cost := 0.0
-		for _, v := range s[:k] {
-			cost += v
+		if cost == inf {
+			continue
 		}
 		for j := slots; j >= 1; j-- {
 			if dp[j-1] < inf && dp[j-1]+cost < dp[j] {

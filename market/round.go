@@ -58,7 +58,7 @@ type lotMeta struct {
 	lease    string
 	expires  time.Time // by the coordinator's clock, with LeaseMargin taken off
 	used     bool      // awarded or released
-	feasible int
+	feasible int       // cards that pass the job's checks and may form one share (usableCards)
 }
 
 func (c *coordinator) startRound(j *job) {
@@ -176,13 +176,7 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
 	if !r.exclude[from] {
-		for i := range m.Cards {
-			bc := &m.Cards[i]
-			f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts}
-			if j.match.check(&f) == reasonPassed {
-				meta.feasible++
-			}
-		}
+		meta.feasible = usableCards(j.match, m.Cards, j.spec.MixedModels)
 	}
 	r.lotBy[from] = len(r.lots)
 	r.lots = append(r.lots, lot)
@@ -210,7 +204,7 @@ func (c *coordinator) onDecline(from string, m *Decline) error {
 	if a == nil || a.replied {
 		return ErrStale
 	}
-	a.replied = true
+	a.replied, a.declined = true, m.Reason
 	// The entry counts the cards asked of the node, as a silent one's
 	// does: "declined" is then as many cards as were refused.
 	r.x.add(ExplainEntry{Stage: "bid", Node: from, Cards: a.want, Reason: ReasonDeclined, Detail: m.Reason})
@@ -251,7 +245,8 @@ func (c *coordinator) expireLots(r *round) {
 
 func (c *coordinator) clearInput(j *job, r *round, lots []Lot, need Need, x *explainer) clearInput {
 	return clearInput{lots: lots, need: need, match: j.match, scorer: j.scorer, seed: j.seed ^ r.id,
-		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x}
+		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x,
+		mixed: j.spec.MixedModels}
 }
 
 func (c *coordinator) closeBidding(j *job, r *round) {
@@ -343,7 +338,12 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 	}
 	c.requeue(j, r.need, r.slots)
 	j.round = nil
-	c.backoff(j, "waiting for capacity: "+why)
+	if j.shrinkPending {
+		c.shrinkNow(j) // a scale-down came while the round was open
+	}
+	if j.hasNeed() {
+		c.backoff(j, c.shortfall(j, r, why))
+	}
 	r.expl.Outcome = why
 	c.explainRound(j, r)
 	c.refresh(j)

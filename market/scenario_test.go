@@ -327,11 +327,12 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		n, _ := strconv.Atoi(pos[1])
 		return "", h.Step(h.Coordinator(pos[0]), market.ScaleJob{Now: h.Now, Job: pos[0], Cards: n})
 	case "exit":
-		// exit NODE JOB SHARE EPOCH CODE
+		// exit NODE JOB SHARE EPOCH CODE, then optionally the runner's
+		// reason on the next line (a process that did not start).
 		share, _ := strconv.Atoi(pos[2])
 		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
 		code, _ := strconv.Atoi(pos[4])
-		return "", h.Exit(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code)
+		return "", h.ExitWith(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"))
 	case "unhealthy":
 		// unhealthy NODE CARD...: those cards report unhealthy from now on.
 		p := h.Peer(pos[0])
@@ -408,7 +409,8 @@ func (s *scenario) capture(kv map[string]string, f func()) string {
 }
 
 // addNodes handles "node ID... cards=SPEC [mtbf=DUR] [price=MODEL:P,...]
-// [region=R] [count=N]": with count, IDs are ID01..IDN.
+// [region=R] [network=MAX] [count=N]": with count, IDs are ID01..IDN;
+// network is the most network the supplier's policy allows a job.
 func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 	if n, ok := kv["count"]; ok {
 		count, err := strconv.Atoi(n)
@@ -429,6 +431,7 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		}
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
+		cfg.Policy.MaxNetwork = market.JobNetwork(kv["network"])
 		if v, ok := kv["mtbf"]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -472,7 +475,8 @@ func matcher(typ string, kv map[string]string) func(market.Message) bool {
 }
 
 // formatJob prints a job record: a header, then one line per placement
-// (with all=1 also the placements that are over).
+// (with all also the placements that are over; with models each
+// placement's model).
 func formatJob(r market.JobRecord, flags []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s epoch=%d cards=%d cost=%.4f", r.ID, r.State, r.Epoch, r.Cards, r.CostCNY)
@@ -510,6 +514,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		cards := append([]string(nil), p.Cards...)
 		slices.Sort(cards)
 		fmt.Fprintf(&b, "\n  share=%d epoch=%d %s [%s] %s price=%.2f bid=%.2f", p.Share, p.Epoch, p.Node, strings.Join(cards, " "), p.State, p.PriceCNY, p.BidCNY)
+		if slices.Contains(flags, "models") {
+			fmt.Fprintf(&b, " model=%s", p.Model)
+		}
 		if p.Region != "" {
 			fmt.Fprintf(&b, " region=%s", p.Region)
 		}

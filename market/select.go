@@ -17,7 +17,8 @@ type ask struct {
 	want     int
 	score    float64 // the book's best score for the node (lower is better)
 	replied  bool
-	feasible int // feasible cards in its bid (0 if it declined)
+	feasible int    // feasible cards in its bid (0 if it declined)
+	declined string // its Decline's reason
 }
 
 // nodeOffer aggregates what one node offers a job in the book.
@@ -65,6 +66,9 @@ func (c *coordinator) selectCandidates(j *job, need Need, skip map[string]bool, 
 		nodes = c.walkBook(j, 4*need.Cards*spread, need.Cards, skip, x, true)
 	} else {
 		nodes = c.walkBook(j, need.Slots*need.PerSlot, 0, skip, x, false)
+	}
+	if !j.spec.MixedModels {
+		nodes = oneModelPerNode(nodes, need)
 	}
 	want := need.Cards
 	if need.Slots > 0 {
@@ -259,26 +263,36 @@ func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool,
 
 // byNode sums the kept offers up per node, in the order each node's first
 // offer was kept (that offer names the node's model); a node's scores come
-// out ascending.
+// out ascending. Under the one-model rule (JobSpec.MixedModels false) it
+// sums them per node and model instead: oneModelPerNode then keeps one
+// model of each node.
 func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
 	// One allocation for every node and one for every score; a node with
 	// offers of several models grows its own scores.
 	slab := make([]nodeOffer, 0, len(items))
 	scores := make([]scoredAvail, len(items))
 	out := make([]*nodeOffer, 0, len(items))
-	var index map[string]*nodeOffer // for many offers; a few are scanned
+	type nodeModel struct{ node, model string }
+	var index map[nodeModel]*nodeOffer // for many offers; a few are scanned
 	if len(items) > 32 {
-		index = make(map[string]*nodeOffer, len(items))
+		index = make(map[nodeModel]*nodeOffer, len(items))
+	}
+	oneModel := !j.spec.MixedModels
+	key := func(o *Offer) nodeModel {
+		if oneModel {
+			return nodeModel{o.Node, o.Model}
+		}
+		return nodeModel{node: o.Node}
 	}
 	for i := range items {
 		so := &items[i]
 		o := so.offer
 		var no *nodeOffer
 		if index != nil {
-			no = index[o.Node]
+			no = index[key(o)]
 		} else {
 			for _, seen := range out {
-				if seen.node == o.Node {
+				if seen.node == o.Node && (!oneModel || seen.model == o.Model) {
 					no = seen
 					break
 				}
@@ -289,7 +303,7 @@ func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
 			no = &slab[len(slab)-1]
 			out = append(out, no)
 			if index != nil {
-				index[o.Node] = no
+				index[key(o)] = no
 			}
 		}
 		no.avail += so.avail
@@ -299,6 +313,47 @@ func (c *coordinator) byNode(j *job, items []scoredOffer) []*nodeOffer {
 	for _, no := range out {
 		if len(no.scores) > 1 {
 			slices.SortFunc(no.scores, func(a, b scoredAvail) int { return cmp.Compare(a.score, b.score) })
+		}
+	}
+	return out
+}
+
+// oneModelPerNode keeps one offer of each node (nodes holds one per node
+// and model, byNode's order): for slot layouts the model whose PerSlot
+// cheapest cards cost least among those with that many free (a node with
+// none keeps its largest, for the explanation); for the any layout the
+// model with the most free cards, up to the need, then the best score. The
+// most cards, not the cheapest: the node is asked for that many, and bids
+// the model that gives it the most (bidOneModel), so the asks add up to
+// what the nodes can give, and a job the free cards can hold is placed
+// (a node with 4 cheap H100s and 7 A100s is asked for its A100s by a job
+// of 8 cards that the A100s and one more card can hold).
+func oneModelPerNode(nodes []*nodeOffer, need Need) []*nodeOffer {
+	out := nodes[:0:0]
+	at := map[string]int{}
+	perSlot := need.PerSlot
+	better := func(a, b *nodeOffer) bool { // a over b
+		if perSlot == 0 {
+			an, bn := min(a.avail, need.Cards), min(b.avail, need.Cards)
+			return an > bn || (an == bn && a.best < b.best)
+		}
+		aOK, bOK := a.avail >= perSlot, b.avail >= perSlot
+		switch {
+		case aOK != bOK:
+			return aOK
+		case !aOK:
+			return a.avail > b.avail
+		}
+		return kCheapest(a.scores, perSlot) < kCheapest(b.scores, perSlot)
+	}
+	for _, o := range nodes {
+		i, seen := at[o.node]
+		switch {
+		case !seen:
+			at[o.node] = len(out)
+			out = append(out, o)
+		case better(o, out[i]):
+			out[i] = o
 		}
 	}
 	return out
@@ -414,7 +469,11 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 	preemptible := j.spec.KindOrDefault() == KindPreemptible
 	need := j.initialNeed()
 	perNode := map[string]int{}
-	total := 0
+	// Under the one-model rule a node gives the any layout only the cards
+	// of one model: sure adds up each node's largest model (each node's
+	// cards when the job mixes models).
+	largest := map[string]int{}
+	total, sure := 0, 0
 	for _, l := range c.modelsFor(j, nil) {
 		offers := l.offers
 		for i := range offers {
@@ -427,26 +486,42 @@ func (c *coordinator) neverSatisfiable(j *job) string {
 				continue
 			}
 			total += o.Total
-			perNode[o.Node] += o.Total
-			if need.Cards > 0 && total >= need.Cards {
+			key := o.Node
+			if !j.spec.MixedModels {
+				key += "\x00" + o.Model // a share's cards are of one model
+			}
+			perNode[key] += o.Total
+			if v := perNode[key]; v > largest[o.Node] {
+				sure += v - largest[o.Node]
+				largest[o.Node] = v
+			}
+			if need.Cards > 0 && sure >= need.Cards {
 				return ""
 			}
 		}
 	}
 	what := describeFilter(&j.spec)
+	if need.Cards > 0 && sure < total {
+		return fmt.Sprintf("needs %s%s, the mesh has %d of one model per node (%d in all; a share's cards are of one model unless the job allows mixed models)", text.Count(need.Cards, "card"), what, sure, total)
+	}
 	if need.Cards > 0 {
 		return fmt.Sprintf("needs %s%s, the mesh has %d", text.Count(need.Cards, "card"), what, total)
 	}
-	nodes := 0
-	for _, n := range perNode {
+	nodes := map[string]bool{}
+	for key, n := range perNode {
 		if n >= need.PerSlot {
-			nodes++
+			node, _, _ := strings.Cut(key, "\x00")
+			nodes[node] = true
 		}
 	}
-	if nodes >= need.Slots {
+	if len(nodes) >= need.Slots {
 		return ""
 	}
-	return fmt.Sprintf("needs %s with %s%s each, the mesh has %d", text.Count(need.Slots, "node"), text.Count(need.PerSlot, "card"), what, nodes)
+	oneModel := ""
+	if !j.spec.MixedModels && !(len(j.spec.Models) == 1 && !strings.ContainsAny(j.spec.Models[0], "*?[")) {
+		oneModel = " of one model"
+	}
+	return fmt.Sprintf("needs %s with %s%s%s each, the mesh has %d", text.Count(need.Slots, "node"), text.Count(need.PerSlot, "card"), oneModel, what, len(nodes))
 }
 
 // describeFilter says in words which cards a spec takes: " of h100-*,

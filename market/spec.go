@@ -129,6 +129,12 @@ type JobSpec struct {
 	MinComputeUnits float64 `json:"min_compute_units,omitempty"`
 	// Layout says how the cards may be spread over nodes. Default: any.
 	Layout Layout `json:"layout"`
+	// MixedModels lets a share (the cards the job gets on one node) hold
+	// cards of more than one model. Default false: every share's cards
+	// are of one model, whatever Models allows (a job of 2 cards never
+	// gets an A100 and an RTX 4090 side by side). Shares on different
+	// nodes may differ either way: Models pins the model of all of them.
+	MixedModels bool `json:"mixed_models,omitempty"`
 	// MaxPriceCNY is the most the owner pays per card-hour. Required, > 0.
 	MaxPriceCNY float64 `json:"max_price_cny"`
 	// Kind is batch (default), preemptible or service.
@@ -153,9 +159,12 @@ type JobSpec struct {
 	Payload *PayloadRef `json:"payload,omitempty"`
 	// Network is the network the job needs where it runs: none, egress (the
 	// public internet only) or host (the supplier's own network). Empty
-	// means host for a per_node job (its ranks reach each other directly)
-	// and none otherwise; see NetworkOrDefault. Suppliers bid only for jobs
-	// whose network their policy allows (Policy.MaxNetwork).
+	// means host for a per_node job across nodes (its ranks reach each
+	// other directly) and none otherwise; see NetworkOrDefault. Suppliers
+	// bid only for jobs whose network their policy allows
+	// (Policy.MaxNetwork), which is egress by default (gpumesh node
+	// --job-network): a gang across nodes runs only on suppliers that
+	// allow host.
 	Network JobNetwork `json:"network,omitempty"`
 	// Resources caps what each share may use on its node besides its cards
 	// (memory_bytes, pids, cpu_weight at the top level of the JSON). Zero

@@ -118,7 +118,8 @@ func (s *supplier) restore(ended []Attempt) {
 			continue
 		}
 		a := &attempt{rec: rec, acked: rec.Acked, giveUpAt: rec.EndedAt.Add(s.n.cfg.ReportTTL)}
-		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds}
+		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds,
+			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes)}
 		if a.acked {
 			s.keepEnded(key, a)
 		} else {
@@ -230,13 +231,8 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		return nil
 	}
 	match := newMatcher(m.Filter)
-	type option struct {
-		c        *cardState
-		price    float64
-		rank     float64
-		preempts bool
-	}
-	var free, preempt []option
+	var free, preempt []bidOption
+	var misses cardMisses // why free cards did not match, for a decline
 	for _, c := range s.cards {
 		if !c.offerable() || c.lease != nil || c.draining != nil {
 			continue
@@ -253,27 +249,28 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 			continue
 		}
 		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
-		if match.check(&facts) != reasonPassed {
+		if r := match.check(&facts); r != reasonPassed {
+			if misses == nil {
+				misses = cardMisses{}
+			}
+			misses[r]++
 			continue
 		}
-		o := option{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
+		o := bidOption{c, price, price / max(c.card.ComputeUnits, 1e-3), busy}
 		if busy {
 			preempt = append(preempt, o)
 		} else {
 			free = append(free, o)
 		}
 	}
-	byRank := func(a, b option) int { return cmp.Compare(a.rank, b.rank) }
-	slices.SortStableFunc(free, byRank)
-	slices.SortStableFunc(preempt, byRank)
-	take := free[:min(len(free), m.Want)]
-	if len(take) < m.Want {
-		take = append(take, preempt[:min(len(preempt), m.Want-len(take))]...)
+	take := bidCards(free, preempt, m.Want)
+	matched := len(take)
+	if !m.MixedModels {
+		take = bidOneModel(free, preempt, m.Want)
 	}
 	if len(take) < m.Min {
 		if !broadcast {
-			reason := fmt.Sprintf("%d matching cards free, the request needs at least %d", len(take), m.Min)
-			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: reason})
+			s.n.send(from, &Decline{Job: m.Job, Round: m.Round, Reason: declineText(&m.Filter, matched, len(take), m.Min, misses)})
 		}
 		return nil
 	}
@@ -534,7 +531,7 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 	}
 	a.stopCause = cause
 	if !a.startSent {
-		s.finish(a, 0)
+		s.finish(a, 0, "")
 		return
 	}
 	a.rec.State = AttemptStopping
@@ -543,8 +540,9 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 }
 
 // finish records the end of an attempt, frees its cards and reports to the
-// coordinator until acknowledged.
-func (s *supplier) finish(a *attempt, exitCode int) {
+// coordinator until acknowledged; reason (ExecutionExited.Reason) goes
+// with the report, cut to MaxEndReasonBytes.
+func (s *supplier) finish(a *attempt, exitCode int, reason string) {
 	now := s.n.now
 	cause := a.stopCause
 	if cause == "" {
@@ -552,7 +550,9 @@ func (s *supplier) finish(a *attempt, exitCode int) {
 	}
 	a.rec.CardSeconds = s.usage(a)
 	a.rec.State, a.rec.Cause, a.rec.ExitCode, a.rec.EndedAt = AttemptDone, cause, exitCode, now
-	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds}
+	a.rec.Reason = oneLineCut(reason, MaxEndReasonBytes)
+	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds,
+		Reason: a.rec.Reason}
 	a.nextResend = now.Add(s.n.cfg.RenewInterval)
 	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
 	s.touch(a)
@@ -608,7 +608,7 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
 		a.stopCause = CauseFenced
 	}
-	s.finish(a, ev.ExitCode)
+	s.finish(a, ev.ExitCode, ev.Reason)
 	return nil
 }
 
@@ -766,4 +766,56 @@ func (s *supplier) sortedAttempts() []attemptKey {
 		})
 	}
 	return s.order
+}
+
+// bidOption is a card a supplier may bid for a request, at its price.
+type bidOption struct {
+	c        *cardState
+	price    float64
+	rank     float64 // price per compute unit: the cheaper first
+	preempts bool
+}
+
+// bidCards picks up to want cards to bid: free ones first, then ones that
+// preempt work, each kind the cheapest per compute unit first.
+func bidCards(free, preempt []bidOption, want int) []bidOption {
+	byRank := func(a, b bidOption) int { return cmp.Compare(a.rank, b.rank) }
+	free, preempt = slices.Clone(free), slices.Clone(preempt)
+	slices.SortStableFunc(free, byRank)
+	slices.SortStableFunc(preempt, byRank)
+	take := free[:min(len(free), want)]
+	if len(take) < want {
+		take = append(take, preempt[:min(len(preempt), want-len(take))]...)
+	}
+	return take
+}
+
+// bidOneModel picks the cards to bid when a share's cards must be of one
+// model (BidRequest.MixedModels false): bidCards among the cards of each
+// model, and of those the model that gives the most cards, then the one
+// whose cards cost least per compute unit in all, then by name.
+func bidOneModel(free, preempt []bidOption, want int) []bidOption {
+	var models []string
+	for _, o := range append(slices.Clip(free), preempt...) {
+		if !slices.Contains(models, o.c.card.Model) {
+			models = append(models, o.c.card.Model)
+		}
+	}
+	slices.Sort(models)
+	of := func(opts []bidOption, model string) []bidOption {
+		return slices.DeleteFunc(slices.Clone(opts), func(o bidOption) bool { return o.c.card.Model != model })
+	}
+	var best []bidOption
+	bestRank := 0.0
+	for _, model := range models {
+		take := bidCards(of(free, model), of(preempt, model), want)
+		rank := 0.0
+		for _, o := range take {
+			rank += o.rank
+		}
+		if len(take) > len(best) || (len(take) == len(best) && rank < bestRank) {
+			best, bestRank = take, rank
+		}
+	}
+	return best
 }

@@ -167,6 +167,14 @@ func TestSpecNetwork(t *testing.T) {
 	if err := gang.Validate(nil); err != nil {
 		t.Errorf("a one-node per_node job on egress: %v", err)
 	}
+	gang.Network = ""
+	if got := gang.NetworkOrDefault(); got != market.NetworkNone {
+		t.Errorf("a per_node job on one node gets network %s by default, want none (a supplier's default allows it)", got)
+	}
+	gang.Elastic = &market.Elastic{Min: 4, Max: 8} // may grow to two nodes
+	if got := gang.NetworkOrDefault(); got != market.NetworkHost {
+		t.Errorf("a per_node job that may grow across nodes gets network %s by default, want host", got)
+	}
 	single := market.JobSpec{ID: "s", Cards: 1, MaxPriceCNY: 5, Command: []string{"x"}}
 	if got := single.NetworkOrDefault(); got != market.NetworkNone {
 		t.Errorf("a plain job's default network is %s, want none", got)

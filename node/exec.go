@@ -78,11 +78,18 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		release()
 	}
 	if err != nil {
+		// The owner reads why in the job's stderr and in its record, not
+		// only in this node's log.
+		why := strings.TrimPrefix(err.Error(), "executor: ")
 		log.Warn("attempt did not start", "err", err)
+		if werr := n.exec.StartFailed(executor.Attempt{JobID: e.Job, Share: e.Share, Epoch: e.Epoch}, why); werr != nil {
+			log.Warn("the attempt's stderr does not say why it did not start", "err", werr)
+		}
 		n.postWait(func() {
 			delete(n.runs, key)
 			n.step(market.ExecutionStarted{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch})
-			n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: exitCannotStart})
+			n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: exitCannotStart,
+				Reason: "did not start: " + why})
 		})
 		return
 	}

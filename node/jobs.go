@@ -250,8 +250,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 	}
 	tried := map[peer.ID]bool{}
 	var lastErr error
+	var answer error // a coordinator's answer that is not the record: the caller's
 	try := func(c peer.ID) (market.JobRecord, bool) {
-		if tried[c] {
+		if tried[c] || answer != nil {
 			return market.JobRecord{}, false
 		}
 		tried[c] = true
@@ -259,6 +260,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 			rec, err := local(ctx, id)
 			if err != nil && !isNotFound(err) {
 				lastErr = err
+			}
+			if isAnswer(err) {
+				answer = err
 			}
 			return rec, err == nil
 		}
@@ -279,6 +283,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 		if err != nil {
 			if !isNotFound(err) {
 				lastErr = err
+			}
+			if isAnswer(err) {
+				answer = err
 			}
 			return rec, false
 		}
@@ -317,6 +324,9 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 			return rec, nil
 		}
 	}
+	if answer != nil {
+		return market.JobRecord{}, answer // the coordinator refused: say so as it did
+	}
 	if kind == kindGet {
 		if rec, ok := n.view.job(id); ok {
 			return rec, nil // this node's last copy: better than nothing
@@ -332,6 +342,16 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable, "job %s: its coordinator did not answer: %v", id, lastErr)
 	}
 	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %s", id)
+}
+
+// isAnswer reports whether err is a node's definite answer to a job
+// request: it refused the request for what it asked (4xx other than 404:
+// out of the job's elastic range, the job has ended, another owner's job),
+// which no other node would answer otherwise. A 404 (the node does not hold
+// the job), a 5xx or no answer sends the request on to the next member.
+func isAnswer(err error) bool {
+	var he *api.HTTPError
+	return errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusNotFound
 }
 
 func (n *Node) localJob(ctx context.Context, id string) (market.JobRecord, error) {
@@ -437,13 +457,24 @@ func (n *Node) scaleLocal(ctx context.Context, id string, cards int) (market.Job
 	case err != nil:
 		return rec, err
 	case !ok:
+		if held, found := n.view.job(id); found && ended(held) {
+			return held, endedConflict(held, "scaled")
+		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
 	case errors.Is(stepErr, market.ErrNotElastic):
 		return rec, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: stepErr}
+	case errors.Is(stepErr, market.ErrJobEnded):
+		return rec, endedConflict(rec, "scaled")
 	case stepErr != nil:
 		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
 	}
 	return rec, nil
+}
+
+// endedConflict is the 409 for a request an ended job cannot take: "job
+// j1 has ended (succeeded): it cannot be scaled".
+func endedConflict(rec market.JobRecord, what string) error {
+	return api.Errorf(http.StatusConflict, "job %s has ended (%s): it cannot be %s", rec.ID, rec.State, what)
 }
 
 // latestPlacement is the attempt of a share to read logs from: the one

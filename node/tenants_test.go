@@ -416,6 +416,12 @@ func TestPolicyDeclineShowsInExplain(t *testing.T) {
 	if rec.State.Terminal() || rec.State == market.JobRunning {
 		t.Errorf("job %s; no supplier admits it", rec.State)
 	}
+	// The reason the owner sees without --explain counts the declines.
+	eventually(t, 20*time.Second, "the pending reason counts both declines", func() bool {
+		rec, _ = coord.Job(ctx, "j-policy")
+		return rec.State == market.JobPending && strings.HasPrefix(rec.Reason, "waiting for capacity: 2 of 2 suppliers asked declined: policy: ") &&
+			strings.Contains(rec.Reason, "deny list (1)") && strings.Contains(rec.Reason, "allows at most none (1)")
+	})
 	if len(sm.nodes[1].exec.Running())+len(sm.nodes[2].exec.Running()) != 0 {
 		t.Error("a supplier runs a job its policy refuses")
 	}

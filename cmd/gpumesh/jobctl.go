@@ -283,8 +283,14 @@ func newScaleCommand(e env) *cobra.Command {
 		Use:   "scale ID CARDS",
 		Short: "Change an elastic job's number of cards",
 		Long: `Ask an elastic job (submitted with --elastic MIN:MAX) to hold CARDS cards.
-Growing places new shares by auction; shrinking stops shares. Prints the
-job's card count and state after.`,
+Growing places new shares by auction. Shrinking stops whole shares and
+starts nothing: a share keeps its cards for as long as it runs, so when no
+whole shares add up to the cards to give back, the job keeps more than
+CARDS (two 4-card shares scaled to 2 keep 4), and scale says so on stderr.
+Prints the job's card count and state after.
+
+A count outside the job's elastic range is refused with the range (exit
+status 2); an ended job cannot be scaled (exit status 1, with its state).`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -303,6 +309,10 @@ job's card count and state after.`,
 			rec, err := c.Scale(cmd.Context(), id, cards)
 			if err != nil {
 				return apiError(err, map[string]string{"cards": "CARDS"})
+			}
+			if rec.Cards > cards {
+				fmt.Fprintf(e.stderr, "gpumesh: job %s holds %d cards, not the %d asked: a scale-down stops only whole shares and starts nothing, and stopping another share would leave fewer than %d\n",
+					rec.ID, rec.Cards, cards, cards)
 			}
 			if asJSON {
 				return writeJSON(e.stdout, rec)

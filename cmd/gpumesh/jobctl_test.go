@@ -150,6 +150,32 @@ func TestScale(t *testing.T) {
 	}
 }
 
+// A scale-down stops whole shares only: when they cannot give back
+// exactly, scale prints what the job holds and says why on stderr; an
+// ended job cannot be scaled, and scale says its state.
+func TestScaleDownKeepsWholeShares(t *testing.T) {
+	n := newFakeNode(t)
+	share := func(i int) market.Placement {
+		return market.Placement{Share: i, Epoch: 1, Node: nodeA, State: market.PlacementRunning, Cards: []string{"g0", "g1", "g2", "g3"}}
+	}
+	n.b.AddJob(market.JobRecord{ID: "e2", State: market.JobRunning, Cards: 8, Spec: market.JobSpec{Elastic: &market.Elastic{Min: 1, Max: 8}},
+		Placements: []market.Placement{share(0), share(1)}})
+	code, out, errOut := n.run("scale", "e2", "2")
+	if code != 0 || out != "e2: 4 cards (running)\n" {
+		t.Errorf("scale to 2: exit %d, stdout %q", code, out)
+	}
+	oneLineErr(t, "scale to 2", errOut, "job e2 holds 4 cards, not the 2 asked", "stops only whole shares and starts nothing")
+	if code, out, errOut := n.run("scale", "e2", "4"); code != 0 || out != "e2: 4 cards (running)\n" || errOut != "" {
+		t.Errorf("scale to 4: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	n.b.AddJob(market.JobRecord{ID: "done", State: market.JobSucceeded, Cards: 4, Spec: market.JobSpec{Elastic: &market.Elastic{Min: 1, Max: 8}}})
+	code, out, errOut = n.run("scale", "done", "2")
+	if code != exitError || out != "" {
+		t.Errorf("scale of an ended job: exit %d, stdout %q", code, out)
+	}
+	oneLineErr(t, "ended job", errOut, "job done has ended (succeeded): it cannot be scaled")
+}
+
 // logs -f right after submit waits for the share to start, then follows it.
 func TestLogsFollowWaitsForStart(t *testing.T) {
 	n := newFakeNode(t)

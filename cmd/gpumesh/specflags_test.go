@@ -43,6 +43,8 @@ func TestBuildSpec(t *testing.T) {
 			func(s *market.JobSpec) { s.Cards, s.Layout = 8, market.Layout{Mode: market.LayoutPerNode, PerNode: 4} }},
 		{"one node", func(o *submitOptions) { o.gpus, o.oneNode = 4, true },
 			func(s *market.JobSpec) { s.Cards, s.Layout = 4, market.Layout{Mode: market.LayoutOneNode} }},
+		{"mixed models", func(o *submitOptions) { o.gpus, o.mixedModels = 2, true },
+			func(s *market.JobSpec) { s.Cards, s.MixedModels = 2, true }},
 		{"preemptible", func(o *submitOptions) { o.preemptible = true },
 			func(s *market.JobSpec) { s.Kind = market.KindPreemptible }},
 		{"service", func(o *submitOptions) { o.service = true },

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +41,10 @@ spelling). --min-cu is compute per card in A100 units (dense BF16 TFLOPS/312).
 Layout: by default cards may spread over any nodes. --per-node N puts exactly
 N on each node used (a gang job: torchrun's nproc_per_node; the job sees
 NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE). --one-node keeps
-all cards on one node.
+all cards on one node. The cards a job gets on one node (a share) are of
+one model, whatever --model allows; --mixed-models lets a share mix models
+(its placement's model then lists them, such as a100-80g+rtx4090-24g).
+Shares on different nodes may be of different models: --model pins them.
 
 Price: --max-price is the most paid per card-hour, in CNY. When it is not
 given, the default is the highest price suppliers ask by default (the
@@ -63,10 +67,17 @@ same --id after an error whose outcome is unknown never starts the job twice.
 
 --wait waits for the job to end and exits with its status: 0 when it
 succeeded, the job's exit code when it failed with one, 1 when it failed
-without one or was cancelled (with the reason on stderr).
+without one or was cancelled (with the reason on stderr). While it waits,
+it says on stderr what the job waits for each time that changes ("job ID
+is pending: waiting for capacity: 3 of 3 suppliers asked declined: ...").
 
-Network: a job sees no network by default (a --per-node gang: the
-supplier's, for its rendezvous); --net egress asks for the public internet,
+A gang across nodes (--per-node N with more than N cards) needs network
+host, which suppliers allow only when started with gpumesh node
+--job-network host (their default is egress); until enough do, it waits,
+and its reason counts the suppliers that declined.
+
+Network: a job sees no network by default (a --per-node gang across
+nodes: the supplier's, for its rendezvous); --net egress asks for the public internet,
 --net host for the supplier's own network. Suppliers choose what they allow
 (gpumesh node --job-network); those that do not allow it do not bid.
 
@@ -84,6 +95,9 @@ its logs, record, bill and checkpoint, or cancel or scale it.
 Exit status 2 means bad flags or a spec the node refused: nothing was
 submitted.`,
 		Example: `  gpumesh submit --gpus 1 -- nvidia-smi
+  gpumesh submit --gpus 8 --model h100-sxm-80g --one-node --max-price 25 --payload ./train --wait -- \
+      sh -c 'torchrun --nproc_per_node=$GPUMESH_LOCAL_CARDS train.py'
+  # a gang of 2 nodes × 4: runs on suppliers started with --job-network host
   gpumesh submit --gpus 8 --model h100-sxm-80g --per-node 4 --max-price 25 --payload ./train --wait -- \
       sh -c 'torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$GPUMESH_LOCAL_CARDS \
         --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
@@ -151,6 +165,7 @@ submitted.`,
 	f.Float64Var(&o.minCU, "min-cu", 0, "least compute per card in A100 units (default no minimum)")
 	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
 	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
+	f.BoolVar(&o.mixedModels, "mixed-models", false, "let one node's share hold cards of more than one model (default: one model per share)")
 	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
 	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
 	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")
@@ -158,7 +173,7 @@ submitted.`,
 	f.StringVar(&o.elastic, "elastic", "", "let the job be scaled between `MIN:MAX` cards (gpumesh scale)")
 	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
 	f.StringVar(&o.name, "name", "", "a label for people")
-	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; host for --per-node)")
+	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; host for a --per-node gang across nodes)")
 	f.StringVar(&o.memory, "memory", "", "the most memory each share may use on its node, such as 16GiB (default the supplier's cap)")
 	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
@@ -195,9 +210,10 @@ func submitError(err error, id string) error {
 }
 
 // waitForJob waits until the job ends and returns the exit status --wait
-// promises.
+// promises. While it waits it says on stderr what the job is waiting for,
+// each time that changes (see waitNotes).
 func waitForJob(ctx context.Context, e env, c *client.Client, id string, asJSON bool) error {
-	rec, err := c.Wait(ctx, id, client.WaitOptions{})
+	rec, err := c.Wait(ctx, id, client.WaitOptions{OnChange: waitNotes(e.stderr)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped waiting; job %s goes on (`gpumesh cancel %s` stops it)", id, id)
@@ -243,4 +259,30 @@ func jobExit(rec market.JobRecord) (int, string) {
 		return 1, fmt.Sprintf("job %s was cancelled%s", rec.ID, why)
 	}
 	return 1, fmt.Sprintf("job %s is %s%s", rec.ID, rec.State, why)
+}
+
+// waitNotes returns what submit --wait does with each change of the job it
+// waits for: a line on w when the job's reason (what a pending job waits
+// for) or, once a reason was said, its state changes, such as
+//
+//	gpumesh: job j1 is pending: waiting for capacity: 3 of 3 suppliers asked declined: … (3)
+//	gpumesh: job j1 is running
+//
+// The end is left to the final message, and a job that runs without
+// waiting says nothing.
+func waitNotes(w io.Writer) func(market.JobRecord) {
+	said := ""
+	return func(rec market.JobRecord) {
+		if rec.State.Terminal() || (said == "" && rec.Reason == "") {
+			return
+		}
+		line := fmt.Sprintf("job %s is %s", rec.ID, rec.State)
+		if rec.Reason != "" {
+			line += ": " + oneLine(rec.Reason)
+		}
+		if line != said {
+			fmt.Fprintf(w, "gpumesh: %s\n", line)
+			said = line
+		}
+	}
 }

@@ -216,7 +216,7 @@ func TestSubmitServerErrorSaysHowToRetry(t *testing.T) {
 
 func TestSubmitHelp(t *testing.T) {
 	code, out, _ := newFakeNode(t).run("submit", "--help")
-	for _, w := range []string{"--gpus", "--model", "--min-mem", "--per-node", "--one-node", "--max-price", "--preemptible", "--service",
+	for _, w := range []string{"--gpus", "--model", "--min-mem", "--per-node", "--one-node", "--mixed-models", "--max-price", "--preemptible", "--service",
 		"--replicas", "--elastic", "--duration", "--env", "--payload", "--id", "--wait", "--json", "--api", "--api-token-file",
 		"--memory", "--pids", "--cpu-weight", "--max-job-memory",
 		"highest price suppliers ask by default", "exit code"} {

@@ -96,5 +96,35 @@ func TestSubmitWaitInterrupted(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("submit --wait did not return after the interrupt")
 	}
-	oneLineErr(t, "interrupted", stderr.String(), "stopped waiting; job w3 goes on", "gpumesh cancel w3")
+	// What the job waited for, then that it goes on.
+	lines := strings.SplitAfter(stderr.String(), "\n")
+	if len(lines) != 3 || lines[0] != "gpumesh: job w3 is pending: waiting for a placement round\n" {
+		t.Errorf("stderr %q, want the job's reason, then one line", stderr.String())
+	} else {
+		oneLineErr(t, "interrupted", lines[1], "stopped waiting; job w3 goes on", "gpumesh cancel w3")
+	}
+}
+
+// While it waits, submit --wait says what the job waits for each time
+// that changes, and once it runs, that it runs; the end is said once.
+func TestSubmitWaitSaysWhatTheJobWaitsFor(t *testing.T) {
+	n := newFakeNode(t)
+	declined := "waiting for capacity: 3 of 3 suppliers asked declined: policy: the job needs network host (a gang across nodes needs host); this supplier allows at most egress (3)"
+	fewer := "waiting for capacity: 2 of 3 suppliers asked declined: policy: the job needs network host (a gang across nodes needs host); this supplier allows at most egress (2); bids offer 1 nodes with 4 feasible cards, the job needs 2"
+	pending := func(why string) market.JobRecord {
+		return market.JobRecord{ID: "w4", State: market.JobPending, Reason: why}
+	}
+	n.b.Script("w4", pending(""), pending(declined), pending(declined), pending(fewer),
+		market.JobRecord{ID: "w4", State: market.JobRunning, Epoch: 1},
+		market.JobRecord{ID: "w4", State: market.JobSucceeded, Epoch: 1, ExitCode: intp(0), Reason: "every share exited 0"})
+	code, out, errOut := n.run("submit", "--gpus", "8", "--per-node", "4", "--max-price", "30", "--id", "w4", "--wait", "--", "torchrun")
+	if code != 0 || out != "w4\n" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	want := "gpumesh: job w4 is pending: " + declined + "\n" +
+		"gpumesh: job w4 is pending: " + fewer + "\n" +
+		"gpumesh: job w4 is running\n"
+	if errOut != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errOut, want)
+	}
 }

@@ -43,6 +43,9 @@ func Describe(m market.Message) string {
 		tail = fmt.Sprintf("share=%d epoch=%d %q", p.Share, p.Epoch, p.Reason)
 	case *market.AttemptEnded:
 		tail = fmt.Sprintf("share=%d epoch=%d %s code=%d usage=%.0f", p.Share, p.Epoch, p.Cause, p.ExitCode, p.CardSeconds)
+		if p.Reason != "" {
+			tail += fmt.Sprintf(" reason=%q", p.Reason)
+		}
 	case *market.EndAck:
 		tail = fmt.Sprintf("share=%d epoch=%d", p.Share, p.Epoch)
 	}

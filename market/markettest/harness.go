@@ -344,20 +344,26 @@ func (h *Harness) startProcess(p *Peer, e market.Execution) {
 // Exit makes the process of an attempt exit with code now, as if it ended
 // by itself.
 func (h *Harness) Exit(node string, k AttemptKey, code int) error {
+	return h.ExitWith(node, k, code, "")
+}
+
+// ExitWith is Exit with the runner's reason (ExecutionExited.Reason), as a
+// node reports a process that did not start.
+func (h *Harness) ExitWith(node string, k AttemptKey, code int, reason string) error {
 	p := h.peers[node]
 	if p == nil || p.Running[k] == nil {
 		return fmt.Errorf("markettest: %s runs no %+v", node, k)
 	}
-	h.exitProcess(p, k, code)
+	h.exitProcess(p, k, code, reason)
 	return nil
 }
 
-func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int) {
+func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int, reason string) {
 	if p.Running[k] == nil {
 		return
 	}
 	delete(p.Running, k)
-	h.count(p.Node.Step(market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code}))
+	h.count(p.Node.Step(market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code, Reason: reason}))
 	h.drain(p)
 }
 
@@ -504,7 +510,7 @@ func (h *Harness) deliver(it *item) {
 	case it.exit != nil:
 		p := h.peers[it.node]
 		if proc := p.Running[*it.exit]; proc != nil && proc.exitAt.Equal(it.at) {
-			h.exitProcess(p, *it.exit, it.code)
+			h.exitProcess(p, *it.exit, it.code, "")
 		}
 	case it.msg != nil:
 		m := *it.msg

@@ -36,6 +36,10 @@ type jail interface {
 	// cgroupDir is the attempt's cgroup v2 directory, "" when it has none
 	// (process mode, cgroup v1).
 	cgroupDir() string
+	// hiddenBy names the directory of the node that keeps the job from
+	// seeing path (an absolute path on the node), "" when the job sees
+	// it. It may be called before start.
+	hiddenBy(path string) string
 }
 
 // newIsolator picks the isolation mode cfg asks for, logging a WARNING
@@ -100,3 +104,5 @@ func (j *processJail) finish() bool {
 func (j *processJail) uid() int { return os.Geteuid() }
 
 func (j *processJail) cgroupDir() string { return "" }
+
+func (j *processJail) hiddenBy(string) string { return "" } // it sees the node's files

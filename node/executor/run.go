@@ -222,10 +222,10 @@ func (r *Run) start() error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	a := r.attempt
-	path, err := lookPath(a.Command[0], r.env()["PATH"], r.WorkDir())
+	path, err := lookPath(a.Command[0], r.env()["PATH"], r.WorkDir(), r.jail.hiddenBy)
 	if err != nil {
 		r.closeFiles()
-		return fmt.Errorf("executor: command %q: %w", a.Command[0], err)
+		return fmt.Errorf("executor: %w", err)
 	}
 	cmd := &exec.Cmd{
 		Path:   path,
@@ -335,23 +335,36 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-// lookPath finds the command in the job's PATH (not the node's); a name with
-// a slash is taken relative to the work dir.
-func lookPath(name, path, workDir string) (string, error) {
+// lookPath finds the command in the job's PATH (not the node's), among the
+// files the job sees (hiddenBy names what hides a path from it); a name
+// with a slash is taken relative to the work dir. Its error says what was
+// looked for, in words for the job's owner: "executable file not found
+// in $PATH: nvidia-smi", and where the sandbox hid one that exists.
+func lookPath(name, path, workDir string, hiddenBy func(string) string) (string, error) {
 	if filepath.IsAbs(name) {
+		if h := hiddenBy(name); h != "" {
+			return "", fmt.Errorf("%s is in %s, which the sandbox hides from jobs", name, h)
+		}
 		return name, nil
 	}
 	if filepath.Base(name) != name {
 		return filepath.Join(workDir, name), nil
 	}
+	hidden := ""
 	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
+		if dir == "" || !filepath.IsAbs(dir) {
 			continue
 		}
 		p := filepath.Join(dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			if h := hiddenBy(p); h != "" {
+				if hidden == "" {
+					hidden = fmt.Sprintf(" (%s is in %s, which the sandbox hides from jobs)", p, h)
+				}
+				continue
+			}
 			return p, nil
 		}
 	}
-	return "", exec.ErrNotFound
+	return "", fmt.Errorf("%w: %s%s", exec.ErrNotFound, name, hidden)
 }

@@ -239,6 +239,26 @@ func (j *sandboxJail) cgroupDir() string {
 	return ""
 }
 
+// hiddenBy names the hidden (Config.HideDirs, /root, /home, /run, the
+// attempts' root) or private (/tmp, /var/tmp) directory that covers path
+// in the job's tree; the job's own directories, bound over them, are seen.
+func (j *sandboxJail) hiddenBy(path string) string {
+	for _, b := range j.fs.binds {
+		if within(filepath.Clean(path), b) {
+			return ""
+		}
+	}
+	path = filepath.Clean(path)
+	for _, dirs := range [][]string{j.fs.hide, j.fs.scratch} {
+		for _, h := range dirs {
+			if within(path, h) {
+				return h
+			}
+		}
+	}
+	return ""
+}
+
 func (j *sandboxJail) start(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {

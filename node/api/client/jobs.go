@@ -150,7 +150,8 @@ type WaitOptions struct {
 	// ends Wait at once.
 	Patience time.Duration
 	// OnChange, when not nil, is called with the first record and with
-	// every record whose state or epoch differs from the one before.
+	// every record whose state, epoch or reason differs from the one
+	// before (a pending job's reason says what it waits for).
 	OnChange func(market.JobRecord)
 }
 
@@ -194,7 +195,7 @@ func (c *Client) WaitUntil(ctx context.Context, id string, o WaitOptions, done f
 		switch {
 		case err == nil:
 			failSince = time.Time{}
-			if !seen || rec.State != last.State || rec.Epoch != last.Epoch {
+			if !seen || rec.State != last.State || rec.Epoch != last.Epoch || rec.Reason != last.Reason {
 				pause = o.MinInterval
 				if o.OnChange != nil {
 					o.OnChange(rec)

@@ -47,6 +47,26 @@ func TestWaitUntilTerminal(t *testing.T) {
 	}
 }
 
+// A pending job whose reason changes is a change: a waiting owner sees
+// what the job waits for now.
+func TestWaitSeesReasonChanges(t *testing.T) {
+	b, c := newClient(t, "")
+	waiting := func(why string) market.JobRecord {
+		return market.JobRecord{ID: "j1", State: market.JobPending, Reason: why}
+	}
+	b.AddJob(waiting("a"))
+	b.Script("j1", waiting("a"), waiting("a"), waiting("b"), waiting("b"), rec("j1", market.JobSucceeded, 1))
+	var seen []string
+	o := fast
+	o.OnChange = func(r market.JobRecord) { seen = append(seen, r.Reason) }
+	if _, err := c.Wait(context.Background(), "j1", o); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(seen, "|"), "a|b|succeeded because"; got != want {
+		t.Errorf("changes seen %q, want %q", got, want)
+	}
+}
+
 func TestWaitContextEnds(t *testing.T) {
 	b, c := newClient(t, "")
 	b.AddJob(rec("j1", market.JobRunning, 1))

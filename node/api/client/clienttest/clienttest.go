@@ -345,10 +345,30 @@ func (b *Backend) Scale(_ context.Context, id string, cards int) (market.JobReco
 	}
 	el := e.rec.Spec.Elastic
 	switch {
+	case e.rec.State.Terminal():
+		return market.JobRecord{}, api.Errorf(http.StatusConflict, "job %s has ended (%s): it cannot be scaled", id, e.rec.State)
 	case el == nil:
 		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: fmt.Errorf("job %s is not elastic", id)}
 	case cards < el.Min || cards > el.Max:
 		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "cards", Err: fmt.Errorf("cards %d is outside the elastic range %d..%d", cards, el.Min, el.Max)}
+	}
+	// Like a node, a scale-down stops whole running shares (the last
+	// first) and keeps what they cannot give back.
+	held := 0
+	for _, p := range e.rec.Placements {
+		if p.State == market.PlacementRunning {
+			held += len(p.Cards)
+		}
+	}
+	for i := len(e.rec.Placements) - 1; i >= 0 && held > cards; i-- {
+		p := &e.rec.Placements[i]
+		if p.State == market.PlacementRunning && held-len(p.Cards) >= cards {
+			p.State, p.Reason = market.PlacementStopping, "scaled down"
+			held -= len(p.Cards)
+		}
+	}
+	if held > cards {
+		cards = held
 	}
 	e.rec.Cards = cards
 	e.rec.Version++
