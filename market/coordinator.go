@@ -386,6 +386,10 @@ func (c *coordinator) refresh(j *job) {
 		c.setState(j, JobPending, j.wait) // a retry: still waiting until it clears
 	case j.round != nil && j.round.phase == phaseBidding:
 		c.setState(j, JobBidding, "")
+	case j.round == nil && j.hasNeed() && j.wait != "":
+		// Part of it placed, the rest waiting for capacity: the job is
+		// not placing anything now, and says what it waits for.
+		c.setState(j, JobPending, j.wait)
 	case j.round != nil || len(j.live) > 0:
 		c.setState(j, JobPlacing, "")
 	default:
