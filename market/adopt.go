@@ -1,6 +1,9 @@
 package market
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // adopt makes this node the coordinator of a job from its record (a
 // replica, or this node's own record after a restart) under a term above
@@ -40,6 +43,12 @@ func (c *coordinator) adopt(rec JobRecord, term uint64) error {
 	j.submittedAt, j.runningAt, j.endedAt = rec.SubmittedAt, rec.RunningAt, rec.EndedAt
 	j.cardSeconds, j.cost, j.priceCU, j.explain = rec.CardSeconds, rec.CostCNY, rec.ClearingPriceCU, rec.Explanation
 	j.everRan = !rec.RunningAt.IsZero()
+	for _, cp := range rec.Checkpoints {
+		if cp.Validate() == nil {
+			cp.Holders = slices.Clone(cp.Holders)
+			j.checkpoints = append(j.checkpoints, cp)
+		}
+	}
 	c.jobs[rec.ID] = j
 	c.active[rec.ID] = j
 	done := map[int]bool{} // shares that exited 0 (batch): not placed again

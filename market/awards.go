@@ -59,6 +59,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 		Job: j.spec.ID, Term: j.term, Round: r.id, Lease: meta.lease, Share: share, Epoch: epoch,
 		Cards: p.Cards, PriceCNY: p.PriceCNY, Start: !j.twoPhase(),
 		Exec: ExecOf(&j.spec), Kind: j.spec.KindOrDefault(), World: j.target, Signed: j.signed(),
+		Restore: j.restoreFor(share),
 	})
 	c.touch(j)
 	return p

@@ -78,6 +78,10 @@ type Config struct {
 	// (Config.EndedAttempts). Default 15m.
 	ReportTTL time.Duration
 
+	// CheckpointKeep is how many checkpoints of each share a job's record
+	// keeps (the newest). Default 2.
+	CheckpointKeep int
+
 	// BidWindow is how long a coordinator waits for bids (it closes early
 	// once the best candidates have answered). Default 150ms.
 	BidWindow time.Duration
@@ -155,6 +159,7 @@ func DefaultConfig(id string) Config {
 		RenewInterval:       200 * time.Millisecond,
 		FenceAfter:          2300 * time.Millisecond,
 		ReportTTL:           15 * time.Minute,
+		CheckpointKeep:      2,
 		BidWindow:           150 * time.Millisecond,
 		AwardTimeout:        500 * time.Millisecond,
 		LeaseMargin:         250 * time.Millisecond,
@@ -216,6 +221,8 @@ func (c *Config) Validate() error {
 		return bad("UnknownComputeUnits", "must be above 0 and at most 100, got %v", c.UnknownComputeUnits)
 	case c.ExplainEntries < 0:
 		return bad("ExplainEntries", "must not be negative, got %d", c.ExplainEntries)
+	case c.CheckpointKeep < 1 || c.CheckpointKeep > 100:
+		return bad("CheckpointKeep", "must be between 1 and 100, got %d", c.CheckpointKeep)
 	case c.TrackRecordLimit < 0 || c.TrackRecordLimit > maxTrackRecords:
 		return bad("TrackRecordLimit", "must be between 0 and %d, got %d", maxTrackRecords, c.TrackRecordLimit)
 	case !(c.Prices.PreemptibleFactor > 0) || c.Prices.PreemptibleFactor > 1:

@@ -83,6 +83,8 @@ type job struct {
 	rerouting bool   // lost a share since it last ran whole
 	wait      string // what unplaced needs wait for (the last round's failure)
 
+	checkpoints []Checkpoint // the newest CheckpointKeep of each share, oldest first
+
 	cardSeconds, cost float64
 	priceCU           float64
 	explain           *Explanation
@@ -418,6 +420,13 @@ func (j *job) record(coordinatorID string) JobRecord {
 		SubmittedAt: j.submittedAt, RunningAt: j.runningAt, EndedAt: j.endedAt,
 		Explanation: j.explain, Version: j.version, Signature: j.sig,
 		MovedTo: j.movedTo, MovedTerm: j.movedTerm,
+	}
+	if len(j.checkpoints) > 0 {
+		rec.Checkpoints = make([]Checkpoint, len(j.checkpoints))
+		for i, cp := range j.checkpoints {
+			rec.Checkpoints[i] = cp
+			rec.Checkpoints[i].Holders = slices.Clone(cp.Holders)
+		}
 	}
 	rec.Placements = make([]Placement, len(j.placements))
 	for i, p := range j.placements {

@@ -117,6 +117,16 @@ type (
 	// ExecutionExited reports that an execution's process is gone, whether
 	// it exited by itself or was stopped: billing stops now and its cards
 	// are free again. ExitCode is the process's status (-1 if killed).
+	// CheckpointTaken reports a checkpoint of a share of a job this node
+	// coordinates, from the node From that runs the share; node checks
+	// first that a holder other than From has it whole.
+	CheckpointTaken struct {
+		Now        time.Time
+		Job        string
+		From       string
+		Checkpoint Checkpoint
+	}
+
 	ExecutionExited struct {
 		Now      time.Time
 		Job      string
@@ -147,6 +157,7 @@ func (e PeerLost) at() time.Time         { return e.Now }
 func (e CardsChanged) at() time.Time     { return e.Now }
 func (e Drain) at() time.Time            { return e.Now }
 func (e ExecutionStarted) at() time.Time { return e.Now }
+func (e CheckpointTaken) at() time.Time  { return e.Now }
 func (e ExecutionExited) at() time.Time  { return e.Now }
 
 // Errors Step returns for expected outcomes. None of them changes anything,

@@ -100,6 +100,8 @@ type (
 		World    int         `json:"world"` // the job's cards when fully placed
 		Gang     *GangInfo   `json:"gang,omitempty"`
 		Signed   *SignedSpec `json:"signed,omitempty"`
+		// Restore is the checkpoint the attempt starts from, if any.
+		Restore *Checkpoint `json:"restore,omitempty"`
 	}
 	// Accept says the supplier committed the cards of an Award.
 	Accept struct {
@@ -470,6 +472,11 @@ func (m *Award) validate() error {
 	}
 	if m.Gang != nil {
 		if err := m.Gang.validate(); err != nil {
+			return err
+		}
+	}
+	if m.Restore != nil {
+		if err := m.Restore.Validate(); err != nil {
 			return err
 		}
 	}

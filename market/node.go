@@ -103,6 +103,8 @@ func (n *Node) Step(ev Event) error {
 		err = n.sup.onExecutionStarted(e)
 	case ExecutionExited:
 		err = n.sup.onExecutionExited(e)
+	case CheckpointTaken:
+		err = n.coord.checkpoint(e)
 	default:
 		return fmt.Errorf("%w: unknown event %T", ErrBadEvent, ev)
 	}
@@ -140,6 +142,16 @@ func validateEvent(ev Event) error {
 		return checkEventJob(e.Job)
 	case ExecutionExited:
 		return checkEventJob(e.Job)
+	case CheckpointTaken:
+		if err := checkEventJob(e.Job); err != nil {
+			return err
+		}
+		if err := checkID("checkpoint from", e.From); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadEvent, err)
+		}
+		if err := e.Checkpoint.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadEvent, err)
+		}
 	case PeerLost:
 		if e.Node == "" {
 			return fmt.Errorf("%w: PeerLost without a node", ErrBadEvent)

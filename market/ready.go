@@ -48,6 +48,9 @@ type Execution struct {
 	// Gang places the share in its gang's roster (nil for jobs that are
 	// not LayoutPerNode).
 	Gang *GangInfo
+	// Restore is the checkpoint to restore into the attempt's checkpoint
+	// directory before it starts, nil for none.
+	Restore *Checkpoint
 }
 
 // StopExecution asks the executor to stop a share (SIGTERM, grace, SIGKILL)

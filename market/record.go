@@ -113,6 +113,9 @@ type JobRecord struct {
 	RunningAt   time.Time    `json:"running_at,omitzero"`
 	EndedAt     time.Time    `json:"ended_at,omitzero"`
 	Explanation *Explanation `json:"explanation,omitempty"`
+	// Checkpoints are the newest checkpoints of each share the coordinator
+	// accepted (Config.CheckpointKeep of each), oldest first.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 	// MovedTo and MovedTerm name the coordinator this node let the job go
 	// to, in a record in state JobMoved.
 	MovedTo   string `json:"moved_to,omitempty"`

@@ -285,6 +285,21 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		return "", nil
 	case "peerlost":
 		return "", h.PeerLost(pos[0], pos[1])
+	case "checkpoint":
+		// checkpoint JOB SHARE EPOCH from=NODE holders=A,B [manifest=HEX]
+		// [bytes=N new=N]: the runner reports a checkpoint to the job's
+		// coordinator.
+		share, _ := strconv.Atoi(pos[1])
+		epoch, _ := strconv.ParseUint(pos[2], 10, 64)
+		manifest := kv["manifest"]
+		if manifest == "" {
+			manifest = fmt.Sprintf("%064x", epoch)
+		}
+		bytes, _ := strconv.ParseInt(kv["bytes"], 10, 64)
+		fresh, _ := strconv.ParseInt(kv["new"], 10, 64)
+		cp := market.Checkpoint{Share: share, Epoch: epoch, Manifest: "sha256:" + manifest, Bytes: bytes, NewBytes: fresh,
+			Holders: strings.Split(kv["holders"], ","), At: h.Now}
+		return "", h.Step(h.Coordinator(pos[0]), market.CheckpointTaken{Now: h.Now, Job: pos[0], From: kv["from"], Checkpoint: cp})
 	case "snapshot":
 		// snapshot JOB as=NAME: saves the record the job's coordinator
 		// last persisted, for adopt snapshot=NAME (a replica that missed
@@ -528,6 +543,11 @@ func formatJob(r market.JobRecord, flags []string) string {
 		}
 		if p.CardSeconds > 0 {
 			fmt.Fprintf(&b, " usage=%.1fcs", p.CardSeconds)
+		}
+	}
+	if slices.Contains(flags, "checkpoints") {
+		for _, cp := range r.Checkpoints {
+			fmt.Fprintf(&b, "\n  checkpoint share=%d epoch=%d %s… bytes=%d new=%d holders=%s", cp.Share, cp.Epoch, cp.Manifest[:15], cp.Bytes, cp.NewBytes, strings.Join(cp.Holders, ","))
 		}
 	}
 	return b.String()

@@ -78,6 +78,7 @@ type attempt struct {
 	kind        Kind
 	world       int
 	gang        *GangInfo
+	restore     *Checkpoint
 	startWanted bool // start requested (Award.Start or Start)
 	startSent   bool // Execution emitted
 	runningAt   time.Time
@@ -350,7 +351,7 @@ func (s *supplier) onAward(from string, m *Award) error {
 	a := &attempt{
 		rec: Attempt{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Term: m.Term, Coordinator: from,
 			PriceCNY: m.PriceCNY, State: AttemptCommitted},
-		cards: cards, exec: m.Exec, kind: m.Kind, world: m.World, gang: m.Gang,
+		cards: cards, exec: m.Exec, kind: m.Kind, world: m.World, gang: m.Gang, restore: m.Restore,
 		lastAck: s.n.now, nextRenew: s.n.now.Add(s.n.cfg.RenewInterval),
 	}
 	for _, c := range cards {
@@ -390,7 +391,7 @@ func (s *supplier) tryStart(a *attempt) {
 	s.touch(a)
 	s.n.starts = append(s.n.starts, Execution{
 		Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Coordinator: a.rec.Coordinator,
-		Cards: a.rec.Cards, Exec: a.exec, Kind: a.kind, World: a.world, Gang: a.gang,
+		Cards: a.rec.Cards, Exec: a.exec, Kind: a.kind, World: a.world, Gang: a.gang, Restore: a.restore,
 	})
 }
 

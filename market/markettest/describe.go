@@ -27,6 +27,9 @@ func Describe(m market.Message) string {
 		tail = fmt.Sprintf("r%d %q", p.Round, p.Reason)
 	case *market.Award:
 		tail = fmt.Sprintf("r%d %s share=%d epoch=%d cards=%s price=%.2f start=%v", p.Round, p.Lease, p.Share, p.Epoch, strings.Join(p.Cards, ","), p.PriceCNY, p.Start)
+		if p.Restore != nil {
+			tail += fmt.Sprintf(" restore=%s@e%d", p.Restore.Manifest[:min(len(p.Restore.Manifest), 15)], p.Restore.Epoch)
+		}
 	case *market.Accept:
 		tail = fmt.Sprintf("share=%d epoch=%d %s", p.Share, p.Epoch, p.Lease)
 	case *market.Reject:
