@@ -93,6 +93,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		})
 		return
 	}
+	n.armStarted(key, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
 	slot.run = run
 	stop := slot.stop

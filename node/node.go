@@ -84,17 +84,19 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view     *view
-	events   *hub
-	repl     *replicator
-	gate     *gate   // decisions waiting for their record to reach the replicas (commit.go)
-	claims   *claims // claims granted to would-be coordinators (claim.go)
-	fences   *fences // attempts armed with the fence keeper (fencing.go)
-	keeper   *fence.Keeper
-	adopting adopting // jobs this node is claiming now (claim.go)
-	ship     *shipper
-	obs      *observer          // driver-owned, but for its atomic status
-	resume   []market.JobRecord // own jobs to adopt again once peers can be asked
+	view   *view
+	events *hub
+	repl   *replicator
+	gate   *gate   // decisions waiting for their record to reach the replicas (commit.go)
+	claims *claims // claims granted to would-be coordinators (claim.go)
+	fences *fences // attempts armed with the fence keeper (fencing.go)
+	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
+	lostAfter time.Duration
+	keeper    *fence.Keeper
+	adopting  adopting // jobs this node is claiming now (claim.go)
+	ship      *shipper
+	obs       *observer          // driver-owned, but for its atomic status
+	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
