@@ -32,19 +32,15 @@ const (
 	averageBits = 19
 )
 
-// splitter cuts readers into chunks; it holds the chunker's tables and a
-// buffer of MaxChunkSize bytes, reused from file to file. It is not safe
-// for concurrent use.
+// splitter cuts readers into chunks; it holds the chunker's tables and
+// read buffer, reused from file to file. It is not safe for concurrent
+// use.
 type splitter struct {
-	c   *chunker.Chunker
-	buf []byte
+	c *chunker.Chunker
 }
 
 func newSplitter() *splitter {
-	return &splitter{
-		c:   chunker.NewWithBoundaries(nil, Polynomial, MinChunkSize, MaxChunkSize),
-		buf: make([]byte, MaxChunkSize),
-	}
+	return &splitter{c: chunker.NewWithBoundaries(nil, Polynomial, MinChunkSize, MaxChunkSize)}
 }
 
 // reset starts cutting r.
@@ -53,10 +49,10 @@ func (s *splitter) reset(r io.Reader) {
 	s.c.SetAverageBits(averageBits) // reset restores the library's default
 }
 
-// next returns the next chunk's bytes, valid until the next call, or io.EOF
-// after the last.
-func (s *splitter) next() ([]byte, error) {
-	c, err := s.c.Next(s.buf)
+// next returns the next chunk's bytes, in buf when its capacity is
+// MaxChunkSize (else in a grown copy), or io.EOF after the last.
+func (s *splitter) next(buf []byte) ([]byte, error) {
+	c, err := s.c.Next(buf)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package blob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -210,5 +212,59 @@ func TestOpenWithoutALimitTakesTheDefault(t *testing.T) {
 	}
 	if l := s.Usage().Limit; l <= 0 || l > total/4 {
 		t.Fatalf("default limit %d on a disk of %d bytes", l, total)
+	}
+}
+
+// TestConcurrentPutsRestoresAndCollections runs Puts of overlapping trees,
+// Restores and collections at once, under a limit that makes the writes
+// collect: whatever leases keep stays restorable.
+func TestConcurrentPutsRestoresAndCollections(t *testing.T) {
+	const mib = 1 << 20
+	s, _ := openStore(t, 24*mib)
+	ctx := context.Background()
+	shared := randBytes(100, 2*mib)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 4 {
+		src := filepath.Join(t.TempDir(), "src")
+		writeTree(t, src, map[string]node{
+			"shared": {mode: 0o644, data: shared},
+			"own":    {mode: 0o644, data: randBytes(uint64(200+i), 2*mib)},
+		})
+		dsts := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+		wg.Go(func() {
+			id := fmt.Sprintf("tree/%d", i)
+			for round := range 3 {
+				if err := s.SetLease(Lease{ID: id}); err != nil {
+					errs <- err
+					return
+				}
+				st, err := s.Put(ctx, src, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Restore(ctx, st.Manifest, filepath.Join(dsts[round], "dst")); err != nil {
+					errs <- fmt.Errorf("tree %d round %d: %w", i, round, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			if _, err := s.GC(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if u := s.Usage(); u.Bytes > 24*mib || u.Reserved != 0 {
+		t.Fatalf("usage after the run: %+v", u)
 	}
 }

@@ -57,9 +57,20 @@ func (s *Store) Put(ctx context.Context, dir, lease string) (PutStats, error) {
 	defer root.Close()
 	h := s.newHold()
 	defer s.release(h)
-	p := &putter{s: s, ctx: ctx, root: root, hold: h, split: newSplitter(), entries: []Entry{}}
-	if err := p.walk("."); err != nil {
+	p := &putter{s: s, ctx: ctx, root: root, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
+	err = p.walk(".")
+	if ierr := p.in.wait(); err == nil {
+		err = ierr
+	}
+	if err != nil {
 		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	p.stats.NewChunks, p.stats.NewBytes = p.in.newChunks, p.in.newBytes
+	for _, f := range p.files {
+		e := &p.entries[f.entry]
+		for _, c := range f.chunks {
+			e.Chunks = append(e.Chunks, *c)
+		}
 	}
 	slices.SortFunc(p.entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	m := &Manifest{Version: ManifestVersion, Entries: p.entries}
@@ -83,10 +94,17 @@ type putter struct {
 	s       *Store
 	ctx     context.Context
 	root    *os.Root
-	hold    *hold
 	split   *splitter
+	in      *ingest
 	entries []Entry
+	files   []putFile
 	stats   PutStats
+}
+
+// putFile is a file entry whose chunks the ingest is storing.
+type putFile struct {
+	entry  int         // in entries
+	chunks []*ChunkRef // filled once the ingest is done
 }
 
 // walk adds the members of the directory rel ("." for the root).
@@ -137,11 +155,9 @@ func (p *putter) walk(rel string) error {
 			p.entries = append(p.entries, Entry{Path: path, Type: TypeSymlink, Target: target})
 			p.stats.Symlinks++
 		case mode.IsRegular():
-			e, err := p.file(path)
-			if err != nil {
+			if err := p.file(path); err != nil {
 				return fmt.Errorf("%q: %w", path, err)
 			}
-			p.entries = append(p.entries, e)
 			p.stats.Files++
 		default:
 			p.s.log.Warn("blob: put leaves out what is not a file, directory or link", "path", path, "mode", mode.String())
@@ -151,50 +167,48 @@ func (p *putter) walk(rel string) error {
 	return nil
 }
 
-// file stores a regular file's chunks.
-func (p *putter) file(path string) (Entry, error) {
+// file cuts a regular file into chunks and hands them to the ingest.
+func (p *putter) file(path string) error {
 	f, err := p.root.OpenFile(path, os.O_RDONLY|openNoBlock, 0)
 	if err != nil {
-		return Entry{}, err
+		return err
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return Entry{}, err
+		return err
 	}
 	if !info.Mode().IsRegular() {
-		return Entry{}, fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
+		return fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
 	}
+	pf := putFile{entry: len(p.entries)}
 	e := Entry{Path: path, Type: TypeFile, Mode: info.Mode().Perm()}
 	p.split.reset(f)
 	for {
-		data, err := p.split.next()
+		if err := p.ctx.Err(); err != nil {
+			return err
+		}
+		if err := p.in.failed(); err != nil {
+			return err
+		}
+		buf := p.in.buffer()
+		data, err := p.split.next(buf)
 		if err == io.EOF {
+			p.in.recycle(buf)
 			break
 		}
 		if err != nil {
-			return Entry{}, err
+			p.in.recycle(buf)
+			return err
 		}
-		if err := p.ctx.Err(); err != nil {
-			return Entry{}, err
-		}
-		d := Sum(data)
-		fresh, err := p.s.put(KindChunk, d, data, p.hold)
-		if err != nil {
-			return Entry{}, err
-		}
-		size := int64(len(data))
-		e.Chunks = append(e.Chunks, ChunkRef{Digest: d, Size: size})
-		e.Size += size
+		ref := new(ChunkRef)
+		pf.chunks = append(pf.chunks, ref)
+		p.in.store(data, ref)
+		e.Size += int64(len(data))
 		p.stats.Chunks++
-		p.stats.Bytes += size
-		if fresh {
-			p.stats.NewChunks++
-			p.stats.NewBytes += size
-		}
-		if p.s.afterChunk != nil {
-			p.s.afterChunk()
-		}
+		p.stats.Bytes += int64(len(data))
 	}
-	return e, nil
+	p.entries = append(p.entries, e)
+	p.files = append(p.files, pf)
+	return nil
 }

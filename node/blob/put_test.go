@@ -117,9 +117,10 @@ func TestPutIsDeterministicAndDeduplicates(t *testing.T) {
 func TestChunkingIsFixed(t *testing.T) {
 	sp := newSplitter()
 	sp.reset(bytes.NewReader(randBytes(42, 6<<20)))
+	buf := make([]byte, 0, MaxChunkSize)
 	var sizes []int
 	for {
-		b, err := sp.next()
+		b, err := sp.next(buf)
 		if err != nil {
 			break
 		}
