@@ -65,5 +65,6 @@
 // # Concurrency
 //
 // A Store is safe for concurrent use; a Writer is used by one goroutine.
-// Store starts no goroutines.
+// The only goroutines the package starts are a Put's own (a few that
+// store its chunks while it cuts the next), ended before Put returns.
 package blob

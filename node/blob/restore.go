@@ -11,7 +11,8 @@ import (
 )
 
 // Restore writes the tree a stored manifest describes into dir, which
-// must be empty or absent (it is then created, 0700). All the manifest's
+// must be empty or absent (it is then created, 0700, in a parent that
+// must exist). All the manifest's
 // chunks must be in the store: otherwise Restore writes nothing and
 // returns a *MissingError (matching ErrNotFound) saying what to fetch.
 //
@@ -32,7 +33,9 @@ import (
 // permission bits (never setuid, setgid or sticky); directories get theirs
 // last, so a read-only directory is filled first. On any failure Restore
 // removes what it wrote, leaving dir empty. It does not fsync what it
-// writes: a tree lost to a crash is restored again.
+// writes: a tree lost to a crash is restored again. (On Windows, creating
+// a symbolic link needs a privilege; without it a tree with links fails
+// to restore, with an error naming the link.)
 func (s *Store) Restore(ctx context.Context, m Digest, dir string) error {
 	h := s.newHold()
 	defer s.release(h)

@@ -39,24 +39,36 @@ func (e *RemoteError) Is(target error) bool {
 	return (target == ErrDenied && e.Code == CodeDenied) || (target == blob.ErrQuota && e.Code == CodeQuota)
 }
 
-// IncompleteError reports a fetch that could not get every chunk.
+// IncompleteError reports a fetch that could not get every chunk, or
+// the manifest itself.
 type IncompleteError struct {
 	Manifest blob.Digest
-	Chunks   int   // chunks not fetched
-	Bytes    int64 // their size
+	// NoManifest says that no holder served the manifest (so nothing else
+	// was asked for).
+	NoManifest bool
+	Chunks     int   // chunks not fetched
+	Bytes      int64 // their size
 	// Holders says why each holder that stopped serving stopped (a
-	// holder that merely lacked chunks is not listed).
+	// holder that merely lacked chunks is not listed, unless the manifest
+	// was what it lacked).
 	Holders map[peer.ID]error
 }
 
 func (e *IncompleteError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "transfer: manifest %s: %d chunks (%d bytes) not fetched", e.Manifest, e.Chunks, e.Bytes)
+	if e.NoManifest {
+		fmt.Fprintf(&b, "transfer: manifest %s: no holder served it", e.Manifest)
+	} else {
+		fmt.Fprintf(&b, "transfer: manifest %s: %d chunks (%d bytes) not fetched", e.Manifest, e.Chunks, e.Bytes)
+	}
 	for _, p := range slices.Sorted(maps.Keys(e.Holders)) {
 		fmt.Fprintf(&b, "; %s: %v", p.ShortString(), e.Holders[p])
 	}
-	if len(e.Holders) == 0 {
+	if len(e.Holders) == 0 && !e.NoManifest {
 		b.WriteString(": no holder has them")
+	}
+	if len(e.Holders) == 0 && e.NoManifest {
+		b.WriteString(" (no holder to ask)")
 	}
 	return b.String()
 }

@@ -99,9 +99,19 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 		return stats, fmt.Errorf("transfer: fetch %s: %w", m, err)
 	}
 	all := man.Chunks()
-	missing, err := s.store.Missing(m)
-	if err != nil {
-		return stats, fmt.Errorf("transfer: fetch %s: %w", m, err)
+	ds := make([]blob.Digest, len(all))
+	for i, c := range all {
+		ds[i] = c.Digest
+	}
+	lacked := make(map[blob.Digest]bool)
+	for _, d := range s.store.Lacks(ds) {
+		lacked[d] = true
+	}
+	var missing []blob.ChunkRef
+	for _, c := range all {
+		if lacked[c.Digest] {
+			missing = append(missing, c)
+		}
 	}
 	stats.Chunks, stats.Present = len(all), len(all)-len(missing)
 	if len(missing) == 0 {
@@ -205,7 +215,7 @@ func (f *fetch) manifest(ctx context.Context, hs []peer.ID) error {
 			return nil
 		}
 	}
-	return &IncompleteError{Manifest: f.m, Chunks: 0, Holders: f.holderErrors()}
+	return &IncompleteError{Manifest: f.m, NoManifest: true, Holders: f.holderErrors()}
 }
 
 func (f *fetch) holderErrors() map[peer.ID]error {

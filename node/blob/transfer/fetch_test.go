@@ -209,7 +209,7 @@ func TestFetchRefusedByEveryHolder(t *testing.T) {
 	c.auth.set(func(x *testAuth) { x.denyRead = errTest })
 	_, err := a.svc.Fetch(testCtx(t), m, []peer.ID{b.id(), c.id()}, lease(t, a, "fetch"))
 	var ie *IncompleteError
-	if !errors.As(err, &ie) || !errors.Is(ie.Holders[b.id()], ErrDenied) || !strings.Contains(err.Error(), errTest.Error()) {
+	if !errors.As(err, &ie) || !ie.NoManifest || !errors.Is(ie.Holders[b.id()], ErrDenied) || !strings.Contains(err.Error(), errTest.Error()) {
 		t.Fatalf("Fetch = %v, want an *IncompleteError with the holders' refusals", err)
 	}
 	if a.store.Has(blob.KindManifest, m) {
@@ -217,10 +217,15 @@ func TestFetchRefusedByEveryHolder(t *testing.T) {
 	}
 }
 
-func TestFetchNeedsItsLease(t *testing.T) {
+func TestFetchNeedsItsLeaseAndAHolder(t *testing.T) {
 	_, a, b, _, _, m := holders(t, nil)
 	if _, err := a.svc.Fetch(testCtx(t), m, []peer.ID{b.id()}, "none"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("Fetch without a lease = %v, want blob.ErrNotFound", err)
+	}
+	_, err := a.svc.Fetch(testCtx(t), m, []peer.ID{a.id()}, lease(t, a, "f"))
+	var ie *IncompleteError
+	if !errors.As(err, &ie) || !ie.NoManifest || !strings.Contains(err.Error(), "no holder to ask") {
+		t.Fatalf("Fetch from itself alone = %v, want an *IncompleteError", err)
 	}
 }
 
