@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -86,32 +87,35 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 		b.StartTimer()
 
 		watch := bench.Watch()
-		start := time.Now()
-		fs, err := svc.Fetch(ctx, m, []peer.ID{hb.ID(), hc.ID()}, "restore")
-		if err != nil {
-			b.Fatal(err)
-		}
-		fetchTime := time.Since(start)
-		if err := st.Restore(ctx, m, filepath.Join(b.TempDir(), "restored")); err != nil {
-			b.Fatal(err)
-		}
-		total := time.Since(start)
+		var fs FetchStats
+		fetch := measure(put.Bytes, func() {
+			if fs, err = svc.Fetch(ctx, m, []peer.ID{hb.ID(), hc.ID()}, "restore"); err != nil {
+				b.Fatal(err)
+			}
+		})
+		restore := measure(put.Bytes, func() {
+			if err := st.Restore(ctx, m, filepath.Join(b.TempDir(), "restored")); err != nil {
+				b.Fatal(err)
+			}
+		})
 		peak := watch()
 
-		fetchRate := float64(fs.Bytes) / fetchTime.Seconds() / 1e6
-		b.ReportMetric(fetchRate, "fetch-MB/s")
-		b.ReportMetric(rawTCP, "rawTCP-MB/s")
-		b.ReportMetric(100*fetchRate/rawTCP, "%ofTCP")
-		b.ReportMetric(float64(put.Bytes)/total.Seconds()/1e6, "fetch+restore-MB/s")
+		b.ReportMetric(fetch.mbps(), "fetch-MB/s")
+		b.ReportMetric(rawTCP.mbps(), "rawTCP-MB/s")
+		b.ReportMetric(100*fetch.mbps()/rawTCP.mbps(), "%ofTCP")
+		b.ReportMetric(100*rawTCP.cpuPerGB()/fetch.cpuPerGB(), "%ofTCP-by-CPU")
 		b.ReportMetric(float64(peak.RSS)/(1<<20), "peak-RSS-MiB")
 		b.ReportMetric(float64(peak.Heap)/(1<<20), "peak-heap-MiB")
-		b.Logf("tree %s, %d chunks; raw loopback TCP %.0f MB/s, plain libp2p streams %.0f MB/s",
-			bench.Human(put.Bytes), fs.Chunks, rawTCP, rawStreams)
-		b.Logf("fetch from 2 holders: %s in %v = %.0f MB/s: %.0f%% of raw TCP (target ≥ 50%%), %.0f%% of plain libp2p; holders served %d and %d chunks",
-			bench.Human(fs.Bytes), fetchTime.Round(time.Millisecond), fetchRate, 100*fetchRate/rawTCP, 100*fetchRate/rawStreams,
-			fs.Holders[hb.ID()].Chunks, fs.Holders[hc.ID()].Chunks)
-		b.Logf("fetch + restore: %v = %.0f MB/s; peak heap %s, peak RSS %s (whole process, holders included)",
-			total.Round(time.Millisecond), float64(put.Bytes)/total.Seconds()/1e6, bench.Human(int64(peak.Heap)), bench.Human(int64(peak.RSS)))
+		b.Logf("tree %s, %d chunks, fetched from 2 holders, all in this process on %d CPUs", bench.Human(put.Bytes), fs.Chunks, runtime.NumCPU())
+		b.Logf("raw loopback TCP:     %s", rawTCP)
+		b.Logf("plain libp2p streams: %s", rawStreams)
+		b.Logf("blob fetch:           %s; holders served %d and %d chunks", fetch, fs.Holders[hb.ID()].Chunks, fs.Holders[hc.ID()].Chunks)
+		b.Logf("restore (to files):   %s", restore)
+		b.Logf("fetch vs raw TCP: %.0f%% by wall clock, %.0f%% by CPU cost (target ≥ 50%%); vs plain libp2p: %.0f%%, %.0f%%",
+			100*fetch.mbps()/rawTCP.mbps(), 100*rawTCP.cpuPerGB()/fetch.cpuPerGB(),
+			100*fetch.mbps()/rawStreams.mbps(), 100*rawStreams.cpuPerGB()/fetch.cpuPerGB())
+		b.Logf("peak during fetch and restore: heap %s, RSS %s (whole process, holders included)",
+			bench.Human(int64(peak.Heap)), bench.Human(int64(peak.RSS)))
 
 		b.StopTimer()
 		svc.Close()
@@ -138,9 +142,32 @@ func tcpHost(b *testing.B) host.Host {
 	return h
 }
 
+// run is a measured stretch of work over n bytes.
+type run struct {
+	n    int64
+	wall time.Duration
+	cpu  time.Duration
+}
+
+// measure runs f and measures its wall-clock time and CPU cost.
+func measure(n int64, f func()) run {
+	cpu, start := bench.CPU(), time.Now()
+	f()
+	return run{n: n, wall: time.Since(start), cpu: bench.CPU() - cpu}
+}
+
+func (r run) mbps() float64 { return float64(r.n) / r.wall.Seconds() / 1e6 }
+
+// cpuPerGB is CPU seconds per GB moved.
+func (r run) cpuPerGB() float64 { return r.cpu.Seconds() / (float64(r.n) / 1e9) }
+
+func (r run) String() string {
+	return fmt.Sprintf("%s in %v = %4.0f MB/s; %.2f CPU-s/GB", bench.Human(r.n), r.wall.Round(time.Millisecond), r.mbps(), r.cpuPerGB())
+}
+
 // measureTCP sends n bytes over two loopback TCP connections at once,
-// half each, from memory to nowhere, and returns MB/s.
-func measureTCP(b *testing.B, n int64) float64 {
+// half each, from memory to nowhere.
+func measureTCP(b *testing.B, n int64) run {
 	buf := make([]byte, 1<<20)
 	var conns []net.Conn
 	var wg sync.WaitGroup
@@ -168,23 +195,23 @@ func measureTCP(b *testing.B, n int64) float64 {
 		}
 		conns = append(conns, c)
 	}
-	start := time.Now()
-	var rg sync.WaitGroup
-	for _, c := range conns {
-		rg.Go(func() {
-			io.Copy(io.Discard, c)
-			c.Close()
-		})
-	}
-	rg.Wait()
-	elapsed := time.Since(start)
-	wg.Wait()
-	return float64(n) / elapsed.Seconds() / 1e6
+	r := measure(n, func() {
+		var rg sync.WaitGroup
+		for _, c := range conns {
+			rg.Go(func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			})
+		}
+		rg.Wait()
+		wg.Wait()
+	})
+	return r
 }
 
 // measureStreams sends n bytes over one libp2p stream from each of from
-// to the host to at once, a share each, and returns MB/s.
-func measureStreams(b *testing.B, n int64, to host.Host, from ...host.Host) float64 {
+// to the host to at once, a share each.
+func measureStreams(b *testing.B, n int64, to host.Host, from ...host.Host) run {
 	const proto = "/gpumesh/bench/blast/1"
 	buf := make([]byte, 1<<20)
 	for _, h := range from {
@@ -204,29 +231,23 @@ func measureStreams(b *testing.B, n int64, to host.Host, from ...host.Host) floa
 		})
 		defer h.RemoveStreamHandler(proto)
 	}
-	total := int64(0)
-	start := time.Now()
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for _, h := range from {
-		wg.Go(func() {
-			s, err := to.NewStream(context.Background(), h.ID(), proto)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer s.Close()
-			s.Write(binary.BigEndian.AppendUint64(nil, uint64(n)/uint64(len(from))))
-			s.CloseWrite()
-			k, err := io.Copy(io.Discard, s)
-			if err != nil {
-				b.Error(fmt.Errorf("blast from %s: %w", h.ID().ShortString(), err))
-			}
-			mu.Lock()
-			total += k
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return float64(total) / time.Since(start).Seconds() / 1e6
+	return measure(n, func() {
+		for _, h := range from {
+			wg.Go(func() {
+				s, err := to.NewStream(context.Background(), h.ID(), proto)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer s.Close()
+				s.Write(binary.BigEndian.AppendUint64(nil, uint64(n)/uint64(len(from))))
+				s.CloseWrite()
+				if _, err := io.Copy(io.Discard, s); err != nil {
+					b.Error(fmt.Errorf("blast from %s: %w", h.ID().ShortString(), err))
+				}
+			})
+		}
+		wg.Wait()
+	})
 }
