@@ -115,6 +115,34 @@ func (s *Store) unreserve(size int64) {
 	s.mu.Unlock()
 }
 
+// Fits reports whether n more bytes could be stored now, after
+// collecting everything that nothing keeps: nil, or a *QuotaError naming
+// the sizes. It changes nothing; writes meanwhile may take the room. A
+// fetch asks it before moving a byte, so that a tree that cannot fit
+// fails at once rather than after evicting the cache to make room for
+// part of it.
+func (s *Store) Fits(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.limit == NoLimit {
+		return nil
+	}
+	kept := s.keptLocked(s.now())
+	var keptBytes int64
+	for _, k := range []Kind{KindChunk, KindManifest} {
+		for d := range kept[k] {
+			keptBytes += s.objects[k][d].size
+		}
+	}
+	if keptBytes+s.reserved+n > s.limit {
+		return &QuotaError{Need: n, Used: keptBytes, Reserved: s.reserved, Limit: s.limit}
+	}
+	return nil
+}
+
 // GCStats says what a collection removed.
 type GCStats struct {
 	Objects       int   // chunks and manifests removed

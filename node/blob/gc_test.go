@@ -268,3 +268,25 @@ func TestConcurrentPutsRestoresAndCollections(t *testing.T) {
 		t.Fatalf("usage after the run: %+v", u)
 	}
 }
+
+func TestFits(t *testing.T) {
+	const mib = 1 << 20
+	s, _ := openStore(t, 4*mib)
+	kept := chunk(t, s, randBytes(1, 2*mib))
+	chunk(t, s, randBytes(2, mib)) // loose: it would be collected
+	s.SetLease(Lease{ID: "k", Chunks: []Digest{kept}})
+	if err := s.Fits(2 * mib); err != nil {
+		t.Fatalf("Fits(2 MiB) beside 2 MiB kept under 4 MiB = %v", err)
+	}
+	var qe *QuotaError
+	if err := s.Fits(2*mib + 1); !errors.As(err, &qe) || qe.Used != 2*mib || qe.Need != 2*mib+1 || qe.Limit != 4*mib {
+		t.Fatalf("Fits(2 MiB + 1) = %v, want a *QuotaError naming 2 MiB kept", err)
+	}
+	if u := s.Usage(); u.Chunks != 2 {
+		t.Fatalf("Fits removed something: %+v", u)
+	}
+	unlimited, _ := openStore(t, NoLimit)
+	if err := unlimited.Fits(1 << 50); err != nil {
+		t.Fatalf("Fits without a limit = %v", err)
+	}
+}

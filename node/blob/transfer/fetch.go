@@ -61,7 +61,9 @@ var _ Fetcher = (*Service)(nil)
 // its chunks are asked of the others.
 //
 // Fetch returns an *IncompleteError when chunks are left that no holder
-// served, an error matching blob.ErrQuota when the store is full, and
+// served, an error matching blob.ErrQuota when the store cannot hold the
+// missing chunks (checked with blob.Store.Fits before any is asked for,
+// and again by each write), and
 // ctx's error when ctx ends. It blocks until all its requests ended.
 func (s *Service) Fetch(ctx context.Context, m blob.Digest, holders []peer.ID, lease string) (FetchStats, error) {
 	if !s.start() {
@@ -116,6 +118,13 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 	stats.Chunks, stats.Present = len(all), len(all)-len(missing)
 	if len(missing) == 0 {
 		return stats, nil
+	}
+	var need int64
+	for _, c := range missing {
+		need += c.Size
+	}
+	if err := s.store.Fits(need); err != nil {
+		return stats, fmt.Errorf("transfer: fetch %s: %d chunks missing: %w", m, len(missing), err)
 	}
 	f.q = newSchedule(missing, s.cfg.Window)
 	var live []peer.ID
