@@ -182,7 +182,7 @@ func (r *restorer) undo(man *Manifest) {
 // store: it is worthless under its name, and its absence makes the next
 // fetch bring it again.
 func (s *Store) readChunk(c ChunkRef, buf *[]byte) ([]byte, error) {
-	rc, size, err := s.Open(KindChunk, c.Digest)
+	rc, size, err := s.Reader(KindChunk, c.Digest)
 	if err != nil {
 		return nil, err
 	}

@@ -271,13 +271,13 @@ func (s *Store) Stat(k Kind, d Digest) (int64, bool) {
 	return o.size, ok
 }
 
-// Open opens a stored object for reading and returns its size. The bytes
-// are those that were checked against the digest when they were written;
-// a reader that needs them checked again hashes them (Restore does).
-// Open fails with ErrNotFound for an object the store does not hold. An
-// object that a lease or hold does not keep may be collected while it is
-// open: where the system allows, the open reader still reads it whole.
-func (s *Store) Open(k Kind, d Digest) (io.ReadCloser, int64, error) {
+// Reader opens a stored object for reading and returns its size. The
+// bytes are those that were checked against the digest when they were
+// written; a reader that needs them checked again hashes them (Restore
+// does). Reader fails with ErrNotFound for an object the store does not
+// hold. An object that no lease or hold keeps may be collected while it
+// is open: where the system allows, the open reader still reads it whole.
+func (s *Store) Reader(k Kind, d Digest) (io.ReadCloser, int64, error) {
 	if _, ok := s.Stat(k, d); !ok {
 		return nil, 0, fmt.Errorf("%w: %s %s", ErrNotFound, k, d)
 	}
@@ -311,7 +311,7 @@ func (s *Store) Manifest(d Digest) (*Manifest, error) {
 }
 
 func (s *Store) readManifest(d Digest) ([]byte, error) {
-	r, size, err := s.Open(KindManifest, d)
+	r, size, err := s.Reader(KindManifest, d)
 	if err != nil {
 		return nil, err
 	}

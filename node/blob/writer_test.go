@@ -47,7 +47,7 @@ func TestWriterCommitsOnlyTheRightBytes(t *testing.T) {
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	r, size, err := s.Open(KindChunk, d)
+	r, size, err := s.Reader(KindChunk, d)
 	if err != nil {
 		t.Fatal(err)
 	}

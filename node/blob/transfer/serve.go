@@ -66,8 +66,11 @@ func (s *Service) serve(ctx context.Context, st network.Stream) {
 		err = s.servePush(ctx, c, from, q.scope)
 	}
 	if err != nil {
-		log.Debug("blob request failed", "err", err)
+		log.Debug("blob request failed", "err", c.explain(err))
 		c.reset()
+		return
+	}
+	if c.ended { // refused
 		return
 	}
 	c.deadline()
@@ -124,7 +127,7 @@ func (s *Service) missing(c *conn, d blob.Digest) error {
 
 // sendObject streams one stored object, or MISSING.
 func (s *Service) sendObject(c *conn, kind blob.Kind, d blob.Digest, buf []byte) error {
-	r, size, err := s.store.Open(kind, d)
+	r, size, err := s.store.Reader(kind, d)
 	if errors.Is(err, blob.ErrNotFound) {
 		return s.missing(c, d)
 	}

@@ -240,8 +240,12 @@ func newConn(st network.Stream, timeout time.Duration) *conn {
 	return c
 }
 
-// deadline gives the next step Timeout.
-func (c *conn) deadline() { c.watchdog.Reset(c.timeout) }
+// deadline gives the next step Timeout (nothing once the stream ended).
+func (c *conn) deadline() {
+	if !c.ended {
+		c.watchdog.Reset(c.timeout)
+	}
+}
 
 // noDeadline lets the next step take as long as it takes.
 func (c *conn) noDeadline() { c.watchdog.Stop() }
