@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,4 +243,29 @@ func TestFetchIntoAFullStore(t *testing.T) {
 	if u := a.store.Usage(); u.Chunks != 0 {
 		t.Fatalf("a fetch that cannot fit stored %d chunks (%d bytes) first", u.Chunks, u.Bytes)
 	}
+}
+
+func TestCollectionsDuringAFetchKeepWhatItBrought(t *testing.T) {
+	tn := newTestNet(t)
+	a := tn.addNode(blob.NoLimit, func(c *Config) { c.Batch, c.HolderStreams = 1, 2 })
+	b := tn.addNode(blob.NoLimit, nil)
+	src := bigTree(t, 4)
+	m := putTree(t, b, src).Manifest
+	var collections atomic.Int32
+	b.auth.set(func(x *testAuth) {
+		x.onRead = func(ctx context.Context, _ int) {
+			if _, err := a.store.GC(ctx); err != nil {
+				t.Error(err)
+			}
+			collections.Add(1)
+		}
+	})
+	st, err := a.svc.Fetch(testCtx(t), m, []peer.ID{b.id()}, lease(t, a, "fetch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int(collections.Load()); n < st.Chunks {
+		t.Fatalf("%d collections during a fetch of %d chunks", n, st.Chunks)
+	}
+	sameFiles(t, a, m, src)
 }
