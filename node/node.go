@@ -18,6 +18,8 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/blob/transfer"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/store"
@@ -95,6 +97,10 @@ type Node struct {
 	keeper    *fence.Keeper
 	adopting  adopting // jobs this node is claiming now (claim.go)
 	ship      *shipper
+	blobs     *blob.Store        // the content store (blobs.go)
+	xfer      *transfer.Service  // its transfers to and from peers
+	pushes    pushes             // checkpoints this node agreed to hold
+	grants    grants             // reads allowed for an owner's download
 	obs       *observer          // driver-owned, but for its atomic status
 	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
@@ -139,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		repl:       newReplicator(),
 		gate:       newGate(),
 		claims:     newClaims(),
-		ship:       &shipper{sent: map[string]string{}},
+		ship:       newShipper(),
 		events:     newHub(),
 		started:    time.Now(),
 	}
@@ -234,6 +240,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 
+	if err := n.openBlobs(); err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.closeBlobs)
+
 	n.direct, err = gossip.NewDirect(n.mesh.Host(), gossip.DirectConfig{
 		Network:   n.mesh.Network(),
 		Logger:    n.log,
@@ -294,7 +305,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.watchFenced(n.keeper)
 	}
-	n.wg.Add(7)
+	n.wg.Add(8)
+	go n.blobJanitor()
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()
@@ -341,6 +353,7 @@ func (n *Node) Close() error {
 		}
 		n.adv.Close()
 		n.direct.Close()
+		n.closeBlobs()
 		n.gossip.Close()
 		n.mesh.Close()
 		n.devices.Close()

@@ -173,7 +173,7 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return nil
 	case kindPayloadGet:
 		return n.servePayload(string(req.Data), reply)
-	case kindCheckpointOffer, kindCheckpointSync, kindCheckpointGet:
+	case kindCheckpointOffer, kindCheckpointHold, kindCheckpointHeld:
 		return n.serveCheckpointCall(ctx, req, reply)
 	case kindClaim, kindRelease:
 		var r claimRequest

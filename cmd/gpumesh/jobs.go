@@ -174,6 +174,10 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		line("ENDED", stamp(now, j.EndedAt))
 	}
 	line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	if cp := newestCheckpoint(j); cp != nil {
+		line("CHECKPOINT", fmt.Sprintf("share %d epoch %d, %s (%s new), on %s, %s",
+			cp.Share, cp.Epoch, text.Bytes(cp.Bytes), text.Bytes(cp.NewBytes), text.Count(len(cp.Holders), "node"), stamp(now, cp.At)))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -253,4 +257,16 @@ func writeExplanation(w io.Writer, x *market.Explanation) error {
 		fmt.Fprintf(w, "cards by outcome: %s\n", strings.Join(parts, ", "))
 	}
 	return nil
+}
+
+// newestCheckpoint is the job's newest checkpoint of any share, nil for
+// none.
+func newestCheckpoint(j market.JobRecord) *market.Checkpoint {
+	var best *market.Checkpoint
+	for i := range j.Checkpoints {
+		if cp := &j.Checkpoints[i]; best == nil || !cp.At.Before(best.At) {
+			best = cp
+		}
+	}
+	return best
 }

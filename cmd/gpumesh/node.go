@@ -46,6 +46,8 @@ type nodeFlags struct {
 	drain       time.Duration
 	ckptEvery   time.Duration
 	ckptMaxMiB  int
+	storeMax    string
+	keepOutputs time.Duration
 	policy      policyFlags
 	log         *logFlags
 }
@@ -137,7 +139,9 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
-	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", node.DefaultCheckpointLimit>>20, "the most MiB one packed checkpoint may take; a bigger one is not shipped")
+	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
+	fl.StringVar(&f.storeMax, "store-max", "", "the most the content store (checkpoints, and what this node holds for others' jobs) may take: a `SIZE` such as 200GiB (default: half of what the data dir's file system could give it, at most a quarter of the disk)")
+	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints of a job that ended are kept")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
@@ -181,10 +185,21 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	if f.ckptEvery <= 0 {
 		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)
 	}
-	if f.ckptMaxMiB <= 0 {
-		return cfg, usagef("--checkpoint-max-mib %d: want a positive number of MiB", f.ckptMaxMiB)
+	if f.ckptMaxMiB < 0 {
+		return cfg, usagef("--checkpoint-max-mib %d: want a number of MiB, 0 for no limit", f.ckptMaxMiB)
 	}
 	cfg.CheckpointInterval, cfg.CheckpointLimit = f.ckptEvery, int64(f.ckptMaxMiB)<<20
+	if f.storeMax != "" {
+		n, err := parseBytes(f.storeMax)
+		if err != nil || n <= 0 {
+			return cfg, usagef("--store-max %q: want a size such as 200GiB", f.storeMax)
+		}
+		cfg.StoreMax = n
+	}
+	if f.keepOutputs <= 0 {
+		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)
+	}
+	cfg.KeepOutputs = f.keepOutputs
 	iso, err := executor.ParseIsolation(f.isolation)
 	if err != nil {
 		return cfg, usagef("--isolation: %v", err)

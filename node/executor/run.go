@@ -47,7 +47,8 @@ type Run struct {
 	attempt Attempt // without its readers: read-only once made
 	dir     string
 	// payload and checkpoint are read by prepare, on the goroutine of Start.
-	payload, checkpoint io.Reader
+	payload    io.Reader
+	checkpoint func(dir string) error
 
 	jail           jail
 	cmd            *exec.Cmd
@@ -194,7 +195,7 @@ func (r *Run) prepare(iso isolator) error {
 		}
 	}
 	if r.checkpoint != nil {
-		if err := unpackTar(r.checkpoint, r.CheckpointDir(), r.cfg.MaxUnpack, r.cfg.MaxUnpack); err != nil {
+		if err := r.checkpoint(r.CheckpointDir()); err != nil {
 			return fmt.Errorf("executor: checkpoint: %w", err)
 		}
 	}
