@@ -224,6 +224,9 @@ func (n *Node) committed(rec market.JobRecord) {
 	if msgs := n.gate.commit(rec.ID, markOf(rec)); len(msgs) > 0 {
 		n.send(msgs)
 	}
+	if !settling(rec) {
+		n.gate.forget(rec.ID) // the job is over here: nothing more to gate
+	}
 }
 
 // dropStaleHeld discards the messages that waited for a commit longer than
