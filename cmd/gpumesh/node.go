@@ -48,6 +48,8 @@ type nodeFlags struct {
 	ckptMaxMiB  int
 	policy      policyFlags
 	log         *logFlags
+	configFile  string
+	printConfig bool
 }
 
 func newNodeCommand(e env) *cobra.Command {
@@ -65,6 +67,14 @@ addresses another node can --join.
 
 On SIGINT or SIGTERM it leaves the mesh gracefully (peers see it as "left",
 not "dead") and stops the jobs it runs.
+
+Every flag can also be set in a TOML configuration file, one top-level key
+per flag without its dashes (data = "/var/lib/gpumesh", join = ["..."],
+mdns = false); flags given on the command line override it. The file is
+--config FILE, else /etc/gpumesh/node.toml when it exists, else
+$XDG_CONFIG_HOME/gpumesh/node.toml (~/.config/gpumesh/node.toml) when it
+exists. ` + "`gpumesh node init`" + ` writes one; --print-config shows the
+configuration in effect and exits.
 
 Examples:
   gpumesh node --sim h100-sxm-80g:8                  # a node with 8 simulated H100s
@@ -91,9 +101,17 @@ job declaring none gets the cap (the pids and CPU weight defaults, 8192 and
 node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(e)
+			file, lines, err := f.readConfigFile(cmd.Flags(), e)
 			if err != nil {
 				return err
+			}
+			if f.printConfig {
+				fmt.Fprint(e.stdout, printConfig(cmd.Flags()))
+				return nil
+			}
+			cfg, err := f.config(e)
+			if err != nil {
+				return configOrigin(err, file, lines)
 			}
 			n, err := node.Start(cmd.Context(), cfg)
 			if err != nil {
@@ -114,8 +132,34 @@ node.`,
 		},
 	}
 	f.register(cmd.Flags(), e)
-	cmd.AddCommand(newDrainCommand(e))
+	cmd.Flags().StringVar(&f.configFile, flagConfig, "", "the configuration `FILE` (TOML, a key per flag; default "+systemConfigFile+" when it exists, else $XDG_CONFIG_HOME/gpumesh/node.toml)")
+	cmd.Flags().BoolVar(&f.printConfig, flagPrintConfig, false, "print the configuration in effect (defaults, the file, the flags) as TOML, and exit")
+	cmd.AddCommand(newDrainCommand(e), newNodeInitCommand(e))
 	return cmd
+}
+
+// readConfigFile applies the configuration file to the flags of fl that
+// the command line left unset. It returns the file read ("" for none) and
+// the line of each key it set.
+func (f *nodeFlags) readConfigFile(fl *pflag.FlagSet, e env) (string, map[string]int, error) {
+	path, explicit := configSource(f.configFile, e)
+	if path == "" {
+		return "", nil, nil
+	}
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return "", nil, nil
+		}
+	}
+	entries, err := loadConfig(path)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	lines, err := applyConfig(fl, path, entries)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	return path, lines, nil
 }
 
 // register adds the flags of `gpumesh node` to fl.
