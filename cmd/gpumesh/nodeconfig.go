@@ -42,7 +42,7 @@ const (
 )
 
 // notKeys are the flags that have no key in the file.
-var notKeys = map[string]bool{flagConfig: true, flagPrintConfig: true, "help": true, "force": true}
+var notKeys = map[string]bool{flagConfig: true, flagPrintConfig: true, "help": true, "force": true, "json": true, "probe-timeout": true}
 
 // pathKeys are the keys naming files or directories: relative values in a
 // file are relative to the file's directory, not to where the node was

@@ -104,6 +104,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 	commandGroup(root)
 	root.AddCommand(
 		newNodeCommand(e),
+		newDoctorCommand(e),
 		newVersionCommand(e),
 		newCardsCommand(e),
 		newSubmitCommand(e),
