@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,6 +215,9 @@ func dialBack(ctx context.Context, an *autonatv2.AutoNAT, h host.Host, peers []P
 	// again without it to test the next.
 	for len(reqs) > 0 && ctx.Err() == nil {
 		r, err := an.GetReachability(ctx, reqs)
+		if err == nil && r.AllAddrsRefused {
+			err = fmt.Errorf("the peer declined to dial %s back", joinAddrs(reqs))
+		}
 		if err != nil {
 			if ok == nil && not == nil {
 				return nil, nil, err
@@ -281,4 +285,12 @@ func probeHost(listen []ma.Multiaddr, psk []byte) (host.Host, error) {
 		return nil, fmt.Errorf("mesh: probe host: %w", err)
 	}
 	return h, nil
+}
+
+func joinAddrs(reqs []autonatv2.Request) string {
+	s := make([]string, len(reqs))
+	for i, r := range reqs {
+		s[i] = r.Addr.String()
+	}
+	return strings.Join(s, ", ")
 }

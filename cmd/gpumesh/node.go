@@ -40,6 +40,7 @@ type nodeFlags struct {
 	prices      []string
 	mdns        bool
 	noNAT       bool
+	reach       string
 	coordinator string
 	isolation   string
 	keepDirs    bool
@@ -177,6 +178,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
 	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
+	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
@@ -241,6 +243,9 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	cfg.Mesh.Network = f.network
 	cfg.Mesh.MDNS = f.mdns
 	cfg.Mesh.DisableNAT = f.noNAT
+	if cfg.Mesh.Reachability, err = mesh.ParseReachability(f.reach); err != nil {
+		return cfg, usagef("--reachability: %v", err)
+	}
 	for _, s := range f.listen {
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -212,8 +214,10 @@ func TestEachProblemIsNamedWithAFix(t *testing.T) {
 func TestMeshChecksFromAProbe(t *testing.T) {
 	public := ma.StringCast("/ip4/203.0.113.9/tcp/4747")
 	peerAddr := ma.StringCast("/ip4/198.51.100.1/tcp/4747/p2p/12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo")
+	n := 0
 	seen := func(addr string) mesh.ProbePeer {
-		return mesh.ProbePeer{Addr: peerAddr, Observed: ma.StringCast(addr)}
+		n++
+		return mesh.ProbePeer{Addr: peerAddr, ID: peer.ID(fmt.Sprint("peer-", n)), Observed: ma.StringCast(addr)}
 	}
 	for _, tc := range []struct {
 		name              string
@@ -227,6 +231,8 @@ func TestMeshChecksFromAProbe(t *testing.T) {
 			Warn, OK, "could not dial this machine back at /ip4/203.0.113.9/tcp/4747: peers reach it through relays", "endpoint-independent mapping"},
 		{"symmetric NAT", mesh.ProbeResult{Peers: []mesh.ProbePeer{seen("/ip4/203.0.113.9/tcp/31000"), seen("/ip4/203.0.113.9/tcp/31001")}, Unreachable: []ma.Multiaddr{public}},
 			Warn, Warn, "could not dial", "symmetric NAT"},
+		{"one peer seen twice", mesh.ProbeResult{Peers: []mesh.ProbePeer{{Addr: peerAddr, ID: "same", Observed: ma.StringCast("/ip4/203.0.113.9/tcp/31000")}, {Addr: peerAddr, ID: "same", Observed: ma.StringCast("/ip4/203.0.113.9/tcp/31000")}}, ReachErr: errors.New("the peer declined to dial /ip4/203.0.113.9/tcp/4747 back")},
+			Warn, OK, "not tested: the peer declined", "its kind is unknown"},
 		{"one peer", mesh.ProbeResult{Peers: []mesh.ProbePeer{seen("/ip4/203.0.113.9/udp/31000/quic-v1")}, ReachErr: errors.New("no peers for autonat v2")},
 			Warn, OK, "not tested: no peers for autonat v2", "its kind is unknown: give two --join peers"},
 		{"nobody answers", mesh.ProbeResult{Peers: []mesh.ProbePeer{{Addr: peerAddr, Err: errors.New("unreachable: dial timeout")}}},

@@ -213,21 +213,19 @@ func natResult(peers []mesh.ProbePeer, local []net.IP) Result {
 		return r
 	}
 	symmetric, compared := false, false
-	for _, s := range byTransport {
+	for tr, s := range byTransport {
 		if len(s.ports) > 1 {
 			symmetric = true
 		}
-	}
-	for _, tr := range []string{"tcp", "udp"} {
-		if s := byTransport[tr]; s != nil {
-			n := 0
-			for _, p := range peers {
-				if t, _ := transportPort(p.Observed); t == tr {
-					n++
-				}
+		// Two addresses of one peer share one connection: only distinct
+		// peers compare mappings.
+		ids := map[string]bool{}
+		for _, p := range peers {
+			if t, _ := transportPort(p.Observed); t == tr {
+				ids[p.ID.String()] = true
 			}
-			compared = compared || n > 1
 		}
+		compared = compared || len(ids) > 1
 	}
 	seenAs := strings.Join(dedupe(outside), ", ")
 	switch {
