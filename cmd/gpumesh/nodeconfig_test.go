@@ -358,3 +358,15 @@ func TestNodeInitAsRootWritesTheSystemFile(t *testing.T) {
 		t.Errorf("the system file does not set data to %s:\n%s", serviceDataDir, body)
 	}
 }
+
+// The configuration the packages install is one the node takes.
+func TestPackagedConfigIsValid(t *testing.T) {
+	path, err := filepath.Abs("../../deploy/node.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := printed(t, &fakeNode{t: t, env: map[string]string{}}, "--config", path)
+	if got["data"] != "/var/lib/gpumesh" || got["drain-timeout"] != "5m0s" {
+		t.Errorf("the packaged configuration gives data %v, drain-timeout %v", got["data"], got["drain-timeout"])
+	}
+}

@@ -146,6 +146,13 @@ func checkDriver(cfg Config, f found) Result {
 			}
 		}
 	}
+	if len(have) == 0 {
+		for _, st := range f.statuses {
+			if st.Backend == "nvml" && st.State == device.StatePresent {
+				have = append(have, "NVIDIA (NVML answers)") // WSL2: no /proc/driver/nvidia
+			}
+		}
+	}
 	for _, t := range vendorTools {
 		if _, err := cfg.System.LookPath(t); err == nil {
 			have = append(have, t)

@@ -176,6 +176,7 @@ func TestEachProblemIsNamedWithAFix(t *testing.T) {
 		{"no OCI runtime", goodMachine().withoutProgram("crun"), nil, "OCI runtime", Warn, "neither crun nor runc", "apt install crun"},
 		{"runc will do", goodMachine().withoutProgram("crun").with(func(s *fakeSystem) { s.programs["runc"] = "/usr/sbin/runc" }), nil, "OCI runtime", OK, "runc at /usr/sbin/runc", ""},
 		{"driver without NVML", goodMachine(), func(c *Config) { c.Cards = noCards }, "GPU driver", Fail, "NVIDIA driver 550.54.14 loaded, but NVML is absent: libnvidia-ml.so.1 not found", "libnvidia-ml"},
+		{"NVML without /proc (WSL2)", goodMachine().without("proc/driver/nvidia/version"), nil, "GPU driver", OK, "NVIDIA (NVML answers)", ""},
 		{"no driver", goodMachine().without("proc/driver/nvidia/version"), func(c *Config) { c.Cards = noCards }, "GPU driver", Warn, "no GPU driver loaded and no vendor tool", "--sim"},
 		{"a vendor tool", goodMachine().without("proc/driver/nvidia/version").with(func(s *fakeSystem) { s.programs["npu-smi"] = "/usr/local/bin/npu-smi" }), func(c *Config) { c.Cards = noCards }, "GPU driver", OK, "npu-smi", ""},
 		{"no cards", goodMachine().without("proc/driver/nvidia/version"), func(c *Config) { c.Cards = noCards }, "cards", Warn, "no cards found", "--sim"},
