@@ -144,9 +144,10 @@ func (o options) run(ctx context.Context, log io.Writer) ([]string, error) {
 
 // build compiles ./cmd/gpumesh for linux/arch into out. cgo stays as the
 // environment has it (on by default with a C compiler: the NVIDIA backend
-// needs it); -trimpath keeps the build machine's paths out.
+// needs it); -trimpath keeps the build machine's paths out, and the
+// revision is recorded (gpumesh version prints it) where git can tell it.
 func build(ctx context.Context, root, arch, out string, log io.Writer) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/gpumesh")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=auto", "-o", out, "./cmd/gpumesh")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch)
 	cmd.Stdout, cmd.Stderr = log, log

@@ -220,7 +220,7 @@ func TestUnitMatchesThePackage(t *testing.T) {
 			t.Errorf("%s=%s, want %s", key, unit[key], want)
 		}
 	}
-	for _, closed := range []string{"PrivateDevices", "ProtectClock", "DeviceAllow", "RestrictNamespaces", "ProtectControlGroups", "MemoryDenyWriteExecute", "SystemCallFilter"} {
+	for _, closed := range []string{"PrivateDevices", "ProtectClock", "DeviceAllow", "RestrictNamespaces", "ProtectControlGroups", "MemoryDenyWriteExecute", "SystemCallFilter", "UMask"} {
 		if _, ok := unit[closed]; ok {
 			t.Errorf("%s would break the job sandbox or the jobs (see the unit's comment)", closed)
 		}
