@@ -23,7 +23,7 @@ import (
 // doctorShown are the flags of gpumesh node that doctor shows in its help:
 // the ones its checks use. It takes every other flag of gpumesh node too
 // (hidden), so that it reads the same configuration file.
-var doctorShown = map[string]bool{"data": true, "listen": true, "join": true, "secret-file": true, "network": true}
+var doctorShown = map[string]bool{"data": true, "listen": true, "join": true, "secret-file": true}
 
 // newDoctorCommand is `gpumesh doctor`.
 func newDoctorCommand(e env) *cobra.Command {
