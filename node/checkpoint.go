@@ -33,7 +33,7 @@ import (
 // (market.Execution.Restore), fetching it from every holder at once.
 
 const (
-	kindCheckpointOffer = "ckpt.offer" // checkpointOffer → ack: the coordinator records it
+	kindCheckpointOffer = "ckpt.report" // checkpointOffer → ack: the coordinator records it (wire v2; v1's ckpt.offer carried a whole archive)
 	kindCheckpointHold  = "ckpt.hold"  // checkpointHold → ack: the member will fetch it when pushed
 	kindCheckpointHeld  = "ckpt.held"  // checkpointHeld → ack if the member holds the manifest whole
 )

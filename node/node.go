@@ -35,8 +35,11 @@ type Node struct {
 	log *slog.Logger
 	id  peer.ID
 
-	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
-	published string    // the card states last handed to the advertiser (supplyKey); driver only
+	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
+	// versions records peers whose messages are of a newer wire version
+	// (versions.go); status warns of them.
+	versions  *gossip.Versions
+	published string // the card states last handed to the advertiser (supplyKey); driver only
 	// publishedStates are those states by card; settleAt, when set, is when
 	// a held-back reservation change is published (publishSupply);
 	// reserveSettle is Config.ReserveSettle or its default. Driver only.
@@ -226,8 +229,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.id = n.mesh.ID()
 	n.log = n.log.With("node", n.id.ShortString())
 
+	n.versions = gossip.NewVersions()
 	n.gossip, err = gossip.New(n.mesh.Host(), gossip.Config{
 		Network:     n.mesh.Network(),
+		Versions:    n.versions,
 		Logger:      n.log,
 		OnAd:        n.onAd,
 		OnBroadcast: n.onBroadcast,
@@ -247,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	n.direct, err = gossip.NewDirect(n.mesh.Host(), gossip.DirectConfig{
 		Network:   n.mesh.Network(),
+		Versions:  n.versions,
 		Logger:    n.log,
 		OnMessage: n.onDirect,
 		OnCall:    n.serveCall,

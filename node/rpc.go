@@ -15,6 +15,13 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// rpcWireVersion is the version of the calls' JSON below (requests and
+// replies). They travel in gossip envelopes (gossip.Version), and are read
+// strictly: a field added to one is a new version, which the golden files
+// under testdata/wire/ guard (wire_test.go). A call kind a peer does not
+// know is answered with an error naming it.
+const rpcWireVersion = 2
+
 // The calls one node makes on another (gossip.Direct.Call kinds) and the
 // kinds of their reply frames. Requests and replies are JSON.
 const (

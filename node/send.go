@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -176,6 +177,12 @@ func (n *Node) onBroadcast(m gossip.Message) {
 
 func (n *Node) receive(m gossip.Message) {
 	msg, err := market.DecodeMessage(m.Data)
+	var newer *market.NewerVersionError
+	if errors.As(err, &newer) {
+		n.versions.Note(m.Sender, "market", uint32(newer.Version), market.WireVersion, time.Now())
+		n.log.Info("market message of a newer version refused", "from", m.Sender, "err", err)
+		return
+	}
 	if err != nil {
 		n.log.Info("malformed market message refused", "from", m.Sender, "err", err)
 		return

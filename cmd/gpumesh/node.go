@@ -40,6 +40,7 @@ type nodeFlags struct {
 	prices      []string
 	mdns        bool
 	noNAT       bool
+	reach       string
 	coordinator string
 	isolation   string
 	keepDirs    bool
@@ -50,6 +51,8 @@ type nodeFlags struct {
 	keepOutputs time.Duration
 	policy      policyFlags
 	log         *logFlags
+	configFile  string
+	printConfig bool
 }
 
 func newNodeCommand(e env) *cobra.Command {
@@ -67,6 +70,14 @@ addresses another node can --join.
 
 On SIGINT or SIGTERM it leaves the mesh gracefully (peers see it as "left",
 not "dead") and stops the jobs it runs.
+
+Every flag can also be set in a TOML configuration file, one top-level key
+per flag without its dashes (data = "/var/lib/gpumesh", join = ["..."],
+mdns = false); flags given on the command line override it. The file is
+--config FILE, else /etc/gpumesh/node.toml when it exists, else
+$XDG_CONFIG_HOME/gpumesh/node.toml (~/.config/gpumesh/node.toml) when it
+exists. ` + "`gpumesh node init`" + ` writes one; --print-config shows the
+configuration in effect and exits.
 
 Examples:
   gpumesh node --sim h100-sxm-80g:8                  # a node with 8 simulated H100s
@@ -93,9 +104,17 @@ job declaring none gets the cap (the pids and CPU weight defaults, 8192 and
 node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(e)
+			file, lines, err := f.readConfigFile(cmd.Flags(), e)
 			if err != nil {
 				return err
+			}
+			if f.printConfig {
+				fmt.Fprint(e.stdout, printConfig(cmd.Flags()))
+				return nil
+			}
+			cfg, err := f.config(e)
+			if err != nil {
+				return configOrigin(err, file, lines)
 			}
 			n, err := node.Start(cmd.Context(), cfg)
 			if err != nil {
@@ -116,8 +135,34 @@ node.`,
 		},
 	}
 	f.register(cmd.Flags(), e)
-	cmd.AddCommand(newDrainCommand(e))
+	cmd.Flags().StringVar(&f.configFile, flagConfig, "", "the configuration `FILE` (TOML, a key per flag; default "+systemConfigFile+" when it exists, else $XDG_CONFIG_HOME/gpumesh/node.toml)")
+	cmd.Flags().BoolVar(&f.printConfig, flagPrintConfig, false, "print the configuration in effect (defaults, the file, the flags) as TOML, and exit")
+	cmd.AddCommand(newDrainCommand(e), newNodeInitCommand(e))
 	return cmd
+}
+
+// readConfigFile applies the configuration file to the flags of fl that
+// the command line left unset. It returns the file read ("" for none) and
+// the line of each key it set.
+func (f *nodeFlags) readConfigFile(fl *pflag.FlagSet, e env) (string, map[string]int, error) {
+	path, explicit := configSource(f.configFile, e)
+	if path == "" {
+		return "", nil, nil
+	}
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return "", nil, nil
+		}
+	}
+	entries, err := loadConfig(path)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	lines, err := applyConfig(fl, path, entries)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	return path, lines, nil
 }
 
 // register adds the flags of `gpumesh node` to fl.
@@ -135,6 +180,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
 	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
+	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
@@ -212,6 +258,9 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	cfg.Mesh.Network = f.network
 	cfg.Mesh.MDNS = f.mdns
 	cfg.Mesh.DisableNAT = f.noNAT
+	if cfg.Mesh.Reachability, err = mesh.ParseReachability(f.reach); err != nil {
+		return cfg, usagef("--reachability: %v", err)
+	}
 	for _, s := range f.listen {
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {
