@@ -84,3 +84,20 @@ func FuzzChunkRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDigest: a digest has one spelling, and ParseDigest takes
+// nothing else.
+func FuzzParseDigest(f *testing.F) {
+	f.Add(Sum([]byte("x")).String())
+	f.Add("sha256:")
+	f.Add("sha256:" + Sum(nil).Hex()[:63] + "G")
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDigest(s)
+		if err != nil {
+			return
+		}
+		if d.String() != s || d.IsZero() {
+			t.Fatalf("%q parsed as %s", s, d)
+		}
+	})
+}

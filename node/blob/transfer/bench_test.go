@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -72,6 +73,7 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 	}
 	rawTCP := measureTCP(b, put.Bytes)
 	rawStreams := measureStreams(b, put.Bytes, ha, hb, hc)
+	disk := measureDisk(b, put.Bytes, b.TempDir())
 
 	for b.Loop() {
 		b.StopTimer()
@@ -109,6 +111,7 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 		b.Logf("tree %s, %d chunks, fetched from 2 holders, all in this process on %d CPUs", bench.Human(put.Bytes), fs.Chunks, runtime.NumCPU())
 		b.Logf("raw loopback TCP:     %s", rawTCP)
 		b.Logf("plain libp2p streams: %s", rawStreams)
+		b.Logf("disk, 1 MiB files:    %s (what a fetch writes, without the network)", disk)
 		b.Logf("blob fetch:           %s; holders served %d and %d chunks", fetch, fs.Holders[hb.ID()].Chunks, fs.Holders[hc.ID()].Chunks)
 		b.Logf("restore (to files):   %s", restore)
 		b.Logf("fetch vs raw TCP: %.0f%% by wall clock, %.0f%% by CPU cost (target ≥ 50%%); vs plain libp2p: %.0f%%, %.0f%%",
@@ -207,6 +210,39 @@ func measureTCP(b *testing.B, n int64) run {
 		wg.Wait()
 	})
 	return r
+}
+
+// measureDisk writes n bytes from memory into files of 1 MiB under dir,
+// each synced, from four goroutines: the disk work of a fetch.
+func measureDisk(b *testing.B, n int64, dir string) run {
+	buf := make([]byte, 1<<20)
+	files := (n + int64(len(buf)) - 1) / int64(len(buf))
+	next := make(chan int64)
+	return measure(n, func() {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for i := range next {
+					f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
+					if err == nil {
+						_, err = f.Write(buf)
+					}
+					if err == nil {
+						err = f.Sync()
+					}
+					if err != nil {
+						b.Error(err)
+					}
+					f.Close()
+				}
+			})
+		}
+		for i := range files {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	})
 }
 
 // measureStreams sends n bytes over one libp2p stream from each of from

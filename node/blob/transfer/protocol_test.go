@@ -106,8 +106,10 @@ func TestFetchDropsAMisbehavingHolder(t *testing.T) {
 		}, os.ErrDeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The Timeout drops the stalled holder; it is long enough
+			// for the good one to answer on a loaded machine.
 			tn := newTestNet(t)
-			a := tn.addNode(blob.NoLimit, func(c *Config) { c.Timeout = 500 * time.Millisecond; c.Batch = 1 })
+			a := tn.addNode(blob.NoLimit, func(c *Config) { c.Timeout = 3 * time.Second; c.Batch = 1 })
 			b := tn.addNode(blob.NoLimit, nil)
 			src := tree(t, 30, 3*mib)
 			m := putTree(t, b, src).Manifest

@@ -57,3 +57,16 @@ func readAll(t *testing.T, dir string) []byte {
 	}
 	return all
 }
+
+func TestWatchEnds(t *testing.T) {
+	stop := Watch()
+	buf := make([]byte, 8<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	p := stop()
+	if p.Heap < 8<<20 {
+		t.Fatalf("peak heap %d with 8 MiB live", p.Heap)
+	}
+	_ = buf[len(buf)-1]
+}
