@@ -20,6 +20,10 @@ type ingest struct {
 	err       error
 	newChunks int
 	newBytes  int64
+	// seen are the digests of the chunks this Put has handed to a
+	// goroutine: a chunk that repeats within the tree (a copied file) is
+	// stored, and counted new, once, not by two goroutines at once.
+	seen map[Digest]bool
 }
 
 // The ingest's goroutines, and its buffers: one more than the goroutines,
@@ -36,7 +40,7 @@ type ingestJob struct {
 }
 
 func newIngest(s *Store, h *hold) *ingest {
-	in := &ingest{s: s, hold: h, free: make(chan []byte, ingestBuffers), jobs: make(chan ingestJob)}
+	in := &ingest{s: s, hold: h, free: make(chan []byte, ingestBuffers), jobs: make(chan ingestJob), seen: map[Digest]bool{}}
 	for range ingestBuffers {
 		in.free <- nil // allocated at first use
 	}
@@ -75,6 +79,13 @@ func (in *ingest) do(j ingestJob) {
 	}
 	d := Sum(j.data)
 	*j.ref = ChunkRef{Digest: d, Size: int64(len(j.data))}
+	in.mu.Lock()
+	repeat := in.seen[d]
+	in.seen[d] = true
+	in.mu.Unlock()
+	if repeat {
+		return // another goroutine of this Put stores it (and holds it)
+	}
 	fresh, err := in.s.put(KindChunk, d, j.data, in.hold)
 	in.mu.Lock()
 	defer in.mu.Unlock()
