@@ -28,10 +28,12 @@ func TestValidateAcceptsGoodSpecs(t *testing.T) {
 		"elastic gang": func(s *JobSpec) {
 			s.Layout, s.Elastic = Layout{Mode: LayoutPerNode, PerNode: 4}, &Elastic{Min: 4, Max: 64}
 		},
-		"memory":         func(s *JobSpec) { s.MinMemoryMiB = 24 * 1024; s.Models = []string{"rtx4090-24g"} },
-		"compute":        func(s *JobSpec) { s.MinComputeUnits = 3 },
-		"duration":       func(s *JobSpec) { s.ExpectedDuration = Duration(6 * time.Hour) },
-		"payload":        func(s *JobSpec) { s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("ab", 32), Size: 1 << 20} },
+		"memory":   func(s *JobSpec) { s.MinMemoryMiB = 24 * 1024; s.Models = []string{"rtx4090-24g"} },
+		"compute":  func(s *JobSpec) { s.MinComputeUnits = 3 },
+		"duration": func(s *JobSpec) { s.ExpectedDuration = Duration(6 * time.Hour) },
+		"payload": func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("ab", 32), Size: 45 << 30, Holder: "12D3KooWholder"}
+		},
 		"env":            func(s *JobSpec) { s.Env = map[string]string{"NCCL_DEBUG": "INFO"} },
 		"4096 cards":     func(s *JobSpec) { s.Cards = 4096 },
 		"derived vendor": func(s *JobSpec) { s.Models = []string{"x-*"}; s.Vendors = []device.Vendor{device.VendorAMD} },
@@ -104,10 +106,13 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"NUL in arg", func(s *JobSpec) { s.Command = []string{"a", "b\x00"} }, "command[1]", "NUL"},
 		{"bad env name", func(s *JobSpec) { s.Env = map[string]string{"A-B": "1"} }, "env", "bad variable name"},
 		{"reserved env", func(s *JobSpec) { s.Env = map[string]string{"GPUMESH_EPOCH": "1"} }, "env", "set by the executor"},
-		{"bad digest", func(s *JobSpec) { s.Payload = &PayloadRef{Digest: "md5:x", Size: 1} }, "payload.digest", "sha256"},
-		{"huge payload", func(s *JobSpec) {
-			s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("0", 64), Size: 65<<20 + 1}
-		}, "payload.size", "between 1 byte and 64 MiB, got 65.0 MiB"},
+		{"bad digest", func(s *JobSpec) { s.Payload = &PayloadRef{Manifest: "md5:x", Size: 1, Holder: "h"} }, "payload.manifest", "sha256"},
+		{"negative payload", func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("0", 64), Size: -1, Holder: "h"}
+		}, "payload.size", "must not be negative"},
+		{"payload without holder", func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("0", 64), Size: 1}
+		}, "payload.holder", "peer ID"},
 		{"control chars in owner", func(s *JobSpec) { s.Owner = "a\nb" }, "owner", "printable"},
 		{"memory below the least", func(s *JobSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "8 MiB to 1 PiB, got 1 MiB"},
 		{"negative memory", func(s *JobSpec) { s.MemoryBytes = -1 }, "memory_bytes", "got -1 bytes"},

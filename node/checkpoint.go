@@ -34,8 +34,8 @@ import (
 
 const (
 	kindCheckpointOffer = "ckpt.report" // checkpointOffer → ack: the coordinator records it (wire v2; v1's ckpt.offer carried a whole archive)
-	kindCheckpointHold  = "ckpt.hold"  // checkpointHold → ack: the member will fetch it when pushed
-	kindCheckpointHeld  = "ckpt.held"  // checkpointHeld → ack if the member holds the manifest whole
+	kindCheckpointHold  = "ckpt.hold"   // checkpointHold → ack: the member will fetch it when pushed
+	kindCheckpointHeld  = "ckpt.held"   // checkpointHeld → ack if the member holds the manifest whole
 )
 
 // Defaults of the checkpoint settings of Config.

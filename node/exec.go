@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -30,8 +29,8 @@ func attemptName(job string, share int, epoch uint64) string {
 }
 
 // startExecution starts one share on this node's cards. Preparing it (the
-// payload may come from the coordinator) happens on a goroutine the node
-// owns, which then watches the process and reports its end.
+// payload may come from its holders) happens on a goroutine the node owns,
+// which then watches the process and reports its end.
 func (n *Node) startExecution(e market.Execution) {
 	key := attemptKey{e.Job, e.Share, e.Epoch}
 	if _, ok := n.runs[key]; ok {
@@ -71,11 +70,10 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
-	a, release, err := n.attemptOf(e, master)
+	a, err := n.attemptOf(e, master)
 	var run *executor.Run
 	if err == nil {
 		run, err = n.exec.Start(a)
-		release()
 	}
 	if err != nil {
 		// The owner reads why in the job's stderr and in its record, not
@@ -155,10 +153,8 @@ func stopReason(c market.Cause) executor.StopReason {
 	return executor.StopCancelled
 }
 
-// attemptOf builds what the executor runs for an execution; release closes
-// its payload once the executor has unpacked it.
-func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), err error) {
-	release = func() {}
+// attemptOf builds what the executor runs for an execution.
+func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, err error) {
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
 	for _, c := range inventory {
@@ -168,7 +164,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 	for _, id := range e.Cards {
 		c, ok := byID[id]
 		if !ok {
-			return a, release, fmt.Errorf("card %s is no longer on this node", id)
+			return a, fmt.Errorf("card %s is no longer on this node", id)
 		}
 		cards = append(cards, c)
 	}
@@ -182,11 +178,11 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		LocalCards: len(cards),
 	}
 	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
-		return a, release, err
+		return a, err
 	}
 	if e.Gang != nil {
 		if master == "" {
-			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+			return a, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
 		}
 		a.Gang = &executor.Gang{
 			NNodes:     e.Gang.NNodes,
@@ -196,17 +192,9 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			WorldSize:  e.World,
 		}
 	}
-	if p := e.Exec.Payload; p != nil {
-		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
-		defer cancel()
-		r, err := n.openPayload(ctx, e.Coordinator, *p)
-		if err != nil {
-			return a, release, fmt.Errorf("payload %s: %w", p.Digest, err)
-		}
-		a.Payload, release = r, func() { r.Close() }
-	}
+	a.Work = n.workInto(e)
 	a.Checkpoint = n.restoreInto(e)
-	return a, release, nil
+	return a, nil
 }
 
 func envMap(kv []string) map[string]string {

@@ -61,7 +61,6 @@ type Node struct {
 	direct     *gossip.Direct
 	adv        *gossip.Advertiser
 	exec       *executor.Executor
-	payload    *payloads
 	server     *api.Server
 
 	ctx    context.Context
@@ -104,6 +103,8 @@ type Node struct {
 	xfer      *transfer.Service  // its transfers to and from peers
 	pushes    pushes             // checkpoints this node agreed to hold
 	grants    grants             // reads allowed for an owner's download
+	sizes     manifestSizes      // of payloads counted against owners' quotas (payloads.go)
+	uploads   uploads            // chunk sizes of the payloads being uploaded
 	obs       *observer          // driver-owned, but for its atomic status
 	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
@@ -202,10 +203,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.store.Close() })
 	if err := n.loadClaims(); err != nil {
 		return nil, fmt.Errorf("node: reading claims: %w", err)
-	}
-
-	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
-		return nil, err
 	}
 
 	mcfg := cfg.Mesh

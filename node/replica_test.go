@@ -62,7 +62,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	coordOf, _ := group("replicated")
-	again, err := replicas[0].submitLocal(context.Background(), signed, entry.ID().String())
+	again, err := replicas[0].submitLocal(context.Background(), signed)
 	if err != nil || again.Coordinator != coordOf.ID().String() {
 		t.Fatalf("resubmission to a replica holder: %v, coordinated by %s; want the record of %s", err, again.Coordinator, coordOf.ID())
 	}

@@ -314,6 +314,7 @@ var (
 	_ api.SignedSubmitter  = tenantAPI{}
 	_ api.CheckpointReader = tenantAPI{}
 	_ api.JobLister        = tenantAPI{}
+	_ api.PayloadStore     = tenantAPI{}
 )
 
 // callerOwner is the owner an API request authenticated as. A request

@@ -31,7 +31,8 @@ func rpcSamples() map[string]any {
 	at := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	return map[string]any{
 		kindSubmit: &submitRequest{Spec: market.JobSpec{ID: "j1", Cards: 2, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 25,
-			Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"}}, Origin: "12D3KooWorigin"},
+			Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"},
+			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}}},
 		kindGet:    ptr("j1"),
 		kindCancel: ptr("j1"),
 		kindScale:  &scaleRequest{Job: "j1", Cards: 8},
@@ -44,6 +45,9 @@ func rpcSamples() map[string]any {
 		kindCheckpointOwner: &checkpointQuery{Job: "j1", Share: 0},
 		kindRelease:         &claimRequest{Job: "j1", Term: 3},
 		kindJobsList:        &jobsListRequest{},
+		kindPayloadHold: &payloadHold{Spec: market.JobSpec{ID: "j1", Owner: "o1owner", Cards: 1, MaxPriceCNY: 25, Command: []string{"sh", "run.sh"},
+			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}},
+			Signature: market.SpecSignature{SignedAt: at, Sig: make([]byte, 64)}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
 )
@@ -58,9 +59,16 @@ and may be stopped and placed again when on-demand jobs need its cards;
 cancelled, each on its own node, and in distinct regions (node --region)
 where the supply allows.
 
---payload DIR packs the directory (regular files and directories; a link
-to a file inside it is packed as a copy; links leaving it are refused; at
-most 64 MiB packed) and unpacks it into the job's working directory.
+--payload DIR sends the directory to the node and has it restored into the
+job's working directory before the command starts: files, directories and
+links inside it (a link leaving it is refused), of any size. It travels as
+content-addressed chunks: this machine computes the tree's manifest, the
+node says which chunks it lacks, and only those are sent; a dataset sent
+before (a second job with the same data) sends nothing new. The spec names
+the manifest's digest, which your signature covers: a supplier runs those
+bytes or none. The node keeps the payload while the job lives, and for
+its --keep-outputs after (24h by default); a node may limit payloads
+(--max-payload: 413) and what it keeps for one owner (--owner-quota: 507).
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.
@@ -126,15 +134,21 @@ submitted.`,
 			}
 			defer c.CloseIdleConnections()
 			if payload != "" {
-				archive, err := client.PackDir(payload, market.MaxPayloadBytes)
+				p, err := client.ScanPayload(cmd.Context(), payload)
 				if err != nil {
 					return usagef("--payload: %v", err)
 				}
-				ref, err := c.PutPayload(cmd.Context(), archive)
-				if err != nil {
-					return apiError(err, map[string]string{"": "--payload"})
+				st, err := c.UploadPayload(cmd.Context(), p)
+				var ae *client.APIError
+				switch {
+				case errors.As(err, &ae):
+					return apiError(err, map[string]string{"": "--payload", "payload": "--payload"})
+				case err != nil:
+					return fmt.Errorf("--payload: %w", apiError(err, nil))
 				}
-				spec.Payload = &ref
+				fmt.Fprintf(e.stderr, "gpumesh: payload %s: %s, %s; sent %s (%s)\n", payload,
+					text.Count(st.Files, "file"), text.Bytes(st.Bytes), text.Bytes(st.UploadedBytes), sentWhy(st))
+				spec.Payload = &st.Ref
 			}
 			if defaulted {
 				fmt.Fprintf(e.stderr, "gpumesh: no --max-price: paying at most %.2f CNY per card-hour (the highest default price among the allowed models)\n", spec.MaxPriceCNY)
@@ -178,7 +192,7 @@ submitted.`,
 	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
-	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
+	f.StringVar(&payload, "payload", "", "send `DIR` (as chunks the node lacks) and restore it into the job's working directory")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
@@ -285,4 +299,15 @@ func waitNotes(w io.Writer) func(market.JobRecord) {
 			said = line
 		}
 	}
+}
+
+// sentWhy says why an upload sent what it sent.
+func sentWhy(st client.PayloadStats) string {
+	switch {
+	case st.Uploaded == 0:
+		return "the node held all of it"
+	case st.UploadedBytes < st.Bytes:
+		return fmt.Sprintf("%s of %s the node lacked", text.Count(st.Uploaded, "chunk"), text.Count(st.Chunks, "chunk"))
+	}
+	return text.Count(st.Uploaded, "chunk")
 }

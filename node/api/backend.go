@@ -22,15 +22,12 @@ type LogRequest struct {
 
 // Backend is what the API serves: the node. Its methods are called from
 // request goroutines, concurrently, and return *HTTPError for expected
-// failures (400 with Field for a bad spec, 404 for an unknown job, 413 for an
-// oversize payload); any other error is a 500.
+// failures (400 with Field for a bad spec, 404 for an unknown job); any
+// other error is a 500.
 type Backend interface {
 	// Submit validates spec, hands it to the job's coordinator and returns
 	// the job's record once the coordinator has acknowledged it.
 	Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error)
-	// PutPayload stores a payload archive of at most market.MaxPayloadBytes
-	// read from r and returns its reference.
-	PutPayload(ctx context.Context, r io.Reader) (market.PayloadRef, error)
 	// Jobs lists the jobs this node knows: those it coordinates or holds a
 	// replica of, and those submitted through it.
 	Jobs(ctx context.Context) ([]market.JobRecord, error)
@@ -88,4 +85,21 @@ type CheckpointReader interface {
 	// Checkpoint writes the share's latest checkpoint archive to w, or
 	// returns an *HTTPError (404 when there is none) before writing.
 	Checkpoint(ctx context.Context, req CheckpointRequest, w io.Writer) error
+}
+
+// PayloadStore is implemented by a Backend that takes payloads as chunks
+// of a manifest (node/blob) from their owners. Without it the payload
+// routes answer 404.
+type PayloadStore interface {
+	// PutPayloadManifest takes the canonical encoding of a payload's
+	// manifest for the calling owner, keeps it for a while, and says
+	// which of its chunks the node lacks: 400 for a malformed manifest,
+	// 413 for a payload over the node's limit, 507 when the owner's quota
+	// or the store has no room for it.
+	PutPayloadManifest(ctx context.Context, manifest []byte) (PayloadUpload, error)
+	// PutPayloadChunk stores one chunk of a manifest the caller put
+	// before, read from body, and checks it against its digest: 404 when
+	// the manifest was not put by the caller or lists no such chunk, 400
+	// when the bytes are not the chunk, 507 when the store is full.
+	PutPayloadChunk(ctx context.Context, manifest, chunk string, body io.Reader) error
 }

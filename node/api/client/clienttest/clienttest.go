@@ -15,8 +15,6 @@ package clienttest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
 // Coordinator is the node ID the fake puts in the records it makes.
@@ -42,7 +41,9 @@ type Backend struct {
 	mu       sync.Mutex
 	jobs     map[string]*jobEntry
 	order    []string
-	payloads map[string][]byte
+	payloads map[string]*blob.Manifest // by digest
+	chunks   map[string][]byte         // by digest
+	received int64                     // chunk bytes received
 	logs     map[logKey][]byte
 	gone     map[logKey]string // attempts whose output is out of reach, and why
 	feeds    map[logKey]chan []byte
@@ -72,16 +73,18 @@ type logKey struct {
 }
 
 var (
-	_ api.Backend     = (*Backend)(nil)
-	_ api.OfferLister = (*Backend)(nil)
-	_ api.JobLister   = (*Backend)(nil)
+	_ api.Backend      = (*Backend)(nil)
+	_ api.OfferLister  = (*Backend)(nil)
+	_ api.JobLister    = (*Backend)(nil)
+	_ api.PayloadStore = (*Backend)(nil)
 )
 
 // New returns an empty Backend whose clock is time.Now.
 func New() *Backend {
 	return &Backend{
 		jobs:     map[string]*jobEntry{},
-		payloads: map[string][]byte{},
+		payloads: map[string]*blob.Manifest{},
+		chunks:   map[string][]byte{},
 		logs:     map[logKey][]byte{},
 		gone:     map[logKey]string{},
 		feeds:    map[logKey]chan []byte{},
@@ -146,12 +149,38 @@ func (b *Backend) FailNextSubmit(err error) {
 	b.failSubmit = err
 }
 
-// Payload returns the payload stored under digest.
-func (b *Backend) Payload(digest string) ([]byte, bool) {
+// Payload returns the files of the payload whose manifest is digest, by
+// path, if the fake holds all of its chunks.
+func (b *Backend) Payload(digest string) (map[string][]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p, ok := b.payloads[digest]
-	return p, ok
+	m, ok := b.payloads[digest]
+	if !ok {
+		return nil, false
+	}
+	files := map[string][]byte{}
+	for _, e := range m.Entries {
+		if e.Type != blob.TypeFile {
+			continue
+		}
+		var data []byte
+		for _, c := range e.Chunks {
+			part, ok := b.chunks[c.Digest.String()]
+			if !ok {
+				return nil, false
+			}
+			data = append(data, part...)
+		}
+		files[e.Path] = data
+	}
+	return files, true
+}
+
+// ChunkBytesReceived is the size of the payload chunks uploaded so far.
+func (b *Backend) ChunkBytesReceived() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.received
 }
 
 // SetPeers sets what Peers returns.
@@ -239,8 +268,8 @@ func (b *Backend) Submit(_ context.Context, spec market.JobSpec) (market.JobReco
 		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Err: err}
 	}
 	if p := spec.Payload; p != nil {
-		if _, ok := b.payloads[p.Digest]; !ok {
-			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.digest", Err: fmt.Errorf("payload %s was never uploaded", p.Digest)}
+		if _, ok := b.payloads[p.Manifest]; !ok {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.manifest", Err: fmt.Errorf("payload %s was never uploaded", p.Manifest)}
 		}
 	}
 	if e, ok := b.jobs[spec.ID]; ok {
@@ -258,21 +287,45 @@ func (b *Backend) Submit(_ context.Context, spec market.JobSpec) (market.JobReco
 	return rec, nil
 }
 
-// PutPayload stores the archive under its sha256 digest.
-func (b *Backend) PutPayload(_ context.Context, r io.Reader) (market.PayloadRef, error) {
-	data, err := io.ReadAll(r)
+// PutPayloadManifest implements api.PayloadStore: it keeps the manifest
+// and names the chunks it lacks.
+func (b *Backend) PutPayloadManifest(_ context.Context, body []byte) (api.PayloadUpload, error) {
+	m, err := blob.DecodeManifest(body)
 	if err != nil {
-		return market.PayloadRef{}, err
+		return api.PayloadUpload{}, api.Errorf(http.StatusBadRequest, "payload manifest: %v", err)
 	}
-	if len(data) == 0 {
-		return market.PayloadRef{}, api.Errorf(http.StatusBadRequest, "empty payload")
-	}
-	sum := sha256.Sum256(data)
-	ref := market.PayloadRef{Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	d := blob.Sum(body).String()
 	b.mu.Lock()
-	b.payloads[ref.Digest] = data
-	b.mu.Unlock()
-	return ref, nil
+	defer b.mu.Unlock()
+	b.payloads[d] = m
+	up := api.PayloadUpload{Ref: market.PayloadRef{Manifest: d, Size: m.Size(), Holder: Coordinator}, Missing: []string{}, Expires: b.now().Add(time.Hour)}
+	for _, c := range m.Chunks() {
+		if _, ok := b.chunks[c.Digest.String()]; !ok {
+			up.Missing = append(up.Missing, c.Digest.String())
+			up.MissingBytes += c.Size
+		}
+	}
+	return up, nil
+}
+
+// PutPayloadChunk implements api.PayloadStore: it keeps the chunk if its
+// bytes hash to its name.
+func (b *Backend) PutPayloadChunk(_ context.Context, manifest, chunk string, body io.Reader) error {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if got := blob.Sum(data).String(); got != chunk {
+		return api.Errorf(http.StatusBadRequest, "chunk %s: the bytes sent hash to %s", chunk, got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.payloads[manifest]; !ok {
+		return api.Errorf(http.StatusNotFound, "payload manifest %s was not put here", manifest)
+	}
+	b.chunks[chunk] = data
+	b.received += int64(len(data))
+	return nil
 }
 
 // Jobs lists the jobs in the order they were added.
