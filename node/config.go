@@ -133,7 +133,7 @@ type Config struct {
 	MaxPayload int64
 	// OwnerQuota bounds what this node keeps of payloads for one owner:
 	// the distinct payloads of its uploads and of its jobs that did not
-	// end KeepOutputs ago (507 beyond). Default 0: half of the content
+	// end KeepOutputs ago (413 beyond). Default 0: half of the content
 	// store's limit.
 	OwnerQuota int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.

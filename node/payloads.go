@@ -43,10 +43,12 @@ import (
 //     the runners of the job's live attempts and to its coordinator
 //     group (blobAuth).
 //
+// Uploads need an owner: an owner token, or a request signed with the
+// owner's key (403 without; 401 for a wrong token or signature).
 // Quotas: a payload over Config.MaxPayload is refused (413); what a node
 // keeps for one owner (the distinct payloads of its upload and payload
-// leases) may not pass Config.OwnerQuota (507), nor the store its limit
-// (507). The coordinator's successors do not fetch the payload: when
+// leases) may not pass Config.OwnerQuota (413, naming the quota), nor the
+// store its limit (507). The coordinator's successors do not fetch the payload: when
 // both the node it came through and its first coordinator are gone, a
 // new attempt cannot start, and says so.
 
@@ -143,8 +145,8 @@ func (n *Node) ownerPayloadBytes(o owner.ID, m blob.Digest) int64 {
 }
 
 // admitPayload checks that this node may keep a payload of size bytes
-// (manifest m) for owner o: 413 over Config.MaxPayload, 507 past the
-// owner's quota.
+// (manifest m) for owner o: 413 over Config.MaxPayload, and 413 past the
+// owner's quota (naming it).
 func (n *Node) admitPayload(o owner.ID, m blob.Digest, size int64) error {
 	if max := n.cfg.MaxPayload; max > 0 && size > max {
 		return &api.HTTPError{Status: http.StatusRequestEntityTooLarge, Field: "payload",
@@ -155,8 +157,8 @@ func (n *Node) admitPayload(o owner.ID, m blob.Digest, size int64) error {
 		return nil
 	}
 	if used := n.ownerPayloadBytes(o, m); used+size > q {
-		return &api.HTTPError{Status: http.StatusInsufficientStorage, Field: "payload",
-			Err: fmt.Errorf("payload of %s: owner %s keeps %s of payloads on this node, and may keep %s (gpumesh node --owner-quota); a job's payload goes %s after the job ends",
+		return &api.HTTPError{Status: http.StatusRequestEntityTooLarge, Field: "payload",
+			Err: fmt.Errorf("payload of %s: over the owner's quota on this node: owner %s keeps %s of payloads here, and may keep %s (gpumesh node --owner-quota); a job's payload goes %s after the job ends",
 				text.Bytes(size), o.Short(), text.Bytes(used), text.Bytes(q), n.cfg.KeepOutputs)}
 	}
 	return nil
@@ -170,9 +172,23 @@ func storeFull(what string, err error) error {
 	return err
 }
 
+// uploader is the owner a payload upload authenticated as: 403 for a
+// request without one (a wrong token or signature never gets here: 401).
+func uploader(ctx context.Context) (owner.ID, error) {
+	c, _ := api.CallerFrom(ctx)
+	if c.Owner == "" {
+		return "", &api.HTTPError{Status: http.StatusForbidden, Err: errUploadOwner}
+	}
+	return c.Owner, nil
+}
+
+// errUploadOwner is the refusal of an upload that names no owner.
+var errUploadOwner = errors.New("a payload upload needs the owner's key: sign it (header " + owner.Header +
+	"; gpumesh submit --payload does, with --key or $GPUMESH_KEY) or use an owner token; nothing was kept")
+
 // PutPayloadManifest implements api.PayloadStore for the calling owner.
 func (t tenantAPI) PutPayloadManifest(ctx context.Context, body []byte) (api.PayloadUpload, error) {
-	who, err := callerOwner(ctx)
+	who, err := uploader(ctx)
 	if err != nil {
 		return api.PayloadUpload{}, err
 	}
@@ -185,26 +201,27 @@ func (t tenantAPI) PutPayloadManifest(ctx context.Context, body []byte) (api.Pay
 		return api.PayloadUpload{}, err
 	}
 	expires := time.Now().Add(uploadTTL)
+	up := api.PayloadUpload{Ref: market.PayloadRef{Manifest: m.String(), Size: man.Size(), Holder: t.id.String()}, Missing: []string{}, Expires: expires}
+	for _, c := range man.Chunks() {
+		if !t.blobs.Has(blob.KindChunk, c.Digest) {
+			up.Missing = append(up.Missing, c.Digest.String())
+			up.MissingBytes += c.Size
+		}
+	}
+	// Refused before anything is kept: a refusal changes nothing.
+	if err := t.blobs.Fits(up.MissingBytes + int64(len(body))); err != nil {
+		return api.PayloadUpload{}, storeFull(fmt.Sprintf("payload of %s, %s of it not held here", text.Bytes(man.Size()), text.Bytes(up.MissingBytes)), err)
+	}
 	lease := uploadLease(who, m)
+	_, leaseErr := t.blobs.Lease(lease)
 	if err := t.blobs.SetLease(blob.Lease{ID: lease, Manifests: []blob.Digest{m}, Expires: expires}); err != nil {
 		return api.PayloadUpload{}, err
 	}
-	if !t.blobs.Has(blob.KindManifest, m) {
-		if err := t.putManifest(m, body); err != nil {
-			return api.PayloadUpload{}, storeFull("payload manifest", err)
+	if err := t.putManifest(m, body); err != nil {
+		if leaseErr != nil { // made now: let it go
+			_ = t.blobs.DeleteLease(lease)
 		}
-	}
-	missing, err := t.blobs.Missing(m)
-	if err != nil {
-		return api.PayloadUpload{}, err
-	}
-	up := api.PayloadUpload{Ref: market.PayloadRef{Manifest: m.String(), Size: man.Size(), Holder: t.id.String()}, Missing: []string{}, Expires: expires}
-	for _, c := range missing {
-		up.Missing = append(up.Missing, c.Digest.String())
-		up.MissingBytes += c.Size
-	}
-	if err := t.blobs.Fits(up.MissingBytes); err != nil {
-		return api.PayloadUpload{}, storeFull(fmt.Sprintf("payload of %s, %s of it not held here", text.Bytes(man.Size()), text.Bytes(up.MissingBytes)), err)
+		return api.PayloadUpload{}, storeFull("payload manifest", err)
 	}
 	t.log.Info("payload manifest taken", "owner", who.Short(), "manifest", m.Short(), "bytes", man.Size(), "missing_bytes", up.MissingBytes)
 	return up, nil
@@ -228,7 +245,7 @@ func (n *Node) putManifest(m blob.Digest, body []byte) error {
 
 // PutPayloadChunk implements api.PayloadStore for the calling owner.
 func (t tenantAPI) PutPayloadChunk(ctx context.Context, manifest, chunk string, body io.Reader) error {
-	who, err := callerOwner(ctx)
+	who, err := uploader(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -137,7 +139,8 @@ func TestPayloadIsSentOnceAndRunsElsewhere(t *testing.T) {
 }
 
 // A node refuses a payload over its --max-payload (413), and one that
-// would take an owner past its --owner-quota (507), each saying why, and
+// would take an owner past its --owner-quota (413 naming the quota), each
+// saying why, and
 // keeps nothing of it; another owner has a quota of its own.
 func TestPayloadLimitsAndQuotas(t *testing.T) {
 	alice, bob := testOwner(1), testOwner(2)
@@ -165,7 +168,8 @@ func TestPayloadLimitsAndQuotas(t *testing.T) {
 	}
 	usage = n.blobs.Usage()
 	_, err = upload(t, n, alice, b)
-	if !errors.Is(err, client.ErrNoRoom) || !strings.Contains(err.Error(), "keeps 2.0 MiB of payloads on this node, and may keep 4 MiB (gpumesh node --owner-quota)") {
+	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge ||
+		!strings.Contains(err.Error(), "over the owner's quota on this node: owner "+alice.ID().Short()+" keeps 2.0 MiB of payloads here, and may keep 4 MiB (gpumesh node --owner-quota)") {
 		t.Errorf("a payload past the owner's quota: %v", err)
 	}
 	if u := n.blobs.Usage(); u.Bytes != usage.Bytes || u.Leases != usage.Leases {
@@ -269,5 +273,78 @@ func TestPayloadIsReadOnlyForItsJob(t *testing.T) {
 	}
 	if _, err := apiClient(t, entry, alice).Cancel(context.Background(), "guarded"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An upload needs the owner: without a key or owner token the node
+// refuses it (403 saying so; 401 where the node wants an API token, or
+// for a signature that does not verify) and keeps nothing of it, however
+// much was sent.
+func TestPayloadUploadNeedsTheOwner(t *testing.T) {
+	alice := testOwner(1)
+	sm := newSimMeshWith(t, withAPI(func(i int, c *Config) {
+		if i == 1 {
+			c.API.Token = "admin-secret"
+		}
+	}), "", "")
+	open, gated := sm.nodes[0], sm.nodes[1]
+	dir, _ := payloadTree(t, 7, 1<<20)
+	p, err := client.ScanPayload(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, _, _ := blob.Scan(context.Background(), dir, nil)
+	body, _ := man.Encode()
+	chunk := man.Chunks()[0]
+	usage := open.blobs.Usage()
+
+	// The client of gpumesh without a key.
+	_, err = apiClient(t, open, nil).UploadPayload(context.Background(), p)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || !errors.Is(err, client.ErrForbidden) ||
+		!strings.Contains(ae.Message, "a payload upload needs the owner's key") {
+		t.Errorf("an upload without a key: %v; want 403 saying the owner's key is needed", err)
+	}
+	// Plain HTTP: 50 MB of junk as a chunk, and a manifest, with no token.
+	put := func(n *Node, path string, body io.Reader, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, "http://"+n.APIAddr()+path, body)
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	mpath := "/v1/payloads/" + p.Manifest().String()
+	junk := io.LimitReader(rand.NewChaCha8([32]byte{9}), 50<<20)
+	if code, msg := put(open, mpath+"/chunks/"+chunk.Digest.String(), junk, nil); code != http.StatusForbidden || !strings.Contains(msg, "needs the owner's key") {
+		t.Errorf("50 MB of junk without a token: %d %q, want 403", code, msg)
+	}
+	if code, msg := put(open, mpath, bytes.NewReader(body), nil); code != http.StatusForbidden || !strings.Contains(msg, "needs the owner's key") {
+		t.Errorf("a manifest without a token: %d %q, want 403", code, msg)
+	}
+	// A node with an API token wants it first.
+	if code, msg := put(gated, mpath, bytes.NewReader(body), nil); code != http.StatusUnauthorized || msg != "missing or wrong API token" {
+		t.Errorf("a manifest to a gated node without its token: %d %q, want 401", code, msg)
+	}
+	// alice's signature over another manifest's digest does not verify.
+	other := blob.Sum([]byte("another manifest")).Hex()
+	sig := owner.SignRequestHash(*alice, http.MethodPut, mpath, other, time.Now()).HeaderValue()
+	if code, msg := put(open, mpath, bytes.NewReader(body), map[string]string{owner.Header: sig}); code != http.StatusUnauthorized || msg == "" {
+		t.Errorf("a signature over another digest: %d %q, want 401", code, msg)
+	}
+	if u := open.blobs.Usage(); u.Bytes != usage.Bytes || u.Leases != usage.Leases || u.Chunks != usage.Chunks {
+		t.Errorf("refused uploads left %d bytes, %d chunks, %d leases", u.Bytes-usage.Bytes, u.Chunks-usage.Chunks, u.Leases-usage.Leases)
+	}
+	// With the key, the same upload is taken.
+	if _, err := apiClient(t, open, alice).UploadPayload(context.Background(), p); err != nil {
+		t.Errorf("alice's signed upload: %v", err)
 	}
 }

@@ -68,7 +68,8 @@ before (a second job with the same data) sends nothing new. The spec names
 the manifest's digest, which your signature covers: a supplier runs those
 bytes or none. The node keeps the payload while the job lives, and for
 its --keep-outputs after (24h by default); a node may limit payloads
-(--max-payload: 413) and what it keeps for one owner (--owner-quota: 507).
+(--max-payload) and what it keeps for one owner (--owner-quota), each
+refused with 413 naming the limit. The upload needs your owner key.
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.

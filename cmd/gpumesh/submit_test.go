@@ -238,3 +238,32 @@ func TestSubmitHelp(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// A payload the node refuses is not submitted: over the owner's quota the
+// node's 413 names the quota (exit 2, naming --payload), and an upload
+// without the owner's key gets the 403's message (exit 1).
+func TestSubmitPayloadRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "train.py"), "print('hi')\n")
+	for _, c := range []struct {
+		err  error
+		code int
+		want string
+	}{
+		{&api.HTTPError{Status: http.StatusRequestEntityTooLarge, Field: "payload",
+			Err: fmt.Errorf("payload of 12 bytes: over the owner's quota on this node: owner o1abc keeps 4.0 MiB of payloads here, and may keep 4 MiB (gpumesh node --owner-quota)")},
+			exitUsage, "gpumesh: --payload: payload of 12 bytes: over the owner's quota on this node: owner o1abc keeps 4.0 MiB of payloads here, and may keep 4 MiB (gpumesh node --owner-quota)\n"},
+		{&api.HTTPError{Status: http.StatusForbidden, Err: fmt.Errorf("a payload upload needs the owner's key")},
+			1, "gpumesh: a payload upload needs the owner's key (`gpumesh key show` prints the owner you act as)\n"},
+	} {
+		n := newFakeNode(t)
+		n.b.FailNextPayload(c.err)
+		code, out, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--payload", dir, "--", "python", "train.py")
+		if code != c.code || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, %q", c.err, code, out, errOut, c.code, c.want)
+		}
+		if s := n.b.Submitted(); len(s) != 0 {
+			t.Errorf("%v: the node got %d submits", c.err, len(s))
+		}
+	}
+}

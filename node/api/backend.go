@@ -94,8 +94,9 @@ type PayloadStore interface {
 	// PutPayloadManifest takes the canonical encoding of a payload's
 	// manifest for the calling owner, keeps it for a while, and says
 	// which of its chunks the node lacks: 400 for a malformed manifest,
-	// 413 for a payload over the node's limit, 507 when the owner's quota
-	// or the store has no room for it.
+	// 403 for a caller that is no owner, 413 for a payload over the
+	// node's limit or past the owner's quota there, 507 when the store has
+	// no room for it. A refusal keeps nothing.
 	PutPayloadManifest(ctx context.Context, manifest []byte) (PayloadUpload, error)
 	// PutPayloadChunk stores one chunk of a manifest the caller put
 	// before, read from body, and checks it against its digest: 404 when

@@ -21,8 +21,8 @@
 //     signature), ErrForbidden (403: another owner's job, or no owner) and
 //     ErrBadRequest (400, 413, 415: the request was refused as bad input
 //     and nothing changed); Field names the offending field of a bad job
-//     spec. ErrNoRoom matches 507: the node's store, or the owner's quota
-//     there, has no room for what was sent.
+//     spec. ErrNoRoom matches 507: the node's store has no room for what was
+//     sent.
 //
 // With an owner key every request is signed (owner.SignRequest) and every
 // spec Submit sends is signed for the node's mesh: the node serves and

@@ -20,7 +20,7 @@ var (
 	// 415); nothing changed.
 	ErrBadRequest = errors.New("bad request")
 	// ErrNoRoom: the node has no room for what was sent: its store is
-	// full, or the owner's quota there is spent (507); nothing changed.
+	// full (507); nothing changed.
 	ErrNoRoom = errors.New("no room on the node")
 )
 

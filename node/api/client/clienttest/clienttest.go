@@ -59,6 +59,8 @@ type Backend struct {
 	now        func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
 	failSubmit error
+	// failPayload, when set, is returned by the next PutPayloadManifest.
+	failPayload error
 }
 
 type jobEntry struct {
@@ -147,6 +149,14 @@ func (b *Backend) FailNextSubmit(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failSubmit = err
+}
+
+// FailNextPayload makes the next PutPayloadManifest return err (an
+// *api.HTTPError for a refusal), keeping nothing.
+func (b *Backend) FailNextPayload(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failPayload = err
 }
 
 // Payload returns the files of the payload whose manifest is digest, by
@@ -297,6 +307,10 @@ func (b *Backend) PutPayloadManifest(_ context.Context, body []byte) (api.Payloa
 	d := blob.Sum(body).String()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.failPayload; err != nil {
+		b.failPayload = nil
+		return api.PayloadUpload{}, err
+	}
 	b.payloads[d] = m
 	up := api.PayloadUpload{Ref: market.PayloadRef{Manifest: d, Size: m.Size(), Holder: Coordinator}, Missing: []string{}, Expires: b.now().Add(time.Hour)}
 	for _, c := range m.Chunks() {
