@@ -172,6 +172,10 @@ type (
 		// Reason says why, for the owner (ExecutionExited.Reason), at
 		// most MaxEndReasonBytes; empty when the process simply exited.
 		Reason string `json:"reason,omitempty"`
+		// Outputs is the manifest digest of the attempt's working
+		// directory as it ended, kept by the runner
+		// (ExecutionExited.Outputs); empty when it keeps none.
+		Outputs string `json:"outputs,omitempty"`
 	}
 	// EndAck acknowledges an AttemptEnded.
 	EndAck struct {
@@ -575,6 +579,9 @@ func (m *AttemptEnded) validate() error {
 	}
 	if len(m.Reason) > MaxEndReasonBytes || !utf8.ValidString(m.Reason) {
 		return badf("reason: at most %d bytes of UTF-8, got %d", MaxEndReasonBytes, len(m.Reason))
+	}
+	if m.Outputs != "" && !sha256Digest.MatchString(m.Outputs) {
+		return badf("outputs %q: want \"sha256:\" and 64 lower-case hex digits", clipText(m.Outputs))
 	}
 	return nil
 }

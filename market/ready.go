@@ -103,7 +103,10 @@ type Attempt struct {
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	Acked   bool      `json:"acked,omitempty"`
 	// Reason says why it ended, for the owner (ExecutionExited.Reason).
-	Reason  string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Outputs is the manifest of what it left in its working directory
+	// (ExecutionExited.Outputs).
+	Outputs string `json:"outputs,omitempty"`
 	Version uint64 `json:"version"`
 }
 

@@ -82,6 +82,11 @@ type Placement struct {
 	CardSeconds float64   `json:"card_seconds"`
 	CostCNY     float64   `json:"cost_cny"`
 	ExitCode    *int      `json:"exit_code,omitempty"`
+	// Outputs, for an attempt that ended, is the manifest digest of what
+	// it left in its working directory, which its node keeps for that
+	// node's --keep-outputs (24 h by default): `gpumesh cp JOB:PATH DEST`
+	// copies from it. Empty when the node keeps none.
+	Outputs string `json:"outputs,omitempty"`
 }
 
 // JobRecord is everything the coordinator knows of a job: what node

@@ -282,6 +282,10 @@ func (n *Node) blobJanitor() {
 
 func (n *Node) sweepLeases(now time.Time) {
 	for _, l := range n.blobs.Leases() {
+		if !l.Expires.IsZero() && now.After(l.Expires) {
+			_ = n.blobs.DeleteLease(l.ID) // it keeps nothing any more
+			continue
+		}
 		kind, job, ok := leaseJob(l.ID)
 		if !ok || kind == "fetch" {
 			continue

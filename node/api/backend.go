@@ -104,3 +104,30 @@ type PayloadStore interface {
 	// when the bytes are not the chunk, 507 when the store is full.
 	PutPayloadChunk(ctx context.Context, manifest, chunk string, body io.Reader) error
 }
+
+// FilesRequest names what a GET /v1/jobs/{id}/files wants: what Path
+// names in the working directory of a share of the job, its running
+// attempt's or, once none runs, what its newest ended attempt left there
+// (market.Placement.Outputs).
+type FilesRequest struct {
+	Job   string
+	Share int // default 0
+	// Path is slash-separated and relative to the working directory; a
+	// leading "/" is the working directory itself ("/outputs" is
+	// "outputs"), and "", "." and "/" name the whole of it.
+	Path string
+}
+
+// FileCopier is implemented by a Backend that copies files out of jobs'
+// working directories to their owners. Without it the route answers 404.
+type FileCopier interface {
+	// Files writes what req names to w as a tar archive: for a directory
+	// an entry "./" first, then its tree under paths relative to it; for
+	// a regular file one entry, under its name. Directories, regular
+	// files (with their permission bits) and symbolic links, as they
+	// are; no times or owners. It returns an *HTTPError before writing
+	// anything: 404 for a job, share or path that is not there (or a
+	// working directory no longer kept), 403 for another owner's job,
+	// 400 for a path that leaves the working directory.
+	Files(ctx context.Context, req FilesRequest, w io.Writer) error
+}

@@ -34,6 +34,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
+	mux.HandleFunc("GET /v1/jobs/{id}/files", h.files)
 	mux.HandleFunc("GET /v1/info", h.info(cfg))
 	mux.HandleFunc("PUT /v1/payloads/{manifest}", h.payloadManifest)
 	mux.HandleFunc("PUT /v1/payloads/{manifest}/chunks/{chunk}", h.payloadChunk)
@@ -311,6 +312,36 @@ func (h *handlers) checkpoint(w http.ResponseWriter, r *http.Request) {
 	lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
 	if err := cr.Checkpoint(r.Context(), req, lw); err != nil && !lw.started {
 		writeError(w, err)
+	}
+}
+
+// files serves a file or directory of a share's working directory as a tar
+// archive (FileCopier).
+func (h *handlers) files(w http.ResponseWriter, r *http.Request) {
+	fc, ok := h.b.(FileCopier)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node copies no files out of jobs"))
+		return
+	}
+	q := r.URL.Query()
+	req := FilesRequest{Job: r.PathValue("id"), Path: q.Get("path")}
+	if s := q.Get("share"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "share", Err: fmt.Errorf("share %q: want a number ≥ 0", s)})
+			return
+		}
+		req.Share = n
+	}
+	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+	err := fc.Files(r.Context(), req, lw)
+	switch {
+	case err != nil && !lw.started:
+		writeError(w, err)
+	case err != nil:
+		// Cut the response: the client reads a broken stream, never a
+		// tar that ends early but looks whole.
+		panic(http.ErrAbortHandler)
 	}
 }
 

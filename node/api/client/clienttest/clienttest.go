@@ -61,6 +61,10 @@ type Backend struct {
 	failSubmit error
 	// failPayload, when set, is returned by the next PutPayloadManifest.
 	failPayload error
+	// files are the archives Files answers, by job and share; filesAsked
+	// what it was asked.
+	files      map[logKey][]byte
+	filesAsked []api.FilesRequest
 }
 
 type jobEntry struct {
@@ -79,6 +83,7 @@ var (
 	_ api.OfferLister  = (*Backend)(nil)
 	_ api.JobLister    = (*Backend)(nil)
 	_ api.PayloadStore = (*Backend)(nil)
+	_ api.FileCopier   = (*Backend)(nil)
 )
 
 // New returns an empty Backend whose clock is time.Now.
@@ -549,3 +554,39 @@ func (b *Backend) Drain(context.Context) error { return nil }
 
 // Metrics serves nothing (404).
 func (b *Backend) Metrics() http.Handler { return nil }
+
+// SetFiles makes Files answer for a share of job with archive (a tar, as
+// the node sends it), whatever the path; nil makes it answer 404.
+func (b *Backend) SetFiles(job string, share int, archive []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.files == nil {
+		b.files = map[logKey][]byte{}
+	}
+	b.files[logKey{job: job, share: share}] = archive
+}
+
+// FilesAsked returns what Files was asked, in order.
+func (b *Backend) FilesAsked() []api.FilesRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]api.FilesRequest(nil), b.filesAsked...)
+}
+
+// Files implements api.FileCopier with the archive SetFiles gave.
+func (b *Backend) Files(_ context.Context, req api.FilesRequest, w io.Writer) error {
+	b.mu.Lock()
+	b.filesAsked = append(b.filesAsked, req)
+	_, known := b.jobs[req.Job]
+	archive, ok := b.files[logKey{job: req.Job, share: req.Share}]
+	b.mu.Unlock()
+	switch {
+	case !known:
+		return notFound(req.Job)
+	case !ok || archive == nil:
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "path",
+			Err: fmt.Errorf("job %s share %d: no %q in its working directory", req.Job, req.Share, req.Path)}
+	}
+	_, err := w.Write(archive)
+	return err
+}
