@@ -222,13 +222,14 @@ type ExecSpec struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
+	Data    *DataSpec         `json:"data,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
 	Resources
 }
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Resources: spec.Resources}
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Data: spec.Data, Network: spec.NetworkOrDefault(), Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several

@@ -101,6 +101,9 @@ type PayloadRef struct {
 	// keeps the tree while the job lives, and the job's coordinator and
 	// runners fetch it from there.
 	Holder string `json:"holder"`
+	// Path is where in the work directory the tree goes ("" or "." for
+	// the directory itself; see WorkPath).
+	Path string `json:"path,omitempty"`
 }
 
 // JobSpec is what a job owner asks for. Its JSON form is what the API and
@@ -164,6 +167,10 @@ type JobSpec struct {
 	// Payload names a tree of files restored into the job's work
 	// directory before it starts.
 	Payload *PayloadRef `json:"payload,omitempty"`
+	// Data names inputs staged from object storage before the command
+	// starts, outputs sent there after it ends, and the secrets (such as
+	// the storage's credentials) only the job's runners receive.
+	Data *DataSpec `json:"data,omitempty"`
 	// Network is the network the job needs where it runs: none, egress (the
 	// public internet only) or host (the supplier's own network). Empty
 	// means host for a per_node job across nodes (its ranks reach each
@@ -292,6 +299,16 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 		}
 		if p.Holder == "" || len(p.Holder) > maxIDLen || strings.ContainsFunc(p.Holder, func(r rune) bool { return r <= ' ' || r > '~' }) {
 			return specErr("payload.holder", "want the peer ID of the node that holds the payload, got %q", clipText(p.Holder))
+		}
+		if p.Path != "" {
+			if _, err := WorkPath(p.Path); err != nil {
+				return specErr("payload.path", "%v", err)
+			}
+		}
+	}
+	if s.Data != nil {
+		if err := s.Data.validate(s.Env); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -276,6 +276,7 @@ func (n *Node) blobJanitor() {
 			return
 		case now := <-t.C:
 			n.sweepLeases(now)
+			n.sweepSecrets(now)
 		}
 	}
 }

@@ -70,7 +70,11 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
-	a, err := n.attemptOf(e, master)
+	secrets, err := n.fetchSecrets(e)
+	var a executor.Attempt
+	if err == nil {
+		a, err = n.attemptOf(e, master, secrets)
+	}
 	var run *executor.Run
 	if err == nil {
 		run, err = n.exec.Start(a)
@@ -107,13 +111,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+	why := n.sendOutputs(log, e, secrets, run.WorkDir())
 	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()
 	fenced := n.disarm(key, res.EndedAt)
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)
 	n.postWait(func() {
 		delete(n.runs, key)
-		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced, Outputs: outputs})
+		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced,
+			Reason: why, Outputs: outputs})
 	})
 }
 
@@ -154,8 +160,9 @@ func stopReason(c market.Cause) executor.StopReason {
 	return executor.StopCancelled
 }
 
-// attemptOf builds what the executor runs for an execution.
-func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, err error) {
+// attemptOf builds what the executor runs for an execution; secrets (the
+// job's, from their holder) join its environment.
+func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]string) (a executor.Attempt, err error) {
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
 	for _, c := range inventory {
@@ -174,7 +181,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		Share:      e.Share,
 		Epoch:      e.Epoch,
 		Command:    e.Exec.Command,
-		Env:        e.Exec.Env,
+		Env:        withSecrets(e.Exec.Env, secrets),
 		DeviceEnv:  envMap(device.VisibleEnv(cards, inventory)),
 		LocalCards: len(cards),
 	}
@@ -193,7 +200,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			WorldSize:  e.World,
 		}
 	}
-	a.Work = n.workInto(e)
+	a.Work = n.workInto(e, secrets)
 	a.Checkpoint = n.restoreInto(e)
 	return a, nil
 }

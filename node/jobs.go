@@ -105,6 +105,11 @@ func (n *Node) submitSigned(ctx context.Context, signed market.SignedSpec) (mark
 			return market.JobRecord{}, err
 		}
 	}
+	if spec.Data != nil && spec.Data.Secrets != nil {
+		if err := n.keepSecrets(&spec); err != nil {
+			return market.JobRecord{}, err
+		}
+	}
 	n.view.addSubmitted(spec.ID, time.Now())
 	var lastErr error
 	for _, c := range n.coordinators(spec.ID, n.cfg.Replicas) {

@@ -105,6 +105,7 @@ type Node struct {
 	grants    grants             // reads allowed for an owner's download
 	sizes     manifestSizes      // of payloads counted against owners' quotas (payloads.go)
 	uploads   uploads            // chunk sizes of the payloads being uploaded
+	secrets   pendingSecrets     // secrets given to this node that no job names yet (secrets.go)
 	obs       *observer          // driver-owned, but for its atomic status
 	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):

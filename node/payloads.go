@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -444,6 +446,16 @@ func (n *Node) payloadInto(e market.Execution) func(dir string) error {
 	}
 	return func(dir string) error {
 		start := time.Now()
+		if p.Path != "" {
+			rel, err := market.WorkPath(p.Path)
+			if err != nil {
+				return fmt.Errorf("payload path: %w", err)
+			}
+			dir = filepath.Join(dir, filepath.FromSlash(rel))
+			if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+				return fmt.Errorf("payload: %w", err)
+			}
+		}
 		st, err := n.fetchPayload(e, p, dir)
 		if err != nil {
 			return fmt.Errorf("payload %s: %w", p.Manifest, err)
@@ -490,26 +502,6 @@ func (n *Node) fetchPayload(e market.Execution, p *market.PayloadRef, dir string
 		fetched = st.Bytes
 	}
 	return fetched, n.blobs.Restore(ctx, m, dir)
-}
-
-// workInto returns an attempt's Work hook: what fills its work directory
-// before the command starts. nil when there is nothing to do.
-func (n *Node) workInto(e market.Execution) func(dir string) error {
-	var steps []func(string) error
-	if f := n.payloadInto(e); f != nil {
-		steps = append(steps, f)
-	}
-	if len(steps) == 0 {
-		return nil
-	}
-	return func(dir string) error {
-		for _, f := range steps {
-			if err := f(dir); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 }
 
 // shortID shortens a peer ID for a message.

@@ -348,3 +348,27 @@ func TestPayloadUploadNeedsTheOwner(t *testing.T) {
 		t.Errorf("alice's signed upload: %v", err)
 	}
 }
+
+// A payload with a path (gpumesh submit --input ./dir:/data/set) is
+// restored there in the working directory, parents made.
+func TestPayloadAtAPath(t *testing.T) {
+	alice := testOwner(1)
+	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1")
+	coord := sm.nodes[0]
+	sm.waitBook(coord, 1)
+	dir, sum := payloadTree(t, 8, 300<<10)
+	st, err := upload(t, coord, alice, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := st.Ref
+	ref.Path = "/inputs/set"
+	if _, err := apiClient(t, coord, alice).Submit(context.Background(), market.JobSpec{ID: "at-path", Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"sh", "-c", "cd inputs/set && sh run.sh"}, Payload: &ref}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "at-path", 60*time.Second, market.JobSucceeded, market.JobFailed)
+	if out := logsOf(t, coord, alice, "at-path"); rec.State != market.JobSucceeded || !strings.HasPrefix(out, sum+"  data/set.bin") {
+		t.Errorf("job %s (%s) printed %q", rec.State, rec.Reason, out)
+	}
+}

@@ -190,6 +190,15 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return reply(kindAck, nil)
 	case kindCheckpointOffer, kindCheckpointHold, kindCheckpointHeld:
 		return n.serveCheckpointCall(ctx, req, reply)
+	case kindSecrets:
+		var r secretsRequest
+		if err := strictJSON(req.Data, &r); err != nil {
+			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
+		}
+		if err := n.serveSecrets(ctx, req.Sender, r, reply); err != nil {
+			return asCallError(err)
+		}
+		return nil
 	case kindClaim, kindRelease:
 		var r claimRequest
 		if err := strictJSON(req.Data, &r); err != nil {

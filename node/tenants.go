@@ -327,6 +327,7 @@ var (
 	_ api.JobLister        = tenantAPI{}
 	_ api.PayloadStore     = tenantAPI{}
 	_ api.FileCopier       = tenantAPI{}
+	_ api.SecretStore      = tenantAPI{}
 )
 
 // callerOwner is the owner an API request authenticated as. A request

@@ -46,6 +46,7 @@ func rpcSamples() map[string]any {
 		kindRelease:         &claimRequest{Job: "j1", Term: 3},
 		kindJobsList:        &jobsListRequest{},
 		kindFiles:           &filesRequest{Job: "j1", Share: 0, Epoch: 3, Path: "outputs/model.bin"},
+		kindSecrets:         &secretsRequest{Job: "j1", Share: 0, Epoch: 3},
 		kindPayloadHold: &payloadHold{Spec: market.JobSpec{ID: "j1", Owner: "o1owner", Cards: 1, MaxPriceCNY: 25, Command: []string{"sh", "run.sh"},
 			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}},
 			Signature: market.SpecSignature{SignedAt: at, Sig: make([]byte, 64)}},
@@ -54,7 +55,7 @@ func rpcSamples() map[string]any {
 
 // rpcReplies are the reply frames' types.
 func rpcReplies() map[string]any {
-	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, kindFilesGrant: &filesGrant{}, "sealed-call": &sealedCall{}}
+	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, kindFilesGrant: &filesGrant{}, kindSecretsReply: &heldSecrets{}, "sealed-call": &sealedCall{}}
 }
 
 func ptr[T any](v T) *T { return &v }

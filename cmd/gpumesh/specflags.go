@@ -62,6 +62,8 @@ var specFlags = map[string]string{
 	"command":           "COMMAND",
 	"env":               "--env",
 	"payload":           "--payload",
+	"data":              "--input/--output/--secret",
+	"data.secrets":      "--secret",
 	"network":           "--net",
 	"memory_bytes":      "--memory",
 	"pids":              "--pids",

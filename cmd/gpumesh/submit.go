@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,7 @@ func newSubmitCommand(e env) *cobra.Command {
 		o       submitOptions
 		af      apiFlags
 		payload string
+		df      dataFlags
 		wait    bool
 		asJSON  bool
 	)
@@ -70,6 +72,18 @@ bytes or none. The node keeps the payload while the job lives, and for
 its --keep-outputs after (24h by default); a node may limit payloads
 (--max-payload) and what it keeps for one owner (--owner-quota), each
 refused with 413 naming the limit. The upload needs your owner key.
+
+--input SRC[:PATH] stages SRC into the working directory (at PATH, default
+the directory itself) before the command starts: s3://BUCKET/PREFIX (every
+object under it), or a local directory, sent as --payload sends one.
+--output PATH:s3://BUCKET/PREFIX sends a file or directory of the working
+directory to object storage after the command ends. Their credentials are
+secrets: --secret NAME[=VALUE] (the value from your environment when not
+given) sends a value to the node, which keeps it out of the job's record
+and hands it only to the job's runners, as an environment variable; the
+storage is reached with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
+AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL for another S3 server). The
+supplier running the job can read its secrets: give scoped keys.
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.
@@ -129,6 +143,17 @@ submitted.`,
 			if err != nil {
 				return err
 			}
+			data, secrets, local, err := df.data(e.getenv)
+			if err != nil {
+				return err
+			}
+			payloadPath := "."
+			if local != nil {
+				if payload != "" {
+					return usagef("--input %s and --payload %s: a job takes one local directory", local.dir, payload)
+				}
+				payload, payloadPath = local.dir, local.path
+			}
 			c, err := af.client(e)
 			if err != nil {
 				return err
@@ -137,20 +162,33 @@ submitted.`,
 			if payload != "" {
 				p, err := client.ScanPayload(cmd.Context(), payload)
 				if err != nil {
-					return usagef("--payload: %v", err)
+					return usagef("%s: %v", payloadFlag(local), err)
 				}
 				st, err := c.UploadPayload(cmd.Context(), p)
 				var ae *client.APIError
 				switch {
 				case errors.As(err, &ae):
-					return apiError(err, map[string]string{"": "--payload", "payload": "--payload"})
+					return apiError(err, map[string]string{"": payloadFlag(local), "payload": payloadFlag(local)})
 				case err != nil:
-					return fmt.Errorf("--payload: %w", apiError(err, nil))
+					return fmt.Errorf("%s: %w", payloadFlag(local), apiError(err, nil))
 				}
 				fmt.Fprintf(e.stderr, "gpumesh: payload %s: %s, %s; sent %s (%s)\n", payload,
 					text.Count(st.Files, "file"), text.Bytes(st.Bytes), text.Bytes(st.UploadedBytes), sentWhy(st))
 				spec.Payload = &st.Ref
+				if payloadPath != "." {
+					spec.Payload.Path = payloadPath
+				}
 			}
+			if len(secrets) > 0 {
+				ref, err := c.PutSecrets(cmd.Context(), secrets)
+				if err != nil {
+					return apiError(err, map[string]string{"": "--secret", "values": "--secret"})
+				}
+				data.Secrets = &ref
+				fmt.Fprintf(e.stderr, "gpumesh: %s (%s) given to the node; only the job's runners receive them\n",
+					text.Plural(len(ref.Names), "secret", "secrets"), strings.Join(ref.Names, ", "))
+			}
+			spec.Data = data
 			if defaulted {
 				fmt.Fprintf(e.stderr, "gpumesh: no --max-price: paying at most %.2f CNY per card-hour (the highest default price among the allowed models)\n", spec.MaxPriceCNY)
 			}
@@ -194,6 +232,9 @@ submitted.`,
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
 	f.StringVar(&payload, "payload", "", "send `DIR` (as chunks the node lacks) and restore it into the job's working directory")
+	f.StringArrayVar(&df.inputs, "input", nil, "stage `SRC[:PATH]` into the working directory (PATH, default the directory itself) before the command starts: s3://BUCKET/PREFIX, or a local directory sent as --payload is (repeatable)")
+	f.StringArrayVar(&df.outputs, "output", nil, "send `PATH:s3://BUCKET/PREFIX` (a file or directory of the working directory) to object storage after the command ends (repeatable)")
+	f.StringArrayVar(&df.secrets, "secret", nil, "give the job's runners the secret `NAME[=VALUE]` as an environment variable (the value from your environment when not given; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION reach --input/--output's storage) (repeatable)")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
@@ -311,4 +352,12 @@ func sentWhy(st client.PayloadStats) string {
 		return fmt.Sprintf("%s of %s the node lacked", text.Count(st.Uploaded, "chunk"), text.Count(st.Chunks, "chunk"))
 	}
 	return text.Count(st.Uploaded, "chunk")
+}
+
+// payloadFlag names the flag a local directory came with.
+func payloadFlag(local *localInput) string {
+	if local != nil {
+		return "--input"
+	}
+	return "--payload"
 }

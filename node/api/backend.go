@@ -131,3 +131,12 @@ type FileCopier interface {
 	// 400 for a path that leaves the working directory.
 	Files(ctx context.Context, req FilesRequest, w io.Writer) error
 }
+
+// SecretStore is implemented by a Backend that keeps owners' secrets for
+// the jobs they submit through it. Without it the route answers 404.
+type SecretStore interface {
+	// PutSecrets keeps values (variable names to values) for the calling
+	// owner for a while, and returns what a spec's data.secrets names:
+	// 403 for a caller that is no owner, 400 for a bad name or value.
+	PutSecrets(ctx context.Context, values map[string]string) (market.SecretsRef, error)
+}

@@ -37,6 +37,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/files", h.files)
 	mux.HandleFunc("GET /v1/info", h.info(cfg))
 	mux.HandleFunc("PUT /v1/payloads/{manifest}", h.payloadManifest)
+	mux.HandleFunc("POST /v1/secrets", h.secrets)
 	mux.HandleFunc("PUT /v1/payloads/{manifest}/chunks/{chunk}", h.payloadChunk)
 	mux.HandleFunc("GET /v1/peers", h.peers)
 	mux.HandleFunc("GET /v1/cards", h.cards)
@@ -403,6 +404,26 @@ func (h *handlers) payloadChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// secrets keeps an owner's secrets for a job to name (SecretStore).
+func (h *handlers) secrets(w http.ResponseWriter, r *http.Request) {
+	ss, ok := h.b.(SecretStore)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node keeps no secrets"))
+		return
+	}
+	var req SecretsRequest
+	if err := decodeJSON(r, MaxSecretsBytes, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ref, err := ss.PutSecrets(r.Context(), req.Values)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ref)
 }
 
 // The largest bodies of the payload routes: node/blob's MaxManifestSize

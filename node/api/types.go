@@ -38,6 +38,15 @@ type ScaleRequest struct {
 	Cards int `json:"cards"`
 }
 
+// SecretsRequest is the body of POST /v1/secrets: the values of a job's
+// secrets by variable name.
+type SecretsRequest struct {
+	Values map[string]string `json:"values"`
+}
+
+// MaxSecretsBytes bounds the body of POST /v1/secrets.
+const MaxSecretsBytes = 256 << 10
+
 // PayloadRef names a payload in a spec's payload field.
 type PayloadRef = market.PayloadRef
 

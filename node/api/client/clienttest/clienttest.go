@@ -15,6 +15,7 @@ package clienttest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -65,6 +67,8 @@ type Backend struct {
 	// what it was asked.
 	files      map[logKey][]byte
 	filesAsked []api.FilesRequest
+	// secrets are the values PutSecrets took, by digest.
+	secrets map[string]map[string]string
 }
 
 type jobEntry struct {
@@ -84,6 +88,7 @@ var (
 	_ api.JobLister    = (*Backend)(nil)
 	_ api.PayloadStore = (*Backend)(nil)
 	_ api.FileCopier   = (*Backend)(nil)
+	_ api.SecretStore  = (*Backend)(nil)
 )
 
 // New returns an empty Backend whose clock is time.Now.
@@ -589,4 +594,34 @@ func (b *Backend) Files(_ context.Context, req api.FilesRequest, w io.Writer) er
 	}
 	_, err := w.Write(archive)
 	return err
+}
+
+// PutSecrets implements api.SecretStore: it keeps the values under a
+// digest of them.
+func (b *Backend) PutSecrets(_ context.Context, values map[string]string) (market.SecretsRef, error) {
+	if len(values) == 0 {
+		return market.SecretsRef{}, api.Errorf(http.StatusBadRequest, "no secrets")
+	}
+	body, _ := json.Marshal(values)
+	d := blob.Sum(body).String()
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.secrets == nil {
+		b.secrets = map[string]map[string]string{}
+	}
+	b.secrets[d] = values
+	return market.SecretsRef{Names: names, Digest: d, Holder: Coordinator}, nil
+}
+
+// Secrets returns the values PutSecrets took under digest.
+func (b *Backend) Secrets(digest string) (map[string]string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.secrets[digest]
+	return v, ok
 }
