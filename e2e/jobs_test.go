@@ -35,7 +35,8 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 	// A 2-card L40S job submitted to a lands on d; its logs are read
 	// through c; its bill grows while it runs; its exit code comes back.
 	rec := a.submit(market.JobSpec{
-		Cards: 2, Models: []string{"l40s-*"}, MaxPriceCNY: 20,
+		AllowSimulated: true,
+		Cards:          2, Models: []string{"l40s-*"}, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES; sleep 2; exit 3"},
 	})
 	running := c.waitJob(rec.ID, 20*time.Second, market.JobRunning)
@@ -62,7 +63,8 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 
 	// An 8-card gang job with 4 per node spans b and c.
 	gang := d.submit(market.JobSpec{
-		Cards: 8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 30,
+		AllowSimulated: true,
+		Cards:          8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 30,
 		Command: []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR world=$WORLD_SIZE local=$GPUMESH_LOCAL_CARDS"},
 	})
 	done := a.waitJob(gang.ID, 30*time.Second, market.JobSucceeded, market.JobFailed)
@@ -96,7 +98,7 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 func TestCancelStopsAllSharesWithinGrace(t *testing.T) {
 	procs := fourNodes(t)
 	a, b := procs[0], procs[1]
-	rec := a.submit(market.JobSpec{Cards: 8, Models: []string{"h100-*"}, MaxPriceCNY: 30, Command: []string{"sleep", "600"}})
+	rec := a.submit(market.JobSpec{AllowSimulated: true, Cards: 8, Models: []string{"h100-*"}, MaxPriceCNY: 30, Command: []string{"sleep", "600"}})
 	a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 	start := time.Now()
 	resp, err := b.do(http.MethodDelete, "/v1/jobs/"+rec.ID)
@@ -129,7 +131,7 @@ func TestCancelStopsAllSharesWithinGrace(t *testing.T) {
 func TestCoordinatorRestartLosesNothing(t *testing.T) {
 	procs := fourNodes(t)
 	a := procs[0]
-	rec := a.submit(market.JobSpec{Cards: 1, Models: []string{"rtx4090-*"}, MaxPriceCNY: 5, Command: []string{"sleep", "600"}})
+	rec := a.submit(market.JobSpec{AllowSimulated: true, Cards: 1, Models: []string{"rtx4090-*"}, MaxPriceCNY: 5, Command: []string{"sleep", "600"}})
 	running := a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 	var coord *proc
 	for _, p := range procs {

@@ -66,10 +66,11 @@ type job struct {
 	live       map[int]*placement // share → its live attempt
 	nextShare  int
 
-	needCards     int   // LayoutAny: cards still to place
-	freeShares    []int // LayoutAny: numbers of lost shares, for their replacements
-	needSlots     []int // slot layouts: shares still to place
-	shrinkPending bool  // a scale-down waits for the open round to end
+	needCards     int        // LayoutAny: cards still to place
+	freeShares    []int      // LayoutAny: numbers of lost shares, for their replacements
+	needSlots     []int      // slot layouts: shares still to place
+	shrinkPending bool       // a scale-down waits for the open round to end
+	held          heldOffers // what the latest round passed over whatever its price (heldback.go)
 	avoid         map[string]bool
 	replaces      map[int]*placement // new share → the draining replica it replaces
 

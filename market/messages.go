@@ -209,6 +209,8 @@ type BidCard struct {
 	PriceCNY float64 `json:"price_cny"`
 	// Preempts says that taking this card stops preemptible work on it.
 	Preempts bool `json:"preempts,omitempty"`
+	// Simulated says the card is simulated (device.Card.Simulated).
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // ExecSpec is what an executor needs of the job's spec to run a share.

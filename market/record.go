@@ -61,10 +61,13 @@ type Placement struct {
 	Node  string `json:"node"`
 	// Region is the node's region as its bid said ("" unknown): a
 	// service's replicas are spread over regions by it.
-	Region string         `json:"region,omitempty"`
-	Cards  []string       `json:"cards"`
-	Model  string         `json:"model"` // of its cards; several joined by "+" when the job mixes models (JobSpec.MixedModels)
-	State  PlacementState `json:"state"`
+	Region string   `json:"region,omitempty"`
+	Cards  []string `json:"cards"`
+	Model  string   `json:"model"` // of its cards; several joined by "+" when the job mixes models (JobSpec.MixedModels)
+	// Simulated says the cards are simulated (`gpumesh node --sim`): only
+	// a job that allows simulated cards is placed on them.
+	Simulated bool           `json:"simulated,omitempty"`
+	State     PlacementState `json:"state"`
 	// Cause says why an attempt that is over ended.
 	Cause  Cause  `json:"cause,omitempty"`
 	Reason string `json:"reason,omitempty"`

@@ -226,6 +226,12 @@ func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool,
 			if avail <= 0 {
 				continue
 			}
+			if r, detail := c.held(j, o); r != reasonPassed {
+				if len(skip) == 0 || !skip[o.Node] {
+					c.noteHeld(j, l.offers[0].Model, o, r, detail, avail, x)
+				}
+				continue
+			}
 			if price > j.spec.MaxPriceCNY {
 				if len(skip) == 0 || !skip[o.Node] {
 					dear += avail

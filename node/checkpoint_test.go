@@ -34,7 +34,7 @@ func TestCheckpointedJobSurvivesTwoCrashes(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 3)
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "steps", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	if _, err := coord.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "steps", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
 	// The coordinator keeps only a share's latest checkpoint; a watcher
@@ -211,7 +211,7 @@ func TestCheckpointOfAJobOnItsOwnCoordinatorIsAccepted(t *testing.T) {
 	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 150 * time.Millisecond }, "a100-80g:1")
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
-	if _, err := n.Submit(context.Background(), market.JobSpec{ID: "self", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "self", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
 	w := newCheckpointWatcher(t, n, "self")

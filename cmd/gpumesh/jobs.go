@@ -174,6 +174,9 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		line("ENDED", stamp(now, j.EndedAt))
 	}
 	line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	if j.Spec.AllowSimulated {
+		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -189,8 +192,12 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		if why == "" {
 			why = string(p.Cause)
 		}
+		model := cell(p.Model)
+		if p.Simulated {
+			model += " (simulated)"
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Share, p.Epoch, shortID(p.Node), len(p.Cards),
-			cell(p.Model), cell(string(p.State)), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
+			model, cell(string(p.State)), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
 	}
 	return tw.Flush()
 }
