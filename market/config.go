@@ -46,6 +46,12 @@ type Config struct {
 	// Network is the mesh's name: owners sign their specs for it (see
 	// SignSpec). Default "" (tests); node sets the mesh's name.
 	Network string
+	// BillOnlyReceipts makes the coordinator bill only usage that comes
+	// with a receipt (Renewal.Receipt, AttemptEnded.Receipt, which node
+	// checks and countersigns before they reach the market): a job's bill
+	// is then exactly the sum of its receipts. Default false (tests); node
+	// turns it on.
+	BillOnlyReceipts bool
 	// RequireSigned makes the node refuse, as coordinator, a job whose
 	// spec is not signed by its owner for Network (JobSubmitted,
 	// JobAdopted), and, as supplier, an award that does not carry the

@@ -378,3 +378,34 @@ func (n *Node) Attempts() []Attempt {
 	})
 	return out
 }
+
+// Attempt returns the attempt this node runs (or ran, until its end is
+// forgotten) of job's share under epoch.
+func (n *Node) Attempt(job string, share int, epoch uint64) (Attempt, bool) {
+	k := attemptKey{job, share, epoch}
+	if a := n.sup.attempts[k]; a != nil {
+		return a.rec, true
+	}
+	if a := n.sup.ended[k]; a != nil {
+		return a.rec, true
+	}
+	return Attempt{}, false
+}
+
+// Placement returns the placement of job's share under epoch and the
+// job's owner, for a job this node coordinates.
+func (n *Node) Placement(job string, share int, epoch uint64) (p Placement, owner string, ok bool) {
+	j := n.coord.jobs[job]
+	if j == nil {
+		return Placement{}, "", false
+	}
+	pl := j.byAttempt[shareEpoch{share, epoch}]
+	if pl == nil {
+		return Placement{}, "", false
+	}
+	return pl.Placement, j.spec.Owner, true
+}
+
+// SetBillOnlyReceipts changes Config.BillOnlyReceipts (node turns it off
+// when it cannot sign receipts).
+func (n *Node) SetBillOnlyReceipts(on bool) { n.cfg.BillOnlyReceipts = on }

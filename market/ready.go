@@ -86,11 +86,14 @@ const (
 
 // Attempt is the supplier's record of one share it runs, for persistence.
 type Attempt struct {
-	Job         string       `json:"job"`
-	Share       int          `json:"share"`
-	Epoch       uint64       `json:"epoch"`
-	Term        uint64       `json:"term"`
-	Coordinator string       `json:"coordinator"`
+	Job         string `json:"job"`
+	Share       int    `json:"share"`
+	Epoch       uint64 `json:"epoch"`
+	Term        uint64 `json:"term"`
+	Coordinator string `json:"coordinator"`
+	// Owner is the job's owner ID, from the signed spec of the award ("" for
+	// an unsigned one).
+	Owner       string       `json:"owner,omitempty"`
 	Cards       []string     `json:"cards"`
 	PriceCNY    float64      `json:"price_cny"`
 	State       AttemptState `json:"state"`

@@ -81,6 +81,11 @@ type Placement struct {
 	CardSeconds float64   `json:"card_seconds"`
 	CostCNY     float64   `json:"cost_cny"`
 	ExitCode    *int      `json:"exit_code,omitempty"`
+	// Receipt is the latest receipt of the attempt the coordinator billed
+	// (with Config.BillOnlyReceipts): the runner's signed statement of
+	// CardSeconds, countersigned (node/receipts). It travels with the
+	// record, so a successor coordinator's bill still proves it.
+	Receipt []byte `json:"receipt,omitempty"`
 }
 
 // JobRecord is everything the coordinator knows of a job: what node

@@ -355,6 +355,9 @@ func (s *supplier) onAward(from string, m *Award) error {
 		cards: cards, exec: m.Exec, kind: m.Kind, world: m.World, gang: m.Gang, restore: m.Restore,
 		lastAck: s.n.now, nextRenew: s.n.now.Add(s.n.cfg.RenewInterval),
 	}
+	if m.Signed != nil {
+		a.rec.Owner = m.Signed.Spec.Owner
+	}
 	for _, c := range cards {
 		a.rec.Cards = append(a.rec.Cards, c.card.ID)
 		if victim := c.run; victim != nil {

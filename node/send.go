@@ -113,6 +113,7 @@ func (n *Node) send(msgs []market.Message) {
 	if len(msgs) == 0 || n.ctx.Err() != nil {
 		return
 	}
+	msgs = n.receiptsOut(msgs)
 	batches := map[peer.ID][]gossip.Out{}
 	var order []peer.ID
 	for _, m := range msgs {
@@ -188,7 +189,13 @@ func (n *Node) receive(m gossip.Message) {
 		n.log.Info("market message for another node refused", "from", m.Sender, "to", msg.To)
 		return
 	}
-	if !n.post(func() { n.step(market.MessageReceived{Now: time.Now(), Message: msg}) }) && n.ctx.Err() == nil {
+	if !n.post(func() {
+		after := n.receiptsIn(&msg)
+		n.step(market.MessageReceived{Now: time.Now(), Message: msg})
+		if after != nil {
+			after()
+		}
+	}) && n.ctx.Err() == nil {
 		n.log.Warn("input queue full; market message dropped", "from", m.Sender, "type", msg.Payload.Type())
 	}
 }

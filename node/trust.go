@@ -17,12 +17,15 @@ import (
 // file only connects them to the driver, the book and the send path.
 
 // trust is the node's state of those subsystems. The driver owns it.
-type trust struct{}
+type trust struct {
+	receipts *receiptState // nil: usage is billed from renewals alone
+}
 
 // trustMarket returns the market configuration hook that sets what these
 // subsystems need of the market, then runs user's (Config.Market).
 func (n *Node) trustMarket(user func(*market.Config)) func(*market.Config) {
 	return func(c *market.Config) {
+		c.BillOnlyReceipts = true // receipts_wire.go attaches them
 		if user != nil {
 			user(c)
 		}
@@ -31,6 +34,10 @@ func (n *Node) trustMarket(user func(*market.Config)) func(*market.Config) {
 
 // wireTrust connects the subsystems once the market is made.
 func (n *Node) wireTrust() {
+	n.trust.receipts = n.startReceipts()
+	if n.trust.receipts == nil {
+		n.mk.SetBillOnlyReceipts(false)
+	}
 	n.book.claims = cardclaims.New()
 	n.book.claimsOf = n.claimsOf
 	// The market advertised this node's cards as it started: index them.

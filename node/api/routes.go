@@ -32,6 +32,8 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
+	mux.HandleFunc("GET /v1/jobs/{id}/bill", h.bill)
+	mux.HandleFunc("GET /v1/earnings", h.earnings)
 	mux.HandleFunc("GET /v1/info", h.info(cfg))
 	mux.HandleFunc("POST /v1/payloads", h.payload)
 	mux.HandleFunc("GET /v1/peers", h.peers)

@@ -1,0 +1,98 @@
+package node
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/receipts"
+)
+
+// A job's bill is the sum of its signed receipts, across a reroute: the
+// first runner is lost (its receipts up to then stand), the share runs
+// again elsewhere, and the bill any node serves verifies.
+func TestBillIsTheSumOfItsReceiptsAcrossAReroute(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
+	coord := sm.nodes[0]
+	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
+	sm.waitBook(coord, 2)
+	ctx := context.Background()
+	spec := market.JobSpec{AllowSimulated: true, ID: "billed", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := coord.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, spec.ID, 20*time.Second, market.JobRunning)
+	first, _ := livePlacement(rec)
+	receipted := func(epoch uint64) bool {
+		r, err := coord.Job(ctx, spec.ID)
+		for _, p := range r.Placements {
+			if p.Epoch == epoch && len(p.Receipt) > 0 && p.CardSeconds > 0 {
+				return err == nil
+			}
+		}
+		return false
+	}
+	eventually(t, 15*time.Second, "the first attempt's usage is receipted", func() bool { return receipted(first.Epoch) })
+
+	if err := sm.net.Crash(sm.byID(first.Node).ID()); err != nil {
+		t.Fatal(err)
+	}
+	var second market.Placement
+	eventually(t, 30*time.Second, "the share runs again on the other node", func() bool {
+		r, err := coord.Job(ctx, spec.ID)
+		p, ok := livePlacement(r)
+		second = p
+		return err == nil && ok && p.Epoch > first.Epoch && p.Node != first.Node
+	})
+	eventually(t, 15*time.Second, "the second attempt's usage is receipted", func() bool { return receipted(second.Epoch) })
+	if _, err := coord.Cancel(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the second attempt's end is billed", func() bool {
+		r, _ := coord.Job(ctx, spec.ID)
+		for _, p := range r.Placements {
+			if p.Epoch == second.Epoch && p.State == market.PlacementStopped && len(p.Receipt) > 0 {
+				rr, err := receipts.Unmarshal(p.Receipt)
+				return err == nil && rr.Final
+			}
+		}
+		return false
+	})
+
+	rec, err := coord.Job(ctx, spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill, err := coord.billOf(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := receipts.Bill{Job: bill.Job, Coordinator: bill.Coordinator, Placements: bill.Placements, CardSeconds: bill.CardSeconds, CostCNY: bill.CostCNY}
+	epochs := map[uint64]bool{}
+	for _, raw := range bill.Receipts {
+		r, err := receipts.Unmarshal(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Receipts = append(b.Receipts, r)
+		epochs[r.Epoch] = true
+	}
+	if !epochs[first.Epoch] || !epochs[second.Epoch] {
+		t.Fatalf("receipts of epochs %v, want both attempts'", epochs)
+	}
+	rep := receipts.Verify(b)
+	if !rep.OK() {
+		t.Fatalf("the bill does not verify: %v", rep.Problems)
+	}
+	if rec.CostCNY <= 0 || math.Abs(rep.CostCNY-rec.CostCNY) > 1e-9 || math.Abs(rep.CardSeconds-rec.CardSeconds) > 1e-9 {
+		t.Fatalf("receipts add up to %.6f CNY / %.3f card-seconds, the bill says %.6f / %.3f", rep.CostCNY, rep.CardSeconds, rec.CostCNY, rec.CardSeconds)
+	}
+	// The runner that ran the second attempt holds it countersigned.
+	runner := sm.byID(second.Node)
+	got, err := runner.trust.receipts.store.Issued(runner.id.String(), time.Time{})
+	if err != nil || len(got) != 1 || got[0].Accepted.Seq == 0 || !got[0].Accepted.Final {
+		t.Fatalf("the runner's receipts: %+v, %v; want its final one countersigned", got, err)
+	}
+}
