@@ -53,6 +53,8 @@ func newPayload(typ string) (Payload, bool) {
 		return &Superseded{}, true
 	case "moving":
 		return &Moving{}, true
+	case "probe_request":
+		return &ProbeRequest{}, true
 	}
 	return nil, false
 }

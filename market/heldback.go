@@ -30,18 +30,28 @@ func (h heldOffers) note(r Reason, node string, avail int) {
 }
 
 // held says why the job may not ask o's node to bid o's cards, or
-// reasonPassed. detail is for --explain.
-func (c *coordinator) held(j *job, o *Offer) (Reason, string) {
+// reasonPassed. detail is for --explain. cu, when above 0, is the compute
+// units o's cards are treated as (their verification probe showed them
+// performing like another model).
+func (c *coordinator) held(j *job, o *Offer) (r Reason, detail string, cu float64) {
 	switch {
 	case o.HeldBack != "":
-		return ReasonDuplicate, o.HeldBack
+		return ReasonDuplicate, o.HeldBack, 0
 	case o.Simulated && !j.spec.AllowSimulated:
-		return ReasonSimulated, SimulatedDetail
+		return ReasonSimulated, SimulatedDetail, 0
 	}
-	if r, detail := c.verifyHold(o); r != reasonPassed {
-		return r, detail
+	r, detail, v := c.verifyHold(j, o)
+	if r != reasonPassed {
+		return r, detail, 0
 	}
-	return reasonPassed, ""
+	if v != nil {
+		f := cardFacts{model: o.Model, vendor: o.Vendor, memMiB: o.MemoryMiB, simulated: o.Simulated}
+		if r, detail := c.performsHold(j, f, v); r != reasonPassed {
+			return r, detail, 0
+		}
+		return reasonPassed, "", max(v.ComputeUnits, 1e-3)
+	}
+	return reasonPassed, "", 0
 }
 
 // heldText says, for a pending job's reason, what its latest round passed

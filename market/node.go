@@ -105,6 +105,8 @@ func (n *Node) Step(ev Event) error {
 		err = n.sup.onExecutionExited(e)
 	case CheckpointTaken:
 		err = n.coord.checkpoint(e)
+	case ProbeResult:
+		err = n.coord.onProbeResult(e)
 	default:
 		return fmt.Errorf("%w: unknown event %T", ErrBadEvent, ev)
 	}
@@ -200,6 +202,8 @@ func (n *Node) handle(m Message) error {
 		return n.coord.onSuperseded(m.From, p)
 	case *Moving:
 		return n.coord.onMoving(m.From, p)
+	case *ProbeRequest:
+		return fmt.Errorf("%w: a probe request from %s: node answers those, not the market", ErrRefused, m.From)
 	}
 	return fmt.Errorf("%w: unknown payload %T", ErrBadMessage, m.Payload)
 }

@@ -180,6 +180,8 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
 	if why, detail := c.nodeHeld(from); why != reasonPassed {
 		meta.held, meta.heldWhy = why, detail // a broadcast reached it: it may not win
+	} else if why, detail := c.probeAdjust(j, from, lot.Cards); why != reasonPassed {
+		meta.held, meta.heldWhy = why, detail
 	} else if !r.exclude[from] {
 		meta.feasible = usableCards(j.match, m.Cards, j.spec.MixedModels)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpumesh/gpumesh/node/probe"
 	"net/http"
 	"strings"
 
@@ -206,6 +207,8 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 			return reply(kindSuperseded, data)
 		}
 		return reply(kindAck, nil)
+	case probe.KindChallenge:
+		return n.serveProbe(ctx, req, reply)
 	}
 	return fmt.Errorf("unknown call %q", req.Kind)
 }

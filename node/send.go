@@ -113,7 +113,7 @@ func (n *Node) send(msgs []market.Message) {
 	if len(msgs) == 0 || n.ctx.Err() != nil {
 		return
 	}
-	msgs = n.receiptsOut(msgs)
+	msgs = n.probesOut(n.receiptsOut(msgs))
 	batches := map[peer.ID][]gossip.Out{}
 	var order []peer.ID
 	for _, m := range msgs {

@@ -19,6 +19,7 @@ import (
 // trust is the node's state of those subsystems. The driver owns it.
 type trust struct {
 	receipts *receiptState // nil: usage is billed from renewals alone
+	probes   *probeState
 }
 
 // trustMarket returns the market configuration hook that sets what these
@@ -26,6 +27,7 @@ type trust struct {
 func (n *Node) trustMarket(user func(*market.Config)) func(*market.Config) {
 	return func(c *market.Config) {
 		c.BillOnlyReceipts = true // receipts_wire.go attaches them
+		c.Verify = n.verifyMode()
 		if user != nil {
 			user(c)
 		}
@@ -35,6 +37,7 @@ func (n *Node) trustMarket(user func(*market.Config)) func(*market.Config) {
 // wireTrust connects the subsystems once the market is made.
 func (n *Node) wireTrust() {
 	n.trust.receipts = n.startReceipts()
+	n.trust.probes = n.startProbes()
 	if n.trust.receipts == nil {
 		n.mk.SetBillOnlyReceipts(false)
 	}
