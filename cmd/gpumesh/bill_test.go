@@ -63,6 +63,7 @@ func TestBillVerifies(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
 	}
+	t.Logf("gpumesh bill j1 --verify:\n%s", out)
 	for _, want := range []string{"BILL 0.12 CNY (24.0 card-seconds), 1 placement, 4 receipts",
 		"VERIFIED 4 receipts, 8 signatures: the bill is the sum of its receipts (0.12 CNY, 24.0 card-seconds)", "#4", "final"} {
 		if !strings.Contains(out, want) {
