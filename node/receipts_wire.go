@@ -236,6 +236,9 @@ func (n *Node) checkReceipt(runner string, b *[]byte, e receipts.Expect) func() 
 			n.log.Warn("cannot store an accepted usage receipt", "job", e.Job, "err", err)
 		}
 		rs.acceptor.Accepted(r)
+		if len(rs.cosigs) >= 4096 {
+			clear(rs.cosigs) // acknowledgements that never went (stale attempts)
+		}
 		rs.cosigs[e.Attempt] = r.CoordSig
 		rs.counts.WithLabelValues("coordinator", "accepted").Inc()
 	}

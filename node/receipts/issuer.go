@@ -11,6 +11,9 @@ import (
 // receipt.
 const DefaultInterval = 5 * time.Second
 
+// maxChains bounds the attempts an Issuer remembers.
+const maxChains = 4096
+
 // Attempt names one attempt: a share of a job under an epoch.
 type Attempt struct {
 	Job   string
@@ -124,6 +127,9 @@ func (is *Issuer) Forget(a Attempt) { delete(is.chains, a) }
 func (is *Issuer) chain(a Attempt) *chain {
 	c := is.chains[a]
 	if c == nil {
+		if len(is.chains) >= maxChains {
+			clear(is.chains) // attempts lost without an end: reread from disk when asked
+		}
 		c = &chain{}
 		if is.last != nil {
 			if r, ok := is.last(a); ok {

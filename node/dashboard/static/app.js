@@ -547,7 +547,7 @@
       return;
     }
     fill(tbody, offers.map((x) => h('tr', { 'data-offer': x.node + '/' + x.model, class: x.self ? 'self' : '' },
-      h('td', { class: 'mono', title: x.vendor, text: x.model }),
+      h('td', { class: 'mono', title: x.vendor, text: x.simulated ? `${x.model} (simulated)` : x.model }),
       h('td', { class: 'num', text: `${x.free}/${x.total}` }),
       h('td', { class: 'num', text: `${Math.floor((x.memory_mib || 0) / 1024)} GiB` }),
       h('td', { class: 'num', text: x.compute_units ? x.compute_units.toFixed(2) : '?' }),
