@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,23 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 	logs, err := c.text("/v1/jobs/" + rec.ID + "/logs")
 	if err != nil || !strings.HasPrefix(logs, "visible=GPU-") || strings.Count(logs, "GPU-") != 2 {
 		t.Fatalf("logs through c: %q, %v", logs, err)
+	}
+	// Its bill, asked of a node that neither coordinated nor ran it,
+	// verifies from the signed receipts alone.
+	key := filepath.Join(t.TempDir(), "owner.key")
+	text, err := testOwner().MarshalText()
+	if err != nil || os.WriteFile(key, text, 0o600) != nil {
+		t.Fatalf("owner key: %v", err)
+	}
+	asker := a
+	for _, p := range procs {
+		if p.peerID != ended.Coordinator && p.peerID != d.peerID {
+			asker = p
+		}
+	}
+	code, out, errOut := runCLIStatus(t, "bill", rec.ID, "--verify", "--api", asker.apiAddr, "--key", key)
+	if code != 0 || !strings.Contains(out, "VERIFIED") {
+		t.Fatalf("gpumesh bill --verify through %s: exit %d\n%s%s", asker.name, code, out, errOut)
 	}
 
 	// An 8-card gang job with 4 per node spans b and c.
