@@ -3,13 +3,17 @@ package node
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
 
+	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/receipts"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 var (
@@ -25,11 +29,11 @@ func (t tenantAPI) Bill(ctx context.Context, id string) (api.Bill, error) {
 	if err != nil {
 		return api.Bill{}, err
 	}
-	return t.Node.billOf(rec)
+	return t.Node.billOf(ctx, rec)
 }
 
 // billOf assembles rec's bill from the record and this node's receipts.
-func (n *Node) billOf(rec market.JobRecord) (api.Bill, error) {
+func (n *Node) billOf(ctx context.Context, rec market.JobRecord) (api.Bill, error) {
 	b := api.Bill{Job: rec.ID, Owner: rec.Spec.Owner, State: rec.State, Coordinator: rec.Coordinator,
 		CardSeconds: rec.CardSeconds, CostCNY: rec.CostCNY, Placements: rec.Placements, Receipts: [][]byte{}, From: n.id.String()}
 	type key struct {
@@ -58,6 +62,15 @@ func (n *Node) billOf(rec market.JobRecord) (api.Bill, error) {
 		}
 		for _, r := range held {
 			if len(r.CoordSig) > 0 { // what a coordinator accepted, not what a runner only issued
+				add(r)
+			}
+		}
+	}
+	if rec.Coordinator != n.id.String() {
+		// The coordinator holds the whole chain it accepted; without it
+		// the record's receipts still prove the sums.
+		for _, raw := range n.coordinatorReceipts(ctx, rec) {
+			if r, err := receipts.Unmarshal(raw); err == nil && r.Job == rec.ID && len(r.CoordSig) > 0 {
 				add(r)
 			}
 		}
@@ -143,4 +156,82 @@ func (t tenantAPI) ReceiptEarnings(ctx context.Context, since time.Time) (api.Re
 		return cmp.Or(cmp.Compare(y.Earned.CNY+y.Unconfirmed.CNY, x.Earned.CNY+x.Unconfirmed.CNY), cmp.Compare(x.Owner, y.Owner))
 	})
 	return out, nil
+}
+
+// kindReceipts asks a job's coordinator for the receipts it accepted: a
+// job ID (a JSON string) → the encoded receipts (a JSON list).
+const kindReceipts = "receipts.job"
+
+// coordinatorReceipts asks rec's coordinator for the receipts it holds of
+// the job; none when it cannot be asked within 3 s.
+func (n *Node) coordinatorReceipts(ctx context.Context, rec market.JobRecord) [][]byte {
+	to, err := peer.Decode(rec.Coordinator)
+	if err != nil {
+		return nil
+	}
+	data, _ := json.Marshal(rec.ID)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var out [][]byte
+	err = n.direct.Call(ctx, to, kindReceipts, data, func(m gossip.Message) error {
+		var part [][]byte
+		if err := json.Unmarshal(m.Data, &part); err != nil {
+			return err
+		}
+		if len(out)+len(part) > maxBillReceipts {
+			return fmt.Errorf("over %d receipts", maxBillReceipts)
+		}
+		out = append(out, part...)
+		return nil
+	})
+	if err != nil {
+		n.log.Info("the coordinator's receipts could not be fetched; the bill rests on the record's", "job", rec.ID, "err", err)
+	}
+	return out
+}
+
+// maxBillReceipts bounds the receipts a bill gathers from a coordinator.
+const maxBillReceipts = 200_000
+
+// receiptsPerFrame is how many receipts one reply frame carries (about
+// 300 bytes each, within the direct protocol's frame limit).
+const receiptsPerFrame = 4096
+
+// serveReceipts answers kindReceipts with the countersigned receipts this
+// node holds of a job. Receipts are no more private than the job's record,
+// which its replicas hold: like a record, they are served to members.
+func (n *Node) serveReceipts(req gossip.Message, reply func(string, []byte) error) error {
+	var id string
+	if err := strictJSON(req.Data, &id); err != nil || market.ValidateJobID(id) != nil {
+		return asCallError(api.Errorf(http.StatusBadRequest, "receipts: want a job ID"))
+	}
+	rs := n.trust.receipts
+	if rs == nil {
+		return reply(kindReceipts, []byte("[]"))
+	}
+	held, _, err := rs.store.Job(id)
+	if err != nil {
+		return err
+	}
+	var frame [][]byte
+	flush := func() error {
+		b, err := json.Marshal(frame)
+		if err != nil {
+			return err
+		}
+		frame = frame[:0]
+		return reply(kindReceipts, b)
+	}
+	for _, r := range held {
+		if len(r.CoordSig) == 0 {
+			continue
+		}
+		frame = append(frame, r.Marshal())
+		if len(frame) == receiptsPerFrame {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }

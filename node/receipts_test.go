@@ -65,7 +65,7 @@ func TestBillIsTheSumOfItsReceiptsAcrossAReroute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bill, err := coord.billOf(rec)
+	bill, err := coord.billOf(ctx, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,12 @@ func TestBillIsTheSumOfItsReceiptsAcrossAReroute(t *testing.T) {
 	}
 	if rec.CostCNY <= 0 || math.Abs(rep.CostCNY-rec.CostCNY) > 1e-9 || math.Abs(rep.CardSeconds-rec.CardSeconds) > 1e-9 {
 		t.Fatalf("receipts add up to %.6f CNY / %.3f card-seconds, the bill says %.6f / %.3f", rep.CostCNY, rep.CardSeconds, rec.CostCNY, rec.CardSeconds)
+	}
+	// Asked of a node that does not coordinate the job, the bill holds
+	// the coordinator's whole chain too, and verifies the same.
+	other, err := sm.byID(second.Node).billOf(ctx, rec)
+	if err != nil || len(other.Receipts) != len(bill.Receipts) {
+		t.Fatalf("the bill through the runner: %d receipts (%v), the coordinator's %d", len(other.Receipts), err, len(bill.Receipts))
 	}
 	// The runner that ran the second attempt holds it countersigned.
 	runner := sm.byID(second.Node)

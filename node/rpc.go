@@ -209,6 +209,8 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return reply(kindAck, nil)
 	case probe.KindChallenge:
 		return n.serveProbe(ctx, req, reply)
+	case kindReceipts:
+		return n.serveReceipts(req, reply)
 	}
 	return fmt.Errorf("unknown call %q", req.Kind)
 }

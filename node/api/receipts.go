@@ -12,9 +12,8 @@ import (
 // Bill is the body of GET /v1/jobs/{id}/bill: a job's bill as its record
 // states it, and the signed usage receipts that prove it (node/receipts):
 // each placement's latest receipt (carried in the record, so any peer has
-// it) and every receipt the answering node holds of the job (its
-// coordinator holds the whole chain it accepted). A client checks them
-// itself (gpumesh bill --verify).
+// it) and every receipt the job's coordinator accepted (the answering node
+// asks it for them). A client checks them itself (gpumesh bill --verify).
 type Bill struct {
 	Job         string             `json:"job"`
 	Owner       string             `json:"owner"`
