@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/receipts"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // A job's bill is the sum of its signed receipts, across a reroute: the
@@ -101,4 +103,61 @@ func TestBillIsTheSumOfItsReceiptsAcrossAReroute(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Accepted.Seq == 0 || !got[0].Accepted.Final {
 		t.Fatalf("the runner's receipts: %+v, %v; want its final one countersigned", got, err)
 	}
+}
+
+// A renewal whose receipt is malformed, or signed by someone else, renews
+// the lease but bills nothing; the receipt is counted as refused.
+func TestABadReceiptIsRefusedAndCountedAndBillsNothing(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.neverCoordinate(runner)
+	sm.waitBook(coord, 1)
+	ctx := context.Background()
+	spec := market.JobSpec{AllowSimulated: true, ID: "forged", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := coord.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, spec.ID, 20*time.Second, market.JobRunning)
+	p, _ := livePlacement(rec)
+
+	// A receipt signed with the coordinator's own key, claiming an hour.
+	key, err := receipts.PrivateKey(coord.mesh.Host().Peerstore().PrivKey(coord.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := receipts.Receipt{Network: coord.mesh.Network(), Job: spec.ID, Owner: rec.Spec.Owner, Share: p.Share, Epoch: p.Epoch, Term: rec.Term,
+		Runner: runner.id.String(), Coordinator: coord.id.String(), Seq: 1000, At: time.Now(), Cards: 1, PriceCNY: p.PriceCNY, CardSeconds: 3600}
+	forged.Sign(key)
+	for name, raw := range map[string][]byte{"malformed": []byte("not a receipt"), "bad_signature": forged.Marshal()} {
+		before := counterValue(t, coord, name)
+		data, err := market.EncodeMessage(market.Message{From: runner.id.String(), To: coord.id.String(),
+			Payload: &market.Renewal{Job: spec.ID, Term: rec.Term, Share: p.Share, Epoch: p.Epoch, Started: true, CardSeconds: 3600, Receipt: raw}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord.receive(gossip.Message{Sender: runner.id, Kind: kindMarket, Data: data})
+		eventually(t, 5*time.Second, "the refused receipt is counted as "+name, func() bool { return counterValue(t, coord, name) == before+1 })
+	}
+	rec, err = coord.Job(ctx, spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.CardSeconds >= 3600 || rec.State != market.JobRunning {
+		t.Fatalf("after forged receipts the job is %s with %.1f card-seconds billed", rec.State, rec.CardSeconds)
+	}
+}
+
+// counterValue reads gpumesh_receipts_rejected_total{reason} of n.
+func counterValue(t *testing.T, n *Node, reason string) float64 {
+	t.Helper()
+	var v float64
+	if err := n.do(context.Background(), func() {
+		var m dto.Metric
+		if err := n.trust.receipts.rejected.WithLabelValues(reason).Write(&m); err == nil {
+			v = m.GetCounter().GetValue()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
