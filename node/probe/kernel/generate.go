@@ -3,12 +3,13 @@
 // (committed, embedded by node/probe; the CUDA driver compiles PTX for the
 // card at run time, so no CUDA toolkit is needed to build or run gpumesh).
 // Regenerate probe.ptx after changing probe.ll with `go generate
-// ./node/probe/kernel/` (needs llc, Debian's llvm package).
+// ./node/probe/kernel/` (needs opt and llc, Debian's llvm package; opt
+// inlines the helpers, so the kernels make no calls).
 package kernel
 
 import _ "embed"
 
-//go:generate llc -march=nvptx64 -mcpu=sm_60 -O2 probe.ll -o probe.ptx
+//go:generate sh -c "opt -O2 probe.ll | llc -march=nvptx64 -mcpu=sm_60 -O2 -o probe.ptx"
 
 // PTX is the kernels' PTX: gpumesh_fill, gpumesh_round, gpumesh_digest.
 //
