@@ -28,7 +28,7 @@ type Config struct {
 	// Words is each card's buffer (64-bit words, a power of two; halved
 	// for cards with little memory). Default 1<<24 (128 MiB).
 	Words uint64
-	// Blocks is the digests each card answers with. Default 2048.
+	// Blocks is the digests each card answers with. Default 4096.
 	Blocks int
 	// Checks is how many blocks of each card the coordinator recomputes.
 	// Default 2.
@@ -67,7 +67,7 @@ func (c Config) withDefaults() Config {
 		c.Words = 1 << 24
 	}
 	if c.Blocks == 0 {
-		c.Blocks = 2048
+		c.Blocks = 4096
 	}
 	if c.Checks <= 0 {
 		c.Checks = 2
