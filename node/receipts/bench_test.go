@@ -55,7 +55,6 @@ func BenchmarkLeaseBytes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	is := NewIssuer("gpumesh", runner.id, runner.key, DefaultInterval, nil)
 	a := Attempt{job, 0, 1}
 	terms := Terms{Owner: "o1" + fmt.Sprintf("%058d", 7), Coordinator: coord.id, Term: 1, Cards: 1, PriceCNY: 17.5}
 	envelope := func(from peer.ID, m market.Message) int {
@@ -72,6 +71,7 @@ func BenchmarkLeaseBytes(b *testing.B) {
 	}
 	var with, without, receiptBytes int
 	for b.Loop() {
+		is := NewIssuer("gpumesh", runner.id, runner.key, DefaultInterval, nil)
 		with, without, receiptBytes = 0, 0, 0
 		for i := 1; i <= 5*3600; i++ {
 			now := t0.Add(time.Duration(i) * 200 * time.Millisecond)
