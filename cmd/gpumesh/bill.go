@@ -148,10 +148,14 @@ func writeBill(w io.Writer, b api.Bill, rs []receipts.Receipt, rep *receipts.Rep
 		return nil
 	}
 	fmt.Fprintln(w)
-	if rep.OK() {
+	switch {
+	case rep.OK() && rep.Unreceipted > 0:
+		fmt.Fprintf(w, "VERIFIED %s, %d signatures; %.1f of the bill's %.1f card-seconds rest on the coordinator's word alone (it ran them on its own cards)\n",
+			text.Count(rep.Receipts, "receipt"), rep.Signatures, rep.Unreceipted, rep.CardSeconds)
+	case rep.OK():
 		fmt.Fprintf(w, "VERIFIED %s, %d signatures: the bill is the sum of its receipts (%s CNY, %.1f card-seconds)\n",
 			text.Count(rep.Receipts, "receipt"), rep.Signatures, cny(rep.CostCNY), rep.CardSeconds)
-	} else {
+	default:
 		fmt.Fprintf(w, "NOT VERIFIED: %s\n", text.Count(len(rep.Problems), "problem"))
 		for _, p := range rep.Problems {
 			fmt.Fprintf(w, "  %s\n", oneLine(p))

@@ -129,3 +129,22 @@ func TestEarningsFromReceipts(t *testing.T) {
 		t.Errorf("a bad --since: exit %d, %q", code, errOut)
 	}
 }
+
+func TestBillOfAShareOnTheCoordinatorsOwnCardsSaysSo(t *testing.T) {
+	n := newFakeNode(t)
+	b := signedBill(t)
+	b.Receipts = nil
+	b.Placements[0].Node = b.Coordinator // it ran the share itself: no one else signs
+	n.b.SetBill(b)
+	code, out, _ := n.run("bill", "j1", "--verify")
+	if code != 0 || !strings.Contains(out, "VERIFIED 0 receipts, 0 signatures; 24.0 of the bill's 24.0 card-seconds rest on the coordinator's word alone") ||
+		!strings.Contains(out, "note: share 0 epoch 1 ran on its coordinator's own cards") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	// The same bill from a runner that is not the coordinator is a problem.
+	b.Placements[0].Node = nodeA
+	n.b.SetBill(b)
+	if code, out, _ := n.run("bill", "j1", "--verify"); code != 1 || !strings.Contains(out, "billed 24.000 card-seconds with no receipt") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}

@@ -30,8 +30,10 @@ type Report struct {
 	// Receipts is the number checked; Signatures the signatures verified.
 	Receipts, Signatures int
 	// CardSeconds and CostCNY are what the receipts add up to: the newest
-	// receipt of every attempt.
+	// receipt of every attempt, and the usage of shares the coordinator
+	// ran on its own cards (Unreceipted of them: its word alone).
 	CardSeconds, CostCNY float64
+	Unreceipted          float64
 	// Problems lists what is wrong, one line each; none: the bill holds.
 	Problems []string
 	// Notes say what the bill rests on without being wrong: receipts of
@@ -186,6 +188,7 @@ func Verify(b Bill) Report {
 			note("share %d epoch %d ran on its coordinator's own cards: its %.3f card-seconds are the coordinator's word, with no receipt", p.Share, p.Epoch, p.CardSeconds)
 			rep.CardSeconds += p.CardSeconds
 			rep.CostCNY += p.CostCNY
+			rep.Unreceipted += p.CardSeconds
 		case r == nil && p.CardSeconds > 0:
 			problem("share %d epoch %d: billed %.3f card-seconds with no receipt", p.Share, p.Epoch, p.CardSeconds)
 		case r == nil:
