@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,8 +37,8 @@ import (
 
 const (
 	kindCheckpointOffer = "ckpt.report" // checkpointOffer → ack: the coordinator records it (wire v2; v1's ckpt.offer carried a whole archive)
-	kindCheckpointHold  = "ckpt.hold"  // checkpointHold → ack: the member will fetch it when pushed
-	kindCheckpointHeld  = "ckpt.held"  // checkpointHeld → ack if the member holds the manifest whole
+	kindCheckpointHold  = "ckpt.hold"   // checkpointHold → ack: the member will fetch it when pushed
+	kindCheckpointHeld  = "ckpt.held"   // checkpointHeld → ack if the member holds the manifest whole
 )
 
 // Defaults of the checkpoint settings of Config.
@@ -77,12 +80,36 @@ type checkpointHeld struct {
 type shipper struct {
 	mu       sync.Mutex
 	sent     map[string]blob.Digest // attempt name → manifest
+	stamps   map[string]string      // attempt name → the tree's stamp when it was last shipped
 	shipping map[string]bool
 	lastAt   map[string]time.Time // attempt name → last time it was looked at
 }
 
 func newShipper() *shipper {
-	return &shipper{sent: map[string]blob.Digest{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+	return &shipper{sent: map[string]blob.Digest{}, stamps: map[string]string{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+}
+
+// treeStamp sums what a tree's entries say of themselves — path, type,
+// size, mode and modification time — without reading them: a tree whose
+// stamp is unchanged since it was shipped is not read again (the way
+// backup tools skip unchanged files). "" when the tree cannot be walked.
+func treeStamp(dir string) string {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%v\x00%d\x00%d\n", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // begin marks an attempt as shipping; false if it already is.
@@ -159,6 +186,13 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 		return
 	}
 	_ = os.Remove(filepath.Join(dir, checkpointReady))
+	stamp := treeStamp(dir)
+	n.ship.mu.Lock()
+	unchanged := stamp != "" && n.ship.stamps[name] == stamp
+	n.ship.mu.Unlock()
+	if unchanged {
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Minute)
 	defer cancel()
 	now := time.Now()
@@ -178,6 +212,9 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 	n.ship.mu.Unlock()
 	if same {
 		_ = n.blobs.DeleteLease(lease) // an older lease keeps the same tree
+		n.ship.mu.Lock()
+		n.ship.stamps[name] = stamp
+		n.ship.mu.Unlock()
 		return
 	}
 	if lim := n.cfg.CheckpointLimit; lim > 0 && put.Bytes > lim {
@@ -208,7 +245,7 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 		return
 	}
 	n.ship.mu.Lock()
-	n.ship.sent[name] = put.Manifest
+	n.ship.sent[name], n.ship.stamps[name] = put.Manifest, stamp
 	n.ship.mu.Unlock()
 	n.keepNewestCheckpoints(a.JobID, a.Share, n.checkpointKeep())
 	log.Debug("checkpoint recorded", "manifest", put.Manifest.Short(), "bytes", put.Bytes, "new_bytes", cp.NewBytes, "holders", len(holders))
