@@ -17,7 +17,7 @@ const MaxMessageBytes = 1 << 20
 // refuse or misread (DecodeMessage refuses unknown fields, so adding a
 // field is such a change); the golden files under testdata/wire/ hold the
 // messages of each version, and every later build must decode them.
-const WireVersion = 1
+const WireVersion = 2
 
 // wireMessage is the JSON form of a Message: the payload tagged by type.
 // V is the wire version; version 1 leaves it out (the nodes of before it
