@@ -97,15 +97,18 @@ type Node struct {
 	fences *fences // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
 	lostAfter time.Duration
-	keeper    *fence.Keeper
-	adopting  adopting // jobs this node is claiming now (claim.go)
-	ship      *shipper
-	blobs     *blob.Store        // the content store (blobs.go)
-	xfer      *transfer.Service  // its transfers to and from peers
-	pushes    pushes             // checkpoints this node agreed to hold
-	grants    grants             // reads allowed for an owner's download
-	obs       *observer          // driver-owned, but for its atomic status
-	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
+	// awardTimeout is the market's AwardTimeout: an award held longer for
+	// its record's commit is dropped (commit.go).
+	awardTimeout time.Duration
+	keeper       *fence.Keeper
+	adopting     adopting // jobs this node is claiming now (claim.go)
+	ship         *shipper
+	blobs        *blob.Store        // the content store (blobs.go)
+	xfer         *transfer.Service  // its transfers to and from peers
+	pushes       pushes             // checkpoints this node agreed to hold
+	grants       grants             // reads allowed for an owner's download
+	obs          *observer          // driver-owned, but for its atomic status
+	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
