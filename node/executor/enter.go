@@ -86,7 +86,8 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // TTY is the terminal's other side (its master): what the process writes
 // is read from it, what is written to it is the process's input. Nil
-// without ExecRequest.TTY. Wait closes it.
+// without ExecRequest.TTY. Reads return an error once every process that
+// held the terminal is gone and its output was read; Close releases it.
 func (p *Process) TTY() *os.File { return p.pty }
 
 // Signal sends sig to the process's process group (its session's, with a
@@ -181,14 +182,20 @@ func (r *Run) Exec(x ExecRequest) (*Process, error) {
 	return p, nil
 }
 
-// forgetExec drops a reaped process; its pty is closed.
+// Close releases the process's terminal (a blocked read of it returns).
+// Call it after Wait, once what the process wrote was read.
+func (p *Process) Close() error {
+	if p.pty == nil {
+		return nil
+	}
+	return p.pty.Close()
+}
+
+// forgetExec drops a reaped process.
 func (r *Run) forgetExec(p *Process) {
 	r.execMu.Lock()
 	delete(r.execs, p)
 	r.execMu.Unlock()
-	if p.pty != nil {
-		p.pty.Close()
-	}
 }
 
 // signalExecs signals the process groups of the attempt's execs.

@@ -177,8 +177,9 @@ func TestExecWithATerminalSeesResizesAndCtrlC(t *testing.T) {
 		if code != 3 || sig != "" {
 			t.Errorf("exit %d signal %q; want 3", code, sig)
 		}
-		for range lines {
+		for range lines { // the terminal reads an error once its output is read
 		}
+		p.Close()
 		r.Stop(StopCancelled)
 		waitDone(t, r, 10*time.Second)
 	})
