@@ -22,11 +22,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTimeout     = 10 * time.Second
-	DefaultMaxInbound  = 1024
-	hangupGrace        = 2 * time.Second // SIGHUP to SIGKILL for an exec whose client went away
-	ttyDrain           = time.Second     // reading a terminal after its process exited
-	exitAckWait        = 5 * time.Second // for the client to close after the exit frame
+	DefaultTimeout    = 10 * time.Second
+	DefaultMaxInbound = 1024
+	hangupGrace       = 2 * time.Second // SIGHUP to SIGKILL for an exec whose client went away
+	ttyDrain          = time.Second     // reading a terminal after its process exited
+	exitAckWait       = 5 * time.Second // for the client to close after the exit frame
 )
 
 // Attempt is a running attempt a tunnel ends in; *executor.Run is one.
