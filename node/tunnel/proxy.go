@@ -22,7 +22,7 @@ import (
 
 // Defaults of ProxyConfig.
 const (
-	DefaultRefresh  = time.Second     // a service's record is looked up again after this
+	DefaultRefresh  = time.Second      // a service's record is looked up again after this
 	DefaultStale    = 30 * time.Second // a record that cannot be refreshed is used this long
 	DefaultCooldown = 2 * time.Second  // a replica that failed is skipped this long
 	// maxReplayBody is the largest request body kept to send again to

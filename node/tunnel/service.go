@@ -325,7 +325,7 @@ func (s *Service) forward(ctx context.Context, c Conn, req *Request, t *Target, 
 		return
 	}
 	log.Debug("tunnel open", "port", port)
-	up, down := splice(c, asConn(tc))
+	up, down := wire.Splice(c, asConn(tc))
 	log.Debug("tunnel closed", "port", port, "bytes_in", up, "bytes_out", down)
 }
 

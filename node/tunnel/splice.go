@@ -4,46 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 )
-
-// spliceBuffer is the size of each direction's copy buffer.
-const spliceBuffer = 64 << 10
-
-// splice carries bytes between a and b until both directions have ended,
-// then closes both. A direction whose source ends cleanly closes the
-// other side's writing (a half-close travels the tunnel); one that fails
-// aborts both, so that the other direction ends too. It returns the bytes
-// carried a→b and b→a.
-func splice(a, b Conn) (ab, ba int64) {
-	var wg sync.WaitGroup
-	var once sync.Once
-	fail := func() {
-		once.Do(func() {
-			abort(a)
-			abort(b)
-		})
-	}
-	one := func(dst, src Conn, n *int64) {
-		defer wg.Done()
-		var err error
-		*n, err = io.CopyBuffer(dst, src, make([]byte, spliceBuffer))
-		if err != nil {
-			fail()
-			return
-		}
-		if err := dst.CloseWrite(); err != nil {
-			fail()
-		}
-	}
-	wg.Add(2)
-	go one(b, a, &ab)
-	go one(a, b, &ba)
-	wg.Wait()
-	a.Close()
-	b.Close()
-	return ab, ba
-}
 
 // asConn gives a net.Conn the half-close a Conn has: TCP and Unix
 // connections have it; others are closed whole instead.
