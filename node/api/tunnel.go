@@ -98,14 +98,24 @@ func upgradeAsked(r *http.Request) bool {
 	return connUpgrade && strings.EqualFold(r.Header.Get("Upgrade"), wire.Upgrade)
 }
 
-// hijacked is a hijacked connection whose reads go through the server's
-// buffer first.
+// hijacked is a hijacked connection: what the server had buffered of it
+// is read first, then the connection itself. (Reading on through the
+// server's reader would let its end cancel the request's context, which
+// ends the tunnel at the client's first half-close.)
 type hijacked struct {
 	net.Conn
 	r *bufio.Reader
 }
 
-func (h *hijacked) Read(p []byte) (int, error) { return h.r.Read(p) }
+func (h *hijacked) Read(p []byte) (int, error) {
+	if h.r != nil {
+		if n := h.r.Buffered(); n > 0 {
+			return h.r.Read(p[:min(len(p), n)])
+		}
+		h.r = nil
+	}
+	return h.Conn.Read(p)
+}
 
 func (h *hijacked) CloseWrite() error {
 	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {

@@ -296,6 +296,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, req ProxyReque
 			return
 		}
 	}
+	if !replay && r.Body != nil && r.Body != http.NoBody {
+		// The body streams to the replica while its answer streams back
+		// (a chat that answers each line as it comes).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	var last error
 	for _, ep := range p.order(req.Job, b.Ready) {
 		out := r.Clone(ctx)
