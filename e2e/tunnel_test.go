@@ -25,7 +25,7 @@ import (
 )
 
 // needReplica skips a test whose job program was not built.
-func needReplica(t *testing.T) {
+func needReplica(t testing.TB) {
 	t.Helper()
 	if replicaBinary == "" {
 		t.Skip("the tunnel tests' job program was not built: set GPUMESH_REPLICA_BINARY with GPUMESH_BINARY")
@@ -34,7 +34,7 @@ func needReplica(t *testing.T) {
 
 // tunnelOwners makes two owners' keys with the CLI: alice runs the jobs,
 // bob tries to reach into them.
-func tunnelOwners(t *testing.T) (alice, bob string) {
+func tunnelOwners(t testing.TB) (alice, bob string) {
 	t.Helper()
 	dir := t.TempDir()
 	alice, bob = filepath.Join(dir, "alice.key"), filepath.Join(dir, "bob.key")
@@ -47,7 +47,7 @@ func tunnelOwners(t *testing.T) (alice, bob string) {
 }
 
 // cliJob submits a job with the CLI as key and waits until it runs.
-func cliJob(t *testing.T, api, key string, extra ...string) string {
+func cliJob(t testing.TB, api, key string, extra ...string) string {
 	t.Helper()
 	args := append([]string{"submit", "--api", api, "--key", key, "--gpus", "1", "--max-price", "30"}, extra...)
 	out, err := runCLI(t, args...)
@@ -73,7 +73,7 @@ func cliJob(t *testing.T, api, key string, extra ...string) string {
 
 // apiAndRunner is a mesh of two node processes: a, which owners talk to
 // and which has no cards, and b, which runs the jobs.
-func apiAndRunner(t *testing.T, extra ...string) (a, b *proc) {
+func apiAndRunner(t testing.TB, extra ...string) (a, b *proc) {
 	t.Helper()
 	a = startNode(t, "a", extra...)
 	b = startNode(t, "b", append([]string{"--sim", "h100-sxm-80g:2", "--join", a.joinAddr()}, extra...)...)
@@ -190,7 +190,7 @@ type forwarder struct {
 }
 
 // startForward starts it and waits until it listens on n addresses.
-func startForward(t *testing.T, n int, args ...string) (*forwarder, []string) {
+func startForward(t testing.TB, n int, args ...string) (*forwarder, []string) {
 	t.Helper()
 	f := &forwarder{cmd: exec.Command(binary, append([]string{"port-forward"}, args...)...), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	out, err := f.cmd.StdoutPipe()
@@ -330,7 +330,7 @@ func TestPortForwardCarriesHTTPAndFiftyConnections(t *testing.T) {
 
 // payloadOf packs files (name → path on this machine) into a payload
 // archive and uploads it through p.
-func payloadOf(t *testing.T, p *proc, files map[string]string) market.PayloadRef {
+func payloadOf(t testing.TB, p *proc, files map[string]string) market.PayloadRef {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)

@@ -73,7 +73,10 @@ func (h *handlers) tunnel(open func(Tunneler, context.Context, string, []byte) (
 		}
 		h.tunnels.Add(1)
 		defer h.tunnels.Done()
-		hc := &hijacked{Conn: conn, r: brw.Reader}
+		var hc wire.HalfCloser = &hijacked{Conn: conn, r: brw.Reader}
+		if tc, ok := conn.(*net.TCPConn); ok && brw.Reader.Buffered() == 0 {
+			hc = tc // nothing read ahead: the bare connection
+		}
 		if _, err := fmt.Fprintf(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", wire.Upgrade); err != nil {
 			hc.Close()
 			tc.Close()

@@ -174,6 +174,9 @@ func (s *Service) track() bool {
 // A refusal is an *Error carrying the job's end's status and reason.
 func (s *Service) Open(ctx context.Context, to peer.ID, req Request) (Conn, Response, error) {
 	var c Conn
+	if to == s.h.ID() && (req.Kind == KindForward || req.Kind == KindService) {
+		return s.openLocal(ctx, req)
+	}
 	if to == s.h.ID() {
 		near, far := newPipe()
 		if !s.track() {
@@ -286,37 +289,9 @@ func (s *Service) refuse(c Conn, err error) {
 // forward dials the port a forward or service tunnel asks for inside the
 // attempt's network and carries bytes both ways until both ends closed.
 func (s *Service) forward(ctx context.Context, c Conn, req *Request, t *Target, log *slog.Logger) {
-	port := t.Port
-	if req.Kind == KindForward {
-		var f wire.ForwardRequest
-		if err := decodeBody(req.Body, &f); err != nil {
-			s.refuse(c, err)
-			return
-		}
-		if err := CheckForward(&f); err != nil {
-			s.refuse(c, err)
-			return
-		}
-		if f.Share != req.Share {
-			s.refuse(c, Errorf(http.StatusBadRequest, "job %s: the owner signed share %d, not %d", req.Job, f.Share, req.Share))
-			return
-		}
-		port = f.Port
-	} else {
-		switch {
-		case port == 0:
-			s.refuse(c, &Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("job %s is not a service with a port (submit it with --service --port PORT)", req.Job)})
-			return
-		case t.Ready != nil && !t.Ready():
-			s.refuse(c, Errorf(http.StatusServiceUnavailable, "job %s share %d epoch %d is not ready: its readiness probe does not answer", req.Job, req.Share, t.Epoch))
-			return
-		}
-	}
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	tc, err := t.Attempt.DialTCP(dctx, port)
-	cancel()
+	tc, port, err := s.dialFor(ctx, req, t)
 	if err != nil {
-		s.refuse(c, Errorf(http.StatusBadGateway, "job %s share %d: nothing answers on port %d: %v", req.Job, req.Share, port, unwrapDial(err)))
+		s.refuse(c, err)
 		return
 	}
 	if err := writeHeader(c, Response{Status: http.StatusOK, Epoch: t.Epoch}); err != nil {
@@ -327,6 +302,68 @@ func (s *Service) forward(ctx context.Context, c Conn, req *Request, t *Target, 
 	log.Debug("tunnel open", "port", port)
 	up, down := wire.Splice(c, asConn(tc))
 	log.Debug("tunnel closed", "port", port, "bytes_in", up, "bytes_out", down)
+}
+
+// dialFor connects to the port a forward (its signed body's) or service
+// (its spec's, on a ready replica) tunnel asks for.
+func (s *Service) dialFor(ctx context.Context, req *Request, t *Target) (net.Conn, int, error) {
+	port := t.Port
+	if req.Kind == KindForward {
+		var f wire.ForwardRequest
+		if err := decodeBody(req.Body, &f); err != nil {
+			return nil, 0, err
+		}
+		if err := CheckForward(&f); err != nil {
+			return nil, 0, err
+		}
+		if f.Share != req.Share {
+			return nil, 0, Errorf(http.StatusBadRequest, "job %s: the owner signed share %d, not %d", req.Job, f.Share, req.Share)
+		}
+		port = f.Port
+	} else {
+		switch {
+		case port == 0:
+			return nil, 0, Errorf(http.StatusNotFound, "job %s is not a service with a port (submit it with --service --port PORT)", req.Job)
+		case t.Ready != nil && !t.Ready():
+			return nil, 0, Errorf(http.StatusServiceUnavailable, "job %s share %d epoch %d is not ready: its readiness probe does not answer", req.Job, req.Share, t.Epoch)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	tc, err := t.Attempt.DialTCP(dctx, port)
+	if err != nil {
+		return nil, 0, Errorf(http.StatusBadGateway, "job %s share %d: nothing answers on port %d: %v", req.Job, req.Share, port, unwrapDial(err))
+	}
+	return tc, port, nil
+}
+
+// openLocal opens a forward or service tunnel into an attempt of this
+// node: after the same checks as a tunnel from a peer, the connection to
+// the job's port is the tunnel itself (the kernel can splice it to the
+// client's).
+func (s *Service) openLocal(ctx context.Context, req Request) (Conn, Response, error) {
+	if s.cfg.Jobs == nil {
+		return nil, Response{}, Errorf(http.StatusNotFound, "job %s share %d does not run on node %s", req.Job, req.Share, s.h.ID().ShortString())
+	}
+	log := s.log.With("job", req.Job, "share", req.Share, "kind", string(req.Kind), "via", "self")
+	if req.Proof != nil {
+		log = log.With("owner", req.Proof.Owner.Short())
+	}
+	t, err := s.cfg.Jobs.Target(ctx, req.Job, req.Share, req.Epoch)
+	if err == nil {
+		err = authorize(&req, &t, s.cfg.Now())
+	}
+	var tc net.Conn
+	var port int
+	if err == nil {
+		tc, port, err = s.dialFor(ctx, &req, &t)
+	}
+	if err != nil {
+		log.Info("tunnel refused", "err", err)
+		return nil, Response{}, AsError(err)
+	}
+	log.Debug("tunnel open", "epoch", t.Epoch, "port", port)
+	return asConn(tc), Response{Status: http.StatusOK, Epoch: t.Epoch}, nil
 }
 
 // unwrapDial drops the *net.OpError layers that repeat addresses.

@@ -90,7 +90,7 @@ type rig struct {
 	owner     owner.Key
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	a, b := newHost(t), newHost(t)
 	connect(t, a, b)
@@ -384,5 +384,29 @@ func TestCloseEndsServedTunnels(t *testing.T) {
 	}
 	if _, _, err := wire.NewClient(c).Copy(nil, io.Discard, io.Discard); !errors.Is(err, wire.ErrBroken) {
 		t.Errorf("the client of a cut exec: %v; want ErrBroken", err)
+	}
+}
+
+func TestForwardIntoAJobOfTheSameNodeIsItsConnection(t *testing.T) {
+	r := newRig(t)
+	port := echoServer(t)
+	c, resp, err := r.far.Open(context.Background(), r.farID,
+		signedRequest(r.owner, KindForward, "j1", 0, "/v1/jobs/j1/forward", wire.ForwardRequest{Port: port}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.(*net.TCPConn); !ok || resp.Epoch != 3 {
+		t.Errorf("a local forward is a %T (epoch %d); want the job's TCP connection itself", c, resp.Epoch)
+	}
+	fmt.Fprintf(c, "local\n")
+	c.CloseWrite()
+	if got, _ := io.ReadAll(c); string(got) != "echo: local\nbye\n" {
+		t.Errorf("got %q", got)
+	}
+	c.Close()
+	// The same checks as from a peer.
+	if _, _, err := r.far.Open(context.Background(), r.farID,
+		signedRequest(key(t, 5), KindForward, "j1", 0, "/v1/jobs/j1/forward", wire.ForwardRequest{Port: port})); AsError(err).Status != http.StatusForbidden {
+		t.Errorf("another owner's local forward: %v", err)
 	}
 }

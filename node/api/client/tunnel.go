@@ -84,6 +84,9 @@ func (c *Client) upgrade(ctx context.Context, path string, body []byte) (Tunnel,
 		defer conn.Close()
 		return nil, readAPIError(http.MethodPost, path, resp)
 	}
+	if tc, ok := conn.(*net.TCPConn); ok && br.Buffered() == 0 {
+		return tc, nil // nothing read ahead: the bare connection, which the kernel can splice
+	}
 	return &upgraded{Conn: conn, r: br}, nil
 }
 

@@ -13,7 +13,7 @@ type HalfCloser interface {
 }
 
 // spliceBuffer is the size of each direction's copy buffer.
-const spliceBuffer = 64 << 10
+const spliceBuffer = 256 << 10
 
 // Splice carries bytes between a and b until both directions have ended,
 // then closes both. A direction whose source ends cleanly closes the
@@ -32,7 +32,12 @@ func Splice(a, b HalfCloser) (ab, ba int64) {
 	one := func(dst, src HalfCloser, n *int64) {
 		defer wg.Done()
 		var err error
-		*n, err = io.CopyBuffer(dst, src, make([]byte, spliceBuffer))
+		if rf, ok := dst.(io.ReaderFrom); ok {
+			// TCP to TCP: the kernel moves the bytes (splice(2)).
+			*n, err = rf.ReadFrom(src)
+		} else {
+			*n, err = io.CopyBuffer(dst, src, make([]byte, spliceBuffer))
+		}
 		if err != nil {
 			fail()
 			return
