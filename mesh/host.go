@@ -119,7 +119,13 @@ func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autore
 			libp2p.EnableAutoNATv2(),
 			libp2p.EnableRelay(),
 			libp2p.EnableRelayService(),
-			libp2p.EnableAutoRelayWithPeerSource(relays),
+			// A node behind NAT takes a reservation on the first public
+			// member it finds, soon: libp2p's defaults (four candidates, or
+			// three minutes) leave it unreachable for minutes in a small
+			// mesh, where a job's owner cannot reach its jobs.
+			libp2p.EnableAutoRelayWithPeerSource(relays,
+				autorelay.WithMinCandidates(1), autorelay.WithBootDelay(5*time.Second),
+				autorelay.WithMinInterval(5*time.Second), autorelay.WithBackoff(time.Minute)),
 			libp2p.EnableHolePunching(),
 		)
 	}

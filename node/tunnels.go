@@ -251,11 +251,21 @@ func (t *tunnels) lookup(ctx context.Context, job string) (tunnel.Backend, error
 			continue
 		}
 		if id, err := peer.Decode(p.Node); err == nil {
-			t.n.dialable(id)
+			t.reachable(id)
 			b.Ready = append(b.Ready, tunnel.Endpoint{Node: id, Share: p.Share, Epoch: p.Epoch})
 		}
 	}
 	return b, nil
+}
+
+// reachable gives libp2p every address membership knows of a runner:
+// behind NAT, its relayed ones (/p2p-circuit) are the ways in, which the
+// peerstore may not hold when it holds a direct one that fails.
+func (t *tunnels) reachable(id peer.ID) {
+	t.n.dialable(id)
+	if m, ok := t.n.mesh.Member(id); ok && len(m.Addrs) > 0 {
+		t.n.mesh.Host().Peerstore().AddAddrs(id, m.Addrs, addrTTL)
+	}
 }
 
 // serveIngress serves http://ADDR/JOB_ID/… of public services, to anyone.
@@ -329,7 +339,7 @@ func (t tenantAPI) open(ctx context.Context, kind tunnel.Kind, job string, share
 	if err != nil {
 		return nil, api.Errorf(http.StatusBadGateway, "job %s share %d runs on a node with a bad ID %q", job, share, p.Node)
 	}
-	t.dialable(to)
+	t.tun.reachable(to)
 	proof := t.ownerProof(ctx, http.MethodPost, "/v1/jobs/"+job+suffix, body)
 	c, _, err := t.tun.svc.Open(ctx, to, tunnel.Request{Kind: kind, Job: job, Share: share, Epoch: p.Epoch, Proof: &proof, Body: body})
 	if err != nil {
