@@ -34,7 +34,7 @@ func BenchmarkIngressKill(b *testing.B) {
 }
 
 func benchIngressKill(b *testing.B) {
-		m := newServiceMesh(b)
+	m := newServiceMesh(b)
 	rec := m.submitService(b)
 	ing := "http://" + m.ingAddr + "/" + rec.ID + "/whoami"
 	_, w, err := getWhoami(ing, nil)
@@ -104,7 +104,7 @@ func benchIngressKill(b *testing.B) {
 // Process mode (the replica listens on the machine's loopback).
 func BenchmarkMeshHop(b *testing.B) {
 	for range b.N {
-				needReplica(b)
+		needReplica(b)
 		ingAddr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 		a := startNode(b, "a", "--ingress", ingAddr)
 		r := startNode(b, "b", "--sim", "h100-sxm-80g:1", "--join", a.joinAddr())
@@ -143,8 +143,8 @@ func BenchmarkMeshHop(b *testing.B) {
 		}
 		slices.Sort(d)
 		slices.Sort(m)
-		b.ReportMetric(float64((pct(m, 99) - pct(d, 99)).Microseconds())/1000, "p99-added-ms")
-		b.ReportMetric(float64((pct(m, 50) - pct(d, 50)).Microseconds())/1000, "p50-added-ms")
+		b.ReportMetric(float64((pct(m, 99)-pct(d, 99)).Microseconds())/1000, "p99-added-ms")
+		b.ReportMetric(float64((pct(m, 50)-pct(d, 50)).Microseconds())/1000, "p50-added-ms")
 		b.Logf("2000 requests each: direct p50 %v p99 %v; through the mesh p50 %v p99 %v; added p50 %v p99 %v",
 			pct(d, 50), pct(d, 99), pct(m, 50), pct(m, 99), pct(m, 50)-pct(d, 50), pct(m, 99)-pct(d, 99))
 	}
@@ -156,7 +156,7 @@ func BenchmarkMeshHop(b *testing.B) {
 // the medians (target: port-forward at least 50% of direct).
 func BenchmarkPortForwardThroughput(b *testing.B) {
 	for range b.N {
-				needReplica(b)
+		needReplica(b)
 		a, r := apiAndRunner(b)
 		alice, _ := tunnelOwners(b)
 		port := freePort(b)
