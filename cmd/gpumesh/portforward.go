@@ -82,12 +82,22 @@ type forwardSpec struct {
 }
 
 func parseForward(s string) (forwardSpec, error) {
-	parts := strings.Split(s, ":")
 	host := "127.0.0.1"
+	rest := s
+	if strings.HasPrefix(s, "[") { // [IPv6]:LOCAL:REMOTE
+		end := strings.Index(s, "]:")
+		if end < 0 {
+			return forwardSpec{}, errors.New("want [LOCAL_ADDR:]LOCAL_PORT:REMOTE_PORT, such as 8888:8888")
+		}
+		host, rest = s[1:end], "x:"+s[end+2:]
+	}
+	parts := strings.Split(rest, ":")
 	switch len(parts) {
 	case 2:
 	case 3:
-		host = strings.Trim(parts[0], "[]")
+		if !strings.HasPrefix(s, "[") {
+			host = parts[0]
+		}
 		parts = parts[1:]
 		if host == "" || (net.ParseIP(host) == nil && host != "localhost") {
 			return forwardSpec{}, fmt.Errorf("local address %q: want an IP address such as 127.0.0.1 or 0.0.0.0", host)
