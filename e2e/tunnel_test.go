@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,6 +118,27 @@ func TestExecRunsInAJobFromAnotherNode(t *testing.T) {
 		if code != c.code || !strings.Contains(errOut, c.says) || out != "" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d saying %q", name, code, out, errOut, c.code, c.says)
 		}
+	}
+
+	// The owner's laptop dies mid-exec: the command is hung up on the
+	// supplier, and the job runs on.
+	dying := exec.Command(binary, "exec", id, "--api", a.apiAddr, "--key", alice, "--", "sh", "-c", "echo $$; exec sleep 300")
+	stdout, _ := dying.StdoutPipe()
+	if err := dying.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		t.Fatalf("the exec printed %q: %v %v", line, err, perr)
+	}
+	dying.Process.Kill()
+	dying.Wait()
+	eventually(t, 10*time.Second, "the exec's command ends with its client", func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
+	if code, _, _ := runCLIStatus(t, "exec", id, "--api", a.apiAddr, "--key", alice, "--", "true"); code != 0 {
+		t.Errorf("an exec after a client died: exit %d; the job should run on", code)
 	}
 
 	if out, err := runCLI(t, "cancel", id, "--api", a.apiAddr, "--key", alice); err != nil {

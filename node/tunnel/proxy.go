@@ -28,6 +28,12 @@ const (
 	// maxReplayBody is the largest request body kept to send again to
 	// another replica (idempotent methods only).
 	maxReplayBody = 1 << 20
+	// sweepAbove is how many jobs' records the proxy keeps before it drops
+	// those it has not looked up for DefaultStale (an ingress is asked for
+	// any job ID anyone makes up); forgetAfter is how long it keeps the name
+	// of a replica it no longer saw.
+	sweepAbove  = 256
+	forgetAfter = 10 * time.Minute
 )
 
 // Endpoint is one ready replica of a service: the node that runs it and
@@ -76,6 +82,8 @@ type Proxy struct {
 	backends map[string]*cached
 	hosts    map[string]dialTarget // transport host → where it dials
 	byTarget map[dialTarget]string
+	seen     map[dialTarget]time.Time // when a lookup last listed it
+	hostSeq  int
 	failed   map[dialTarget]time.Time
 	next     atomic.Uint64
 }
@@ -111,7 +119,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		cfg.Cooldown = DefaultCooldown
 	}
 	p := &Proxy{cfg: cfg, backends: map[string]*cached{}, hosts: map[string]dialTarget{},
-		byTarget: map[dialTarget]string{}, failed: map[dialTarget]time.Time{}}
+		byTarget: map[dialTarget]string{}, seen: map[dialTarget]time.Time{}, failed: map[dialTarget]time.Time{}}
 	p.tr = &http.Transport{
 		DialContext:         p.dial,
 		MaxIdleConnsPerHost: 64,
@@ -158,12 +166,39 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 func (p *Proxy) hostOf(t dialTarget) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.seen[t] = time.Now()
 	if h, ok := p.byTarget[t]; ok {
 		return h
 	}
-	h := "r" + strconv.Itoa(len(p.hosts)) + ".gpumesh.invalid"
+	p.hostSeq++
+	h := "r" + strconv.Itoa(p.hostSeq) + ".gpumesh.invalid"
 	p.hosts[h], p.byTarget[t] = t, h
 	return h
+}
+
+// sweep forgets the records of jobs not looked up lately and the names of
+// replicas not seen lately, so that neither grows without bound. p.mu is
+// held.
+func (p *Proxy) sweepLocked(now time.Time) {
+	if len(p.backends) > sweepAbove {
+		for job, c := range p.backends {
+			if c.mu.TryLock() {
+				old := !c.at.IsZero() && now.Sub(c.at) > p.cfg.Stale
+				c.mu.Unlock()
+				if old {
+					delete(p.backends, job)
+				}
+			}
+		}
+	}
+	for t, at := range p.seen {
+		if now.Sub(at) > forgetAfter {
+			h := p.byTarget[t]
+			delete(p.hosts, h)
+			delete(p.byTarget, t)
+			delete(p.seen, t)
+		}
+	}
 }
 
 // backend returns the job's record as lately looked up.
@@ -171,6 +206,7 @@ func (p *Proxy) backend(ctx context.Context, job string) (Backend, error) {
 	p.mu.Lock()
 	c := p.backends[job]
 	if c == nil {
+		p.sweepLocked(time.Now())
 		c = &cached{}
 		p.backends[job] = c
 	}

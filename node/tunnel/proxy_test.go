@@ -266,3 +266,22 @@ func TestProberFollowsTheReplicasPort(t *testing.T) {
 	ln.Close()
 	expect(k2, false)
 }
+
+func TestProxyForgetsJobsNobodyAsksForAgain(t *testing.T) {
+	pr := newProxyRig(t, nil)
+	pr.proxy.cfg.Stale = time.Millisecond
+	for i := range 3 * sweepAbove {
+		w := httptest.NewRecorder()
+		pr.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil), ProxyRequest{Job: fmt.Sprintf("made-up-%d", i), Path: "/x"})
+		if w.Code != http.StatusNotFound {
+			t.Fatalf("a made-up job: %d", w.Code)
+		}
+		time.Sleep(time.Millisecond) // ages the records past Stale
+	}
+	pr.proxy.mu.Lock()
+	n := len(pr.proxy.backends)
+	pr.proxy.mu.Unlock()
+	if n > sweepAbove+1 {
+		t.Errorf("the proxy holds %d jobs' records after %d made-up IDs; want at most %d", n, 3*sweepAbove, sweepAbove+1)
+	}
+}

@@ -410,3 +410,38 @@ func TestForwardIntoAJobOfTheSameNodeIsItsConnection(t *testing.T) {
 		t.Errorf("another owner's local forward: %v", err)
 	}
 }
+
+// TestAForwardWhoseClientVanishesIsClosedAtTheJob: the job's side of a
+// forwarded connection is closed when the owner's side is cut off, so a
+// server in the job is not left holding it.
+func TestAForwardWhoseClientVanishesIsClosedAtTheJob(t *testing.T) {
+	r := newRig(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ended := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			ended <- err
+			return
+		}
+		defer c.Close()
+		_, err = io.Copy(io.Discard, c) // the job's server reads until its client is gone
+		ended <- err
+	}()
+	c, _, err := r.near.Open(context.Background(), r.farID,
+		signedRequest(r.owner, KindForward, "j1", 0, "/v1/jobs/j1/forward", wire.ForwardRequest{Port: ln.Addr().(*net.TCPAddr).Port}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "half a request")
+	abort(c)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job's end of the connection stays open after its client vanished")
+	}
+}
