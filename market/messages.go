@@ -142,6 +142,9 @@ type (
 		Epoch       uint64  `json:"epoch"`
 		Started     bool    `json:"started"`
 		CardSeconds float64 `json:"card_seconds"`
+		// Ready says a service replica's readiness probe answers (see
+		// ServiceSpec).
+		Ready bool `json:"ready,omitempty"`
 	}
 	// RenewalAck extends a runner's lease.
 	RenewalAck struct {
@@ -219,12 +222,13 @@ type ExecSpec struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
+	Service *ServiceSpec      `json:"service,omitempty"`
 	Resources
 }
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Resources: spec.Resources}
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several

@@ -123,7 +123,7 @@ func (s *supplier) judgeAward(m *Award) string {
 		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
 	}
 	if !sameExec(m.Exec, ExecOf(spec)) {
-		return "the award's command, environment, payload, network or resources differ from the owner's signed spec"
+		return "the award's command, environment, payload, network, service or resources differ from the owner's signed spec"
 	}
 	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
 		return "policy: " + reason
@@ -132,7 +132,7 @@ func (s *supplier) judgeAward(m *Award) string {
 }
 
 func sameExec(a, b ExecSpec) bool {
-	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources {
+	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources || !sameService(a.Service, b.Service) {
 		return false
 	}
 	for k, v := range a.Env {

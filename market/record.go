@@ -82,6 +82,10 @@ type Placement struct {
 	CardSeconds float64   `json:"card_seconds"`
 	CostCNY     float64   `json:"cost_cny"`
 	ExitCode    *int      `json:"exit_code,omitempty"`
+	// Ready says a service replica's readiness probe answers, as its
+	// runner last said (see ServiceSpec); a replica of a service with a
+	// port counts as running only while it does.
+	Ready bool `json:"ready,omitempty"`
 }
 
 // JobRecord is everything the coordinator knows of a job: what node

@@ -94,6 +94,11 @@ type Config struct {
 	FenceCommand []string
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
+	// Ingress, when set, is the address ("host:port") where the node
+	// serves the public services of the mesh to anyone:
+	// http://Ingress/JOB_ID/… reaches a ready replica of JOB_ID when its
+	// owner marked it public (market.ServiceSpec.Public). Default: none.
+	Ingress string
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
 	// Policy is the supplier's choice of the jobs it bids for and runs:

@@ -63,6 +63,7 @@ type Node struct {
 	exec       *executor.Executor
 	payload    *payloads
 	server     *api.Server
+	tun        *tunnels // exec, port-forward, services (tunnels.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -181,6 +182,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		closers = append(closers, func() { apiLn.Close() })
 	}
+	var ingressLn net.Listener
+	if cfg.Ingress != "" {
+		if ingressLn, err = listenIngress(cfg.Ingress); err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { ingressLn.Close() })
+	}
 	if cfg.Sim == nil {
 		if err := cfg.Mesh.CheckPorts(); err != nil {
 			return nil, err
@@ -298,6 +306,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.startMarket(cards); err != nil {
 		return nil, err
 	}
+	if err := n.startTunnels(ingressLn); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { n.tun.close() })
 
 	n.adv, err = gossip.NewAdvertiser(n.gossip, n.supply(), gossip.AdvertiserConfig{
 		Logger:    n.log,
@@ -354,6 +366,7 @@ func (n *Node) Close() error {
 		if n.server != nil {
 			n.server.Close()
 		}
+		n.tun.close() // exec sessions hang up; tunnels and probes end
 		n.cancel()
 		n.exec.Close() // the attempts' watchers return once their processes are gone
 		n.wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,6 +36,7 @@ type nodeFlags struct {
 	sim         string
 	simSeed     string
 	api         string
+	ingress     string
 	apiToken    string
 	region      string
 	prices      []string
@@ -176,6 +178,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.simSeed, "sim-seed", "", "seed of the simulated cards' IDs (default: the data dir)")
 	fl.StringVar(&f.api, "api", api.DefaultAddr, "address of the local HTTP API (\"\" to serve none)")
 	fl.StringVar(&f.apiToken, "api-token-file", "", "file holding the API token; required when --api is not loopback")
+	fl.StringVar(&f.ingress, "ingress", "", "serve the mesh's public services (submit --public) to anyone at http://`ADDR`/JOB_ID/ (host:port; default none)")
 	fl.StringVar(&f.region, "region", "", "region label advertised with the cards, e.g. cn-east")
 	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
 	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
@@ -322,6 +325,12 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 			return cfg, usagef("--sim: %v", err)
 		}
 		cfg.Devices = []device.Backend{s}
+	}
+	if f.ingress != "" {
+		if _, port, err := net.SplitHostPort(f.ingress); err != nil || port == "" {
+			return cfg, usagef("--ingress %q: want host:port, such as 0.0.0.0:8080", f.ingress)
+		}
+		cfg.Ingress = f.ingress
 	}
 	if f.api != "" {
 		ac := &api.Config{Addr: f.api}

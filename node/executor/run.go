@@ -63,6 +63,12 @@ type Run struct {
 	stopping StopReason
 	killer   *time.Timer
 	result   Result
+
+	// The processes Exec started that were not reaped yet; execsDone is
+	// set once the attempt ended, after which Exec starts nothing.
+	execMu    sync.Mutex
+	execs     map[*Process]bool
+	execsDone bool
 }
 
 func newRun(cfg Config, a Attempt, dir string) *Run {
@@ -169,6 +175,7 @@ func (r *Run) signalStopLocked() {
 		return
 	}
 	r.jail.signal(sigTerm)
+	r.signalExecs(sigTerm)
 	r.killer = time.AfterFunc(r.cfg.Grace, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -259,6 +266,7 @@ func (r *Run) start() error {
 func (r *Run) wait() {
 	err := r.cmd.Wait()
 	ended := time.Now()
+	r.signalExecs(sigKill) // nor does anything exec started in it
 	oom := r.jail.finish() // no orphan outlives its attempt
 	r.closeFiles()
 
