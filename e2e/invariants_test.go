@@ -193,7 +193,13 @@ func (c *cluster) verify(recs map[string]market.JobRecord) []string {
 	// beyond the fencing grace, as the processes showed.
 	c.mu.Lock()
 	bad = append(bad, c.doubleUse...)
-	bad = append(bad, c.shares.violations()...)
+	bad = append(bad, c.shares.violations(func(job string) bool {
+		why, ok := c.bothSides[job]
+		if ok {
+			c.t.Logf("job %s ran a share on both sides of a partition, on purpose: %s", job, why)
+		}
+		return ok
+	})...)
 	c.mu.Unlock()
 	return bad
 }

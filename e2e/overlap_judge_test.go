@@ -51,11 +51,14 @@ func TestOverlapsJudgeFlagsSharesRunTwice(t *testing.T) {
 	for i, s := range samples {
 		o.sample(t0.Add(time.Duration(i)*100*time.Millisecond), s)
 	}
-	bad := o.violations()
+	bad := o.violations(nil)
 	if len(bad) != 1 || !strings.Contains(bad[0], "j2/0 epochs 1 and 5") || !strings.Contains(bad[0], "1.4s") {
 		t.Errorf("flagged %v, want j2/0's epochs 1 and 5 together for 1.4s", bad)
 	}
 	if which, d := o.longestOverlap(); !strings.Contains(which, "j2/0") || d != 1400*time.Millisecond {
 		t.Errorf("longest overlap %s %v, want j2/0 for 1.4s", which, d)
+	}
+	if bad := o.violations(func(job string) bool { return job == "j2" }); len(bad) != 0 {
+		t.Errorf("with j2 excused, flagged %v", bad)
 	}
 }

@@ -23,18 +23,29 @@ type overlaps struct {
 	grace time.Duration
 	// since is when each pair of attempts of a share was first seen
 	// alive together, until a sample sees them apart.
-	since map[string]time.Time
+	since map[pair]time.Time
 	// longest is how long each pair was seen together.
-	longest map[string]time.Duration
+	longest map[pair]time.Duration
 }
 
+// pair is two attempts of one share ("job/share"), epochs a < b.
+type pair struct {
+	share string
+	a, b  uint64
+}
+
+func (p pair) String() string { return fmt.Sprintf("%s epochs %d and %d", p.share, p.a, p.b) }
+
+// job is the pair's job ID.
+func (p pair) job() string { j, _, _ := strings.Cut(p.share, "/"); return j }
+
 func newOverlaps(grace time.Duration) *overlaps {
-	return &overlaps{grace: grace, since: map[string]time.Time{}, longest: map[string]time.Duration{}}
+	return &overlaps{grace: grace, since: map[pair]time.Time{}, longest: map[pair]time.Duration{}}
 }
 
 // sample takes the attempts alive at at, by share ("job/share") and epoch.
 func (o *overlaps) sample(at time.Time, alive map[string]map[uint64]bool) {
-	seen := map[string]bool{}
+	seen := map[pair]bool{}
 	for share, epochs := range alive {
 		if len(epochs) < 2 {
 			continue
@@ -46,7 +57,7 @@ func (o *overlaps) sample(at time.Time, alive map[string]map[uint64]bool) {
 		slices.Sort(es)
 		for i := range es {
 			for _, b := range es[i+1:] {
-				key := fmt.Sprintf("%s epochs %d and %d", share, es[i], b)
+				key := pair{share, es[i], b}
 				seen[key] = true
 				if _, ok := o.since[key]; !ok {
 					o.since[key] = at
@@ -62,11 +73,12 @@ func (o *overlaps) sample(at time.Time, alive map[string]map[uint64]bool) {
 	}
 }
 
-// violations lists the pairs that ran together beyond the grace.
-func (o *overlaps) violations() []string {
+// violations lists the pairs that ran together beyond the grace, but
+// those of the jobs skip names.
+func (o *overlaps) violations(skip func(job string) bool) []string {
 	var out []string
 	for key, d := range o.longest {
-		if d > o.grace {
+		if d > o.grace && (skip == nil || !skip(key.job())) {
 			out = append(out, fmt.Sprintf("share %s ran at once for at least %v (grace %v)", key, d.Round(time.Millisecond), o.grace))
 		}
 	}
@@ -80,8 +92,8 @@ func (o *overlaps) longestOverlap() (string, time.Duration) {
 	var which string
 	var d time.Duration
 	for key, l := range o.longest {
-		if l > d || l == d && strings.Compare(key, which) < 0 {
-			which, d = key, l
+		if k := key.String(); l > d || l == d && k < which {
+			which, d = k, l
 		}
 	}
 	return which, d

@@ -35,6 +35,7 @@ func (g *Gossip) joinBroadcast() error {
 func (g *Gossip) validateBroadcast(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	m, err := DecodeMessage(msg.GetData(), msg.GetFrom(), g.cfg.Clock.Now(), MaxEnvelopeSize)
 	r := ReasonOf(err)
+	noteVersion(g.cfg.Versions, msg.GetFrom(), err, g.cfg.Clock.Now())
 	g.counters.verdict(msg.GetTopic(), from == g.self, r)
 	switch r.Verdict() {
 	case Accept:

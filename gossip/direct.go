@@ -46,6 +46,9 @@ type DirectConfig struct {
 	// MaxInbound bounds the inbound streams handled at once; more are
 	// reset. Default: 512.
 	MaxInbound int
+	// Versions, if set, records the peers whose frames are of a newer
+	// wire version than this node reads.
+	Versions *Versions
 	// OnMessage receives every checked one-way message. It is called from
 	// stream goroutines, concurrently, and must not block.
 	OnMessage func(Message)
@@ -367,6 +370,7 @@ func (d *Direct) writeReply(s network.Stream, kind string, data []byte) error {
 
 func (d *Direct) refuse(from peer.ID, err error) {
 	d.refused.Add(1)
+	noteVersion(d.cfg.Versions, from, err, d.cfg.Clock.Now())
 	d.cfg.Logger.Debug("direct frame refused", "peer", from, "err", err)
 }
 

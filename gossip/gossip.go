@@ -27,6 +27,9 @@ type Config struct {
 	// SystemClock(). (Gossipsub's own heartbeat and peer scoring run on the
 	// system clock whatever this is.)
 	Clock Clock
+	// Versions, if set, records the peers whose messages are of a newer
+	// wire version than this node reads.
+	Versions *Versions
 	// Logger gets debug lines for refused messages and errors of the
 	// delivery loop. Default: discard.
 	Logger *slog.Logger

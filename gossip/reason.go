@@ -125,6 +125,8 @@ func (r Reason) Verdict() Verdict {
 type MessageError struct {
 	Reason Reason
 	Detail string // what exactly was wrong; empty in the sentinels
+	// Version is the wire version the message carried, for ReasonVersion.
+	Version uint32
 }
 
 func (e *MessageError) Error() string {

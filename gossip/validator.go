@@ -21,6 +21,7 @@ func (g *Gossip) validateCapacity(_ context.Context, from peer.ID, msg *pubsub.M
 		err = g.cfg.Book.CheckSeq(ad.Peer, ad.Seq, now)
 	}
 	r := ReasonOf(err)
+	noteVersion(g.cfg.Versions, msg.GetFrom(), err, now)
 	g.counters.verdict(msg.GetTopic(), local, r)
 	switch r.Verdict() {
 	case Accept:

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -124,7 +125,8 @@ func decodeEnvelope(data []byte, limit int) (*gossippb.Envelope, error) {
 		return nil, msgErr(ReasonMalformed, "%v", err)
 	}
 	if env.GetVersion() != Version {
-		return nil, msgErr(ReasonVersion, "version %d, this node reads %d", env.GetVersion(), Version)
+		return nil, &MessageError{Reason: ReasonVersion, Version: env.GetVersion(),
+			Detail: fmt.Sprintf("version %d, this node reads %d", env.GetVersion(), Version)}
 	}
 	if _, err := peer.IDFromBytes(env.GetSender()); err != nil {
 		return nil, msgErr(ReasonBadSender, "%v", err)

@@ -48,8 +48,11 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	if m.Started && p.StartedAt.IsZero() {
 		p.StartedAt = c.n.now
 		c.touch(j)
-		c.replaced(j, p) // a replica it replaces stops once its process runs
+		if j.spec.Service == nil {
+			c.replaced(j, p) // a replica it replaces stops once its process runs
+		}
 	}
+	c.onReadyRenewal(j, p, m.Ready) // or, for a service with a port, once it is ready
 	if p.State == PlacementRunning && !m.Started && p.gang != nil {
 		c.sendStart(j, p) // the Start was lost
 	}

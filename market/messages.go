@@ -147,6 +147,9 @@ type (
 		// Config.BillOnlyReceipts only a renewal that carries one is
 		// billed.
 		Receipt []byte `json:"receipt,omitempty"`
+		// Ready says a service replica's readiness probe answers (see
+		// ServiceSpec).
+		Ready bool `json:"ready,omitempty"`
 	}
 	// RenewalAck extends a runner's lease. Countersig, when set, is the
 	// coordinator's countersignature of the receipt the renewal carried
@@ -233,12 +236,13 @@ type ExecSpec struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
+	Service *ServiceSpec      `json:"service,omitempty"`
 	Resources
 }
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Resources: spec.Resources}
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several

@@ -103,6 +103,8 @@ func (n *Node) Step(ev Event) error {
 		err = n.sup.onExecutionStarted(e)
 	case ExecutionExited:
 		err = n.sup.onExecutionExited(e)
+	case ExecutionReady:
+		err = n.sup.onExecutionReady(e)
 	case CheckpointTaken:
 		err = n.coord.checkpoint(e)
 	case ProbeResult:
@@ -141,6 +143,8 @@ func validateEvent(ev Event) error {
 	case ScaleJob:
 		return checkEventJob(e.Job)
 	case ExecutionStarted:
+		return checkEventJob(e.Job)
+	case ExecutionReady:
 		return checkEventJob(e.Job)
 	case ExecutionExited:
 		return checkEventJob(e.Job)

@@ -86,14 +86,11 @@ const (
 
 // Attempt is the supplier's record of one share it runs, for persistence.
 type Attempt struct {
-	Job         string `json:"job"`
-	Share       int    `json:"share"`
-	Epoch       uint64 `json:"epoch"`
-	Term        uint64 `json:"term"`
-	Coordinator string `json:"coordinator"`
-	// Owner is the job's owner ID, from the signed spec of the award ("" for
-	// an unsigned one).
-	Owner       string       `json:"owner,omitempty"`
+	Job         string       `json:"job"`
+	Share       int          `json:"share"`
+	Epoch       uint64       `json:"epoch"`
+	Term        uint64       `json:"term"`
+	Coordinator string       `json:"coordinator"`
 	Cards       []string     `json:"cards"`
 	PriceCNY    float64      `json:"price_cny"`
 	State       AttemptState `json:"state"`
@@ -106,7 +103,13 @@ type Attempt struct {
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	Acked   bool      `json:"acked,omitempty"`
 	// Reason says why it ended, for the owner (ExecutionExited.Reason).
-	Reason  string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Owner is the job's owner and Service its service spec, from the
+	// owner's signed spec in the award ("" and nil for an unsigned one).
+	Owner   string       `json:"owner,omitempty"`
+	Service *ServiceSpec `json:"service,omitempty"`
+	// Ready says the replica's readiness probe answers (ExecutionReady).
+	Ready   bool   `json:"ready,omitempty"`
 	Version uint64 `json:"version"`
 }
 

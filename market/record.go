@@ -51,6 +51,10 @@ func (s PlacementState) live() bool {
 	return s == PlacementAwarded || s == PlacementAccepted || s == PlacementRunning || s == PlacementStopping
 }
 
+// Live reports whether an attempt in this state holds (or may hold) cards:
+// awarded, accepted, running or stopping.
+func (s PlacementState) Live() bool { return s.live() }
+
 // Placement is one attempt at one share of a job: a node's cards under an
 // epoch. Share numbers are stable; a share placed again keeps its number
 // (slot layouts) or is replaced by new shares (LayoutAny), and its new
@@ -86,6 +90,10 @@ type Placement struct {
 	// CardSeconds, countersigned (node/receipts). It travels with the
 	// record, so a successor coordinator's bill still proves it.
 	Receipt []byte `json:"receipt,omitempty"`
+	// Ready says a service replica's readiness probe answers, as its
+	// runner last said (see ServiceSpec); a replica of a service with a
+	// port counts as running only while it does.
+	Ready bool `json:"ready,omitempty"`
 }
 
 // JobRecord is everything the coordinator knows of a job: what node

@@ -173,6 +173,10 @@ type JobSpec struct {
 	// --job-network): a gang across nodes runs only on suppliers that
 	// allow host.
 	Network JobNetwork `json:"network,omitempty"`
+	// Service says how a service job is reached (its port, readiness
+	// probe, and whether an ingress serves it to anyone); only services
+	// have one.
+	Service *ServiceSpec `json:"service,omitempty"`
 	// Resources caps what each share may use on its node besides its cards
 	// (memory_bytes, pids, cpu_weight at the top level of the JSON). Zero
 	// fields take the supplier's defaults; suppliers whose policy caps less
@@ -300,12 +304,20 @@ func (s *JobSpec) validateKind() error {
 		if s.Replicas != 0 {
 			return specErr("replicas", "only service jobs have replicas (kind is %s)", s.KindOrDefault())
 		}
+		if s.Service != nil {
+			return specErr("service", "only service jobs have a port (kind is %s)", s.KindOrDefault())
+		}
 	case KindService:
 		if s.Replicas < 0 || s.Replicas > MaxReplicas {
 			return specErr("replicas", "must be between 1 and %d, got %d", MaxReplicas, s.Replicas)
 		}
 		if s.Cards > MaxCardsPerNode {
 			return specErr("cards", "a service replica runs on one node: at most %d cards, got %d", MaxCardsPerNode, s.Cards)
+		}
+		if s.Service != nil {
+			if err := s.Service.validate(); err != nil {
+				return err
+			}
 		}
 	default:
 		return specErr("kind", "want batch, preemptible or service, got %q", s.Kind)

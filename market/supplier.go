@@ -351,12 +351,12 @@ func (s *supplier) onAward(from string, m *Award) error {
 	slices.SortFunc(cards, func(x, y *cardState) int { return cmp.Compare(s.position(x), s.position(y)) })
 	a := &attempt{
 		rec: Attempt{Job: m.Job, Share: m.Share, Epoch: m.Epoch, Term: m.Term, Coordinator: from,
-			PriceCNY: m.PriceCNY, State: AttemptCommitted},
+			PriceCNY: m.PriceCNY, State: AttemptCommitted, Service: m.Exec.Service},
 		cards: cards, exec: m.Exec, kind: m.Kind, world: m.World, gang: m.Gang, restore: m.Restore,
 		lastAck: s.n.now, nextRenew: s.n.now.Add(s.n.cfg.RenewInterval),
 	}
 	if m.Signed != nil {
-		a.rec.Owner = m.Signed.Spec.Owner
+		a.rec.Owner = m.Signed.Spec.Owner // verified by judgeAward
 	}
 	for _, c := range cards {
 		a.rec.Cards = append(a.rec.Cards, c.card.ID)
@@ -668,7 +668,7 @@ func (s *supplier) tick() {
 		case !now.Before(a.nextRenew):
 			a.nextRenew = now.Add(s.n.cfg.RenewInterval)
 			s.n.send(a.rec.Coordinator, &Renewal{Job: a.rec.Job, Term: a.rec.Term, Share: a.rec.Share, Epoch: a.rec.Epoch,
-				Started: a.startWanted, CardSeconds: s.usage(a)})
+				Started: a.startWanted, CardSeconds: s.usage(a), Ready: a.rec.Ready})
 		}
 	}
 }

@@ -74,6 +74,12 @@ type Config struct {
 	// client with relays drawn from the members, and hole punching, all on
 	// by default.
 	DisableNAT bool
+	// Reachability overrides what AutoNAT finds out about this node:
+	// ReachabilityAuto (the default) lets it ask its peers. A node at a
+	// public address whose peers are all behind NAT has no one to vouch
+	// for it (only public nodes answer AutoNAT), so it would never serve
+	// as a relay: such a node is set to ReachabilityPublic.
+	Reachability Reachability
 
 	// Profile is memberlist's timing. Default FastProfile().
 	Profile Profile
@@ -187,6 +193,10 @@ func defaultListenAddrs(private bool) []ma.Multiaddr {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if _, err := ParseReachability(string(c.Reachability)); err != nil {
+		add("mesh: %v", err)
+	}
 
 	if c.DataDir == "" && c.Identity == nil {
 		add("mesh: DataDir or Identity is required")

@@ -119,9 +119,15 @@ func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autore
 			libp2p.EnableAutoNATv2(),
 			libp2p.EnableRelay(),
 			libp2p.EnableRelayService(),
-			libp2p.EnableAutoRelayWithPeerSource(relays),
+			libp2p.EnableAutoRelayWithPeerSource(relays, relayOptions...),
 			libp2p.EnableHolePunching(),
 		)
+		switch cfg.Reachability {
+		case ReachabilityPublic:
+			opts = append(opts, libp2p.ForceReachabilityPublic())
+		case ReachabilityPrivate:
+			opts = append(opts, libp2p.ForceReachabilityPrivate())
+		}
 	}
 	h, err := libp2p.New(opts...)
 	if err != nil {
@@ -129,6 +135,19 @@ func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autore
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
 	return h, nil
+}
+
+// relayOptions tune AutoRelay for a mesh, where the relays are members
+// with public addresses and there may be only one (a café's LAN behind NAT
+// and one public coordinator). libp2p's defaults wait 3 minutes for 4
+// candidates before reserving a slot, ask for candidates every 30 s and
+// leave a relay that refused alone for an hour: a node behind NAT in a
+// small mesh stayed unreachable to other NATed nodes for minutes.
+var relayOptions = []autorelay.Option{
+	autorelay.WithMinCandidates(1),
+	autorelay.WithBootDelay(0),
+	autorelay.WithMinInterval(5 * time.Second),
+	autorelay.WithBackoff(time.Minute),
 }
 
 // relaySource offers the alive members with public, direct addresses as

@@ -31,6 +31,11 @@ var ErrMetaTooLarge = errors.New("node metadata too large")
 // encoding or a field limit.
 var ErrBadMeta = errors.New("bad node metadata")
 
+// MetaVersion is the wire version of the membership metadata this build
+// writes. A peer whose metadata carries a higher one runs a newer gpumesh
+// (the node's status says so).
+const MetaVersion = 1
+
 // Meta is what a node tells every member about itself through memberlist:
 // where to reach it and a short summary of its capacity. It is a hint for
 // dialing and a coarse filter; the capacity ads on gossip are the detail.
@@ -45,9 +50,15 @@ var ErrBadMeta = errors.New("bad node metadata")
 //	6 leaving    bool
 //	7 coordinator bool
 //	8 standby     bool
+//	9 version     uint32 (MetaVersion; absent from nodes of before it: 0)
 //
-// Unknown fields are skipped, so later versions may add fields.
+// Unknown fields are skipped, so later versions may add fields; a change an
+// older reader would misread raises MetaVersion (golden files in
+// testdata/wire/ guard the encoding).
 type Meta struct {
+	// Version is the metadata's wire version as its sender wrote it
+	// (MetaVersion; 0 for a sender of before versions). The mesh fills it.
+	Version uint32
 	// Addrs are the node's libp2p addresses without the /p2p part. The
 	// mesh fills them from its host; those that do not fit in MaxMetaSize
 	// are left out, public ones kept first.
@@ -138,6 +149,8 @@ func encodeMeta(m Meta) ([]byte, error) {
 		buf = protowire.AppendTag(buf, 8, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, 1)
 	}
+	buf = protowire.AppendTag(buf, 9, protowire.VarintType)
+	buf = protowire.AppendVarint(buf, MetaVersion)
 	if len(buf) > MaxMetaSize {
 		return nil, fmt.Errorf("%w: %d bytes without addresses, limit %d", ErrMetaTooLarge, len(buf), MaxMetaSize)
 	}
@@ -233,7 +246,14 @@ func decodeMeta(b []byte) (Meta, error) {
 				m.Standby = v == 1
 			}
 			b = b[n:]
-		case num >= 1 && num <= 8:
+		case num == 9 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 || v > 1<<31 {
+				return Meta{}, fmt.Errorf("%w: version: bad value", ErrBadMeta)
+			}
+			m.Version = uint32(v)
+			b = b[n:]
+		case num >= 1 && num <= 9:
 			return Meta{}, fmt.Errorf("%w: field %d has wire type %d", ErrBadMeta, num, typ)
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)

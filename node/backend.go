@@ -213,6 +213,8 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 		addrs := m.Addrs
 		if m.Self {
 			addrs = n.mesh.Host().Addrs()
+		} else {
+			p.Conn = n.mesh.Conn(m.ID)
 		}
 		for _, a := range addrs {
 			p.Addrs = append(p.Addrs, fmt.Sprintf("%s/p2p/%s", a, m.ID))

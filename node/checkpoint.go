@@ -1,197 +1,390 @@
 package node
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/gpumesh/gpumesh/node/executor"
-	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Checkpoints. A job may write files under $GPUMESH_CHECKPOINT_DIR. Every
-// Config.CheckpointInterval, and once more when its process ends (a job
-// writes its last checkpoint when it gets SIGTERM), the runner packs the
-// directory and, when it changed, offers it to the job's coordinator. The
-// coordinator accepts it only from the share's current attempt (its latest
-// epoch, on the node it was awarded to), copies it, and passes it to its
-// replicas. A share placed again starts with the latest accepted checkpoint
-// unpacked into its checkpoint directory, so a job that counts steps in its
-// checkpoint resumes where it was.
+// Config.CheckpointInterval, when the job asks for one (it creates the
+// file .ready in that directory), and once more when its process ends (a
+// job writes its last checkpoint when it gets SIGTERM), the runner stores
+// the directory in its content store (blobs.go) as a manifest of chunks,
+// and, when it changed, has up to checkpointHolders members of the job's
+// group hold it: each fetches only the chunks it lacks. Then it reports
+// the checkpoint to the job's coordinator, which checks that a holder
+// other than the runner has it whole and records it in the job's record
+// (market.CheckpointTaken; the record replicates with the job). A share
+// placed again restores the newest one its award names
+// (market.Execution.Restore), fetching it from every holder at once.
 
 const (
-	kindCheckpointOffer = "ckpt.offer" // checkpointNote → ack (the coordinator pulls the blob)
-	kindCheckpointSync  = "ckpt.sync"  // checkpointNote → ack (a replica pulls the blob)
-	kindCheckpointGet   = "ckpt.get"   // checkpointQuery → checkpointNote, or nothing
-	kindCheckpointNote  = "ckpt.note"
+	kindCheckpointOffer = "ckpt.report" // checkpointOffer → ack: the coordinator records it (wire v2; v1's ckpt.offer carried a whole archive)
+	kindCheckpointHold  = "ckpt.hold"   // checkpointHold → ack: the member will fetch it when pushed
+	kindCheckpointHeld  = "ckpt.held"   // checkpointHeld → ack if the member holds the manifest whole
 )
 
 // Defaults of the checkpoint settings of Config.
 const (
 	DefaultCheckpointInterval = 30 * time.Second
-	DefaultCheckpointLimit    = 256 << 20
+	DefaultKeepOutputs        = 24 * time.Hour
 )
 
-// checkpointNote names an accepted (or offered) checkpoint of a share.
-type checkpointNote struct {
-	Job   string            `json:"job"`
-	Share int               `json:"share"`
-	Epoch uint64            `json:"epoch"`
-	Ref   market.PayloadRef `json:"ref"`
-	At    time.Time         `json:"at"`
-	// From is the share whose attempt wrote it, when a share placed again
-	// under a new number restored it.
-	From int `json:"from,omitempty"`
+// checkpointHolders is how many members besides the runner a checkpoint
+// is shipped to.
+const checkpointHolders = 2
+
+// checkpointReady is the file a job creates in its checkpoint directory to
+// have it shipped at once (it is removed, and not shipped).
+const checkpointReady = ".ready"
+
+// checkpointOffer is a runner's report of a checkpoint to the coordinator.
+type checkpointOffer struct {
+	Job        string            `json:"job"`
+	Checkpoint market.Checkpoint `json:"checkpoint"`
 }
 
-type checkpointQuery struct {
-	Job   string `json:"job"`
-	Share int    `json:"share"`
+// checkpointHold asks a member to hold a share's checkpoint.
+type checkpointHold struct {
+	Job      string `json:"job"`
+	Share    int    `json:"share"`
+	Epoch    uint64 `json:"epoch"`
+	Manifest string `json:"manifest"`
+	Bytes    int64  `json:"bytes"`
 }
 
-func checkpointKey(job string, share int) string { return fmt.Sprintf("%s/%d", job, share) }
+// checkpointHeld asks a member whether it holds a manifest whole.
+type checkpointHeld struct {
+	Manifest string `json:"manifest"`
+}
 
-// shipper remembers what each attempt last shipped, so an unchanged
-// directory is not offered again.
+// shipper remembers what each attempt last shipped, and which attempts
+// ship now.
 type shipper struct {
-	mu   sync.Mutex
-	sent map[string]string // attempt name → digest
+	mu       sync.Mutex
+	sent     map[string]blob.Digest // attempt name → manifest
+	stamps   map[string]string      // attempt name → the tree's stamp when it was last shipped
+	shipping map[string]bool
+	lastAt   map[string]time.Time // attempt name → last time it was looked at
 }
 
-// checkpointLoop offers the running attempts' checkpoints on the interval.
+func newShipper() *shipper {
+	return &shipper{sent: map[string]blob.Digest{}, stamps: map[string]string{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+}
+
+// treeStamp sums what a tree's entries say of themselves — path, type,
+// size, mode and modification time — without reading them: a tree whose
+// stamp is unchanged since it was shipped is not read again (the way
+// backup tools skip unchanged files). "" when the tree cannot be walked.
+func treeStamp(dir string) string {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%v\x00%d\x00%d\n", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// begin marks an attempt as shipping; false if it already is.
+func (s *shipper) begin(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shipping[name] {
+		return false
+	}
+	s.shipping[name] = true
+	return true
+}
+
+func (s *shipper) end(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.shipping, name)
+}
+
+// checkpointPoll is how often running attempts are looked at for a
+// checkpoint the job asked for (.ready) or one due by the interval.
+const checkpointPoll = 250 * time.Millisecond
+
+// checkpointLoop ships the running attempts' checkpoints: on the
+// interval, and at once when a job asks for one.
 func (n *Node) checkpointLoop() {
 	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.CheckpointInterval)
+	t := time.NewTicker(min(checkpointPoll, n.cfg.CheckpointInterval))
 	defer t.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
 			for _, run := range n.exec.Running() {
-				n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+				a, dir := run.Attempt(), run.CheckpointDir()
+				name := a.Name()
+				asked := os.Remove(filepath.Join(dir, checkpointReady)) == nil
+				n.ship.mu.Lock()
+				last, seen := n.ship.lastAt[name]
+				due := !seen || now.Sub(last) >= n.cfg.CheckpointInterval
+				if !seen {
+					n.ship.lastAt[name] = now // the interval counts from the start
+					due = false
+				}
+				if due || asked {
+					n.ship.lastAt[name] = now
+				}
+				n.ship.mu.Unlock()
+				if due || asked {
+					n.wg.Add(1)
+					go func() {
+						defer n.wg.Done()
+						n.shipCheckpoint(a, dir)
+					}()
+				}
 			}
 		}
 	}
 }
 
-// shipCheckpoint packs an attempt's checkpoint directory and, if it holds
-// something new, offers it to the coordinator.
+// shipCheckpoint stores an attempt's checkpoint directory and, if it
+// holds something new, has it held and reports it. It returns once the
+// coordinator has the checkpoint in the job's record, or it was refused.
 func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
+	name := a.Name()
+	if !n.ship.begin(name) {
+		return
+	}
+	defer n.ship.end(name)
+	log := n.log.With("job", a.JobID, "share", a.Share, "epoch", a.Epoch)
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) == 0 {
 		return
 	}
-	archive, err := client.PackDir(dir, n.cfg.CheckpointLimit)
-	if err != nil {
-		n.log.Warn("checkpoint not shipped", "job", a.JobID, "share", a.Share, "err", err)
+	_ = os.Remove(filepath.Join(dir, checkpointReady))
+	stamp := treeStamp(dir)
+	n.ship.mu.Lock()
+	unchanged := stamp != "" && n.ship.stamps[name] == stamp
+	n.ship.mu.Unlock()
+	if unchanged {
 		return
 	}
-	digest := client.PayloadDigest(archive)
-	name := a.Name()
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Minute)
+	defer cancel()
+	now := time.Now()
+	lease := checkpointLease(a.JobID, a.Share, now)
+	if err := n.blobs.SetLease(blob.Lease{ID: lease}); err != nil {
+		log.Warn("checkpoint not stored", "err", err)
+		return
+	}
+	put, err := n.blobs.Put(ctx, dir, lease)
+	if err != nil {
+		_ = n.blobs.DeleteLease(lease)
+		log.Warn("checkpoint not stored; the job goes on and its previous checkpoint stays", "err", err)
+		return
+	}
 	n.ship.mu.Lock()
-	same := n.ship.sent[name] == digest
+	same := n.ship.sent[name] == put.Manifest
 	n.ship.mu.Unlock()
 	if same {
+		_ = n.blobs.DeleteLease(lease) // an older lease keeps the same tree
+		n.ship.mu.Lock()
+		n.ship.stamps[name] = stamp
+		n.ship.mu.Unlock()
 		return
 	}
-	ref, err := n.payload.putLimit(bytes.NewReader(archive), nil, n.cfg.CheckpointLimit)
-	if err != nil {
-		n.log.Warn("checkpoint not stored", "job", a.JobID, "err", err)
+	if lim := n.cfg.CheckpointLimit; lim > 0 && put.Bytes > lim {
+		_ = n.blobs.DeleteLease(lease)
+		log.Warn("checkpoint over the node's limit; not shipped", "bytes", put.Bytes, "limit", lim)
 		return
 	}
+	holders, shipped := n.holdCheckpoint(ctx, a, put)
+	if len(holders) == 0 {
+		log.Warn("no member would hold the checkpoint; it is kept here and shipped again next time", "manifest", put.Manifest.Short())
+		return
+	}
+	cp := market.Checkpoint{Share: a.Share, Epoch: a.Epoch, Manifest: put.Manifest.String(), Bytes: put.Bytes,
+		NewBytes: min(shipped, put.Bytes), At: now}
+	cp.Holders = append([]string{n.id.String()}, holders...)
+	offer := checkpointOffer{Job: a.JobID, Checkpoint: cp}
 	coord := n.coordinatorOf(a.JobID)
-	if coord == "" {
+	switch {
+	case coord == "":
 		return
+	case coord == n.id:
+		err = n.acceptCheckpoint(ctx, n.id, offer)
+	default:
+		err = n.jsonCall(ctx, coord, kindCheckpointOffer, offer)
 	}
-	note := checkpointNote{Job: a.JobID, Share: a.Share, Epoch: a.Epoch, Ref: ref, At: time.Now()}
-	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
-	defer cancel()
-	offer := func() error { return n.noteCall(ctx, coord, kindCheckpointOffer, note) }
-	if coord == n.id {
-		// This node coordinates the job it runs: no call to make (a dial
-		// to itself fails).
-		offer = func() error { return n.acceptCheckpoint(ctx, n.id, note) }
-	}
-	if err := offer(); err != nil {
-		n.log.Info("checkpoint refused or undelivered", "job", a.JobID, "share", a.Share, "epoch", a.Epoch, "err", err)
+	if err != nil {
+		log.Info("checkpoint refused or undelivered", "err", err)
 		return
 	}
 	n.ship.mu.Lock()
-	n.ship.sent[name] = digest
+	n.ship.sent[name], n.ship.stamps[name] = put.Manifest, stamp
 	n.ship.mu.Unlock()
-	n.log.Debug("checkpoint accepted", "job", a.JobID, "share", a.Share, "epoch", a.Epoch, "bytes", ref.Size)
+	n.keepNewestCheckpoints(a.JobID, a.Share, n.checkpointKeep())
+	log.Debug("checkpoint recorded", "manifest", put.Manifest.Short(), "bytes", put.Bytes, "new_bytes", cp.NewBytes, "holders", len(holders))
 }
 
-// coordinatorOf is the coordinator this node's market renews the job's
-// lease with.
-func (n *Node) coordinatorOf(job string) peer.ID {
-	var coord string
-	_ = n.do(n.ctx, func() {
-		for _, a := range n.mk.Attempts() {
-			if a.Job == job {
-				coord = a.Coordinator
-			}
+// holdCheckpoint has up to checkpointHolders members of the job's group
+// hold a checkpoint: each agrees, then fetches from this node what it
+// lacks. It returns the members that hold it whole and the most bytes any
+// of them had to fetch.
+func (n *Node) holdCheckpoint(ctx context.Context, a executor.Attempt, put blob.PutStats) (holders []string, shipped int64) {
+	req := checkpointHold{Job: a.JobID, Share: a.Share, Epoch: a.Epoch, Manifest: put.Manifest.String(), Bytes: put.Bytes}
+	var candidates []peer.ID
+	for _, id := range n.coordinators(a.JobID, n.cfg.Replicas+1) {
+		if id != n.id {
+			candidates = append(candidates, id)
 		}
-	})
-	id, err := peer.Decode(coord)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range candidates[:min(len(candidates), checkpointHolders)] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.jsonCall(ctx, id, kindCheckpointHold, req); err != nil {
+				n.log.Debug("member will not hold the checkpoint", "job", a.JobID, "member", id.ShortString(), "err", err)
+				return
+			}
+			st, err := n.xfer.Push(ctx, id, put.Manifest)
+			if err != nil {
+				n.log.Debug("checkpoint not pushed", "job", a.JobID, "member", id.ShortString(), "err", err)
+				return
+			}
+			mu.Lock()
+			holders = append(holders, id.String())
+			shipped = max(shipped, st.Bytes)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return holders, shipped
+}
+
+// serveCheckpointHold agrees to hold a share's checkpoint for its runner:
+// from the share's live attempt, in a job whose record this node holds,
+// when the store has room. The runner's push then fetches it under a
+// lease of its own.
+func (n *Node) serveCheckpointHold(from peer.ID, req checkpointHold) error {
+	m, err := blob.ParseDigest(req.Manifest)
 	if err != nil {
-		return ""
+		return api.Errorf(http.StatusBadRequest, "checkpoint hold: %v", err)
 	}
-	return id
-}
-
-func (n *Node) noteCall(ctx context.Context, to peer.ID, kind string, note checkpointNote) error {
-	data, _ := json.Marshal(note)
-	n.dialable(to)
-	err := n.direct.Call(ctx, to, kind, data, func(gossip.Message) error { return nil })
-	return fromCallError(err)
-}
-
-// acceptCheckpoint is the coordinator's side of an offer: fencing first,
-// then the copy, then the index and the replicas.
-func (n *Node) acceptCheckpoint(ctx context.Context, from peer.ID, note checkpointNote) error {
-	var rec market.JobRecord
-	var mine bool
-	if err := n.do(ctx, func() { rec, mine = n.mk.Job(note.Job) }); err != nil {
+	rec, ok := n.view.job(req.Job)
+	if !ok {
+		return api.Errorf(http.StatusNotFound, "checkpoint hold: job %s is not known here", req.Job)
+	}
+	if err := currentAttempt(rec, req.Share, req.Epoch, from.String()); err != nil {
+		return api.Errorf(http.StatusConflict, "checkpoint hold of %s share %d epoch %d: %v", req.Job, req.Share, req.Epoch, err)
+	}
+	if err := n.blobs.Fits(req.Bytes); err != nil {
+		return api.Errorf(http.StatusInsufficientStorage, "checkpoint hold: %v", err)
+	}
+	lease := checkpointLease(req.Job, req.Share, time.Now())
+	if err := n.blobs.SetLease(blob.Lease{ID: lease}); err != nil {
 		return err
 	}
-	if !mine {
-		return api.Errorf(http.StatusNotFound, "this node does not coordinate job %s", note.Job)
-	}
-	if err := currentAttempt(rec, note.Share, note.Epoch, from.String()); err != nil {
-		return api.Errorf(http.StatusConflict, "checkpoint of %s share %d epoch %d refused: %v", note.Job, note.Share, note.Epoch, err)
-	}
-	if err := n.fetchBlob(ctx, from.String(), note.Ref, n.cfg.CheckpointLimit); err != nil {
-		return err
-	}
-	if err := n.recordCheckpoint(note); err != nil {
-		return err
-	}
-	n.wg.Add(1)
-	go func() { // replicas copy it; the offer does not wait for them
-		defer n.wg.Done()
-		for _, t := range n.replicaTargets(note.Job) {
-			cctx, cancel := context.WithTimeout(n.ctx, time.Minute)
-			if err := n.noteCall(cctx, t, kindCheckpointSync, note); err != nil && n.ctx.Err() == nil {
-				n.log.Debug("checkpoint not replicated", "job", note.Job, "replica", t.ShortString(), "err", err)
-			}
-			cancel()
-		}
-	}()
+	n.keepNewestCheckpoints(req.Job, req.Share, n.checkpointKeep()+1) // the newest, and the new one coming
+	n.pushes.expect(from, m, lease, time.Now())
 	return nil
+}
+
+// serveCheckpointHeld answers whether this node holds a manifest whole.
+func (n *Node) serveCheckpointHeld(req checkpointHeld) error {
+	m, err := blob.ParseDigest(req.Manifest)
+	if err != nil {
+		return api.Errorf(http.StatusBadRequest, "checkpoint held: %v", err)
+	}
+	return n.holdsWhole(m)
+}
+
+// holdsWhole returns nil when the store holds manifest m and every chunk
+// of it.
+func (n *Node) holdsWhole(m blob.Digest) error {
+	missing, err := n.blobs.Missing(m)
+	if err != nil {
+		return api.Errorf(http.StatusNotFound, "manifest %s: %v", m.Short(), err)
+	}
+	if len(missing) > 0 {
+		return api.Errorf(http.StatusNotFound, "manifest %s: %d chunks missing", m.Short(), len(missing))
+	}
+	return nil
+}
+
+// acceptCheckpoint is the coordinator's side of an offer: a holder other
+// than the runner must hold the checkpoint whole; then the market records
+// it, only from the share's live attempt.
+func (n *Node) acceptCheckpoint(ctx context.Context, from peer.ID, offer checkpointOffer) error {
+	cp := offer.Checkpoint
+	m, err := blob.ParseDigest(cp.Manifest)
+	if err != nil {
+		return api.Errorf(http.StatusBadRequest, "checkpoint: %v", err)
+	}
+	var last error = errors.New("it names no holder other than its runner")
+	held := false
+	for _, h := range cp.Holders {
+		if h == from.String() {
+			continue
+		}
+		id, err := peer.Decode(h)
+		if err != nil {
+			return api.Errorf(http.StatusBadRequest, "checkpoint holder %q: %v", h, err)
+		}
+		if id == n.id {
+			last = n.holdsWhole(m)
+		} else {
+			last = n.jsonCall(ctx, id, kindCheckpointHeld, checkpointHeld{Manifest: cp.Manifest})
+		}
+		if last == nil {
+			held = true
+			break
+		}
+	}
+	if !held {
+		return api.Errorf(http.StatusConflict, "checkpoint of %s share %d refused: no holder besides the runner holds it whole: %v", offer.Job, cp.Share, last)
+	}
+	var stepErr error
+	if err := n.do(ctx, func() {
+		stepErr = n.step(market.CheckpointTaken{Now: time.Now(), Job: offer.Job, From: from.String(), Checkpoint: cp})
+	}); err != nil {
+		return err
+	}
+	switch {
+	case stepErr == nil:
+		return nil
+	case errors.Is(stepErr, market.ErrUnknownJob):
+		return api.Errorf(http.StatusNotFound, "this node does not coordinate job %s", offer.Job)
+	case errors.Is(stepErr, market.ErrBadEvent):
+		return api.Errorf(http.StatusBadRequest, "checkpoint: %v", stepErr)
+	}
+	return api.Errorf(http.StatusConflict, "checkpoint of %s share %d epoch %d refused: %v", offer.Job, cp.Share, cp.Epoch, stepErr)
 }
 
 // currentAttempt checks that (share, epoch) on node is the share's latest
@@ -221,132 +414,116 @@ func currentAttempt(rec market.JobRecord, share int, epoch uint64, node string) 
 	return nil
 }
 
-// syncCheckpoint is a replica's side: copy the blob from the coordinator
-// and keep the note.
-func (n *Node) syncCheckpoint(ctx context.Context, from peer.ID, note checkpointNote) error {
-	if held, ok := n.view.job(note.Job); !ok || held.Coordinator != from.String() {
-		return api.Errorf(http.StatusForbidden, "checkpoint of %s from %s, which does not coordinate it here", note.Job, from.ShortString())
+// restoreInto returns the executor's hook that fills a new attempt's
+// checkpoint directory with the checkpoint its award names, nil for none.
+// A checkpoint that cannot be fetched or restored is logged and the
+// attempt starts without one.
+func (n *Node) restoreInto(e market.Execution) func(dir string) error {
+	cp := e.Restore
+	if cp == nil {
+		return nil
 	}
-	if err := n.fetchBlob(ctx, from.String(), note.Ref, n.cfg.CheckpointLimit); err != nil {
+	return func(dir string) error {
+		log := n.log.With("job", e.Job, "share", e.Share, "epoch", e.Epoch, "manifest", cp.Manifest)
+		start := time.Now()
+		if err := n.restore(e, cp, dir); err != nil {
+			log.Warn("checkpoint unavailable; the attempt starts without one", "err", err)
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			return os.Mkdir(dir, 0o700)
+		}
+		log.Info("restored checkpoint", "from_share", cp.Share, "from_epoch", cp.Epoch, "bytes", cp.Bytes, "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+}
+
+// restore fetches a checkpoint from its holders (all at once) into the
+// store, unless it is here already, and writes it into dir.
+func (n *Node) restore(e market.Execution, cp *market.Checkpoint, dir string) error {
+	m, err := blob.ParseDigest(cp.Manifest)
+	if err != nil {
 		return err
 	}
-	return n.recordCheckpoint(note)
+	lease := fmt.Sprintf("restore/%s/%d/%d", e.Job, e.Share, e.Epoch)
+	if err := n.blobs.SetLease(blob.Lease{ID: lease, Manifests: []blob.Digest{m}}); err != nil {
+		return err
+	}
+	defer n.blobs.DeleteLease(lease)
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	if n.holdsWhole(m) != nil {
+		var holders []peer.ID
+		for _, h := range cp.Holders {
+			if id, err := peer.Decode(h); err == nil && id != n.id {
+				holders = append(holders, id)
+			}
+		}
+		if _, err := n.xfer.Fetch(ctx, m, holders, lease); err != nil {
+			return err
+		}
+	}
+	return n.blobs.Restore(ctx, m, dir)
 }
 
-// recordCheckpoint keeps a note unless one of a later epoch is held.
-func (n *Node) recordCheckpoint(note checkpointNote) error {
-	key := checkpointKey(note.Job, note.Share)
-	var old checkpointNote
-	if err := n.store.Get(store.Checkpoints, key, &old); err == nil && old.Epoch > note.Epoch {
-		return nil
-	}
-	return n.storeApply([]store.Op{store.Put(store.Checkpoints, key, note)})
+// checkpointKeep is how many checkpoints of a share are kept.
+func (n *Node) checkpointKeep() int {
+	return market.DefaultConfig(n.id.String()).CheckpointKeep
 }
 
-// latestCheckpoint is the checkpoint a share should start from: its own
-// latest, or, for a share placed again under a new number, the newest of a
-// share of the job that is no longer live.
-func (n *Node) latestCheckpoint(ctx context.Context, job string, share int) (checkpointNote, bool) {
-	var own checkpointNote
-	if err := n.store.Get(store.Checkpoints, checkpointKey(job, share), &own); err == nil {
-		return own, true
-	}
-	var rec market.JobRecord
-	var mine bool
-	if err := n.do(ctx, func() { rec, mine = n.mk.Job(job) }); err != nil || !mine {
-		return checkpointNote{}, false
-	}
-	live := map[int]bool{}
-	for _, p := range rec.Placements {
-		if p.State == market.PlacementRunning || p.State == market.PlacementAccepted || p.State == market.PlacementAwarded {
-			live[p.Share] = true
+// coordinatorOf is the coordinator this node's market renews the job's
+// lease with.
+func (n *Node) coordinatorOf(job string) peer.ID {
+	var coord string
+	_ = n.do(n.ctx, func() {
+		for _, a := range n.mk.Attempts() {
+			if a.Job == job {
+				coord = a.Coordinator
+			}
 		}
-	}
-	var best checkpointNote
-	found := false
-	_ = n.store.ForEach(store.Checkpoints, func(key string, raw []byte) error {
-		var c checkpointNote
-		if json.Unmarshal(raw, &c) != nil || c.Job != job || live[c.Share] {
-			return nil
-		}
-		if !found || c.At.After(best.At) {
-			best, found = c, true
-		}
-		return nil
 	})
-	if !found {
-		return checkpointNote{}, false
+	id, err := peer.Decode(coord)
+	if err != nil {
+		return ""
 	}
-	claimed := best
-	claimed.From, claimed.Share = best.Share, share
-	_ = n.recordCheckpoint(claimed) // the new share owns it from now on
-	return claimed, true
+	return id
 }
 
-// openCheckpoint asks the coordinator for the share's latest checkpoint and
-// opens a copy of it; nil when there is none.
-func (n *Node) openCheckpoint(ctx context.Context, coordinator, job string, share int) (io.ReadCloser, error) {
-	coord, err := peer.Decode(coordinator)
-	if err != nil {
-		return nil, nil
-	}
-	var note checkpointNote
-	var got bool
-	if coord == n.id {
-		note, got = n.latestCheckpoint(ctx, job, share)
-	} else {
-		data, _ := json.Marshal(checkpointQuery{Job: job, Share: share})
-		n.dialable(coord)
-		err := n.direct.Call(ctx, coord, kindCheckpointGet, data, func(m gossip.Message) error {
-			got = true
-			return json.Unmarshal(m.Data, &note)
-		})
-		if err != nil {
-			return nil, fromCallError(err)
-		}
-	}
-	if !got {
-		return nil, nil
-	}
-	if err := n.fetchBlob(ctx, coordinator, note.Ref, n.cfg.CheckpointLimit); err != nil {
-		return nil, err
-	}
-	n.log.Info("restoring checkpoint", "job", job, "share", share, "from_share", note.Share, "from_epoch", note.Epoch, "bytes", note.Ref.Size)
-	return n.payload.open(note.Ref)
+// jsonCall makes a call with a JSON request whose reply is an ack.
+func (n *Node) jsonCall(ctx context.Context, to peer.ID, kind string, req any) error {
+	data, _ := json.Marshal(req)
+	n.dialable(to)
+	err := n.direct.Call(ctx, to, kind, data, func(gossip.Message) error { return nil })
+	return fromCallError(err)
 }
 
 // serveCheckpointCall answers the checkpoint calls.
 func (n *Node) serveCheckpointCall(ctx context.Context, req gossip.Message, reply func(string, []byte) error) error {
+	var err error
 	switch req.Kind {
-	case kindCheckpointOffer, kindCheckpointSync:
-		var note checkpointNote
-		if err := strictJSON(req.Data, &note); err != nil {
+	case kindCheckpointOffer:
+		var o checkpointOffer
+		if err = strictJSON(req.Data, &o); err != nil {
 			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
 		}
-		if _, err := digestHex(note.Ref); err != nil || note.Ref.Size <= 0 || note.Ref.Size > n.cfg.CheckpointLimit {
-			return asCallError(api.Errorf(http.StatusBadRequest, "%s: bad checkpoint reference %+v", req.Kind, note.Ref))
-		}
-		var err error
-		if req.Kind == kindCheckpointOffer {
-			err = n.acceptCheckpoint(ctx, req.Sender, note)
-		} else {
-			err = n.syncCheckpoint(ctx, req.Sender, note)
-		}
-		if err != nil {
-			return asCallError(err)
-		}
-		return reply(kindAck, nil)
-	case kindCheckpointGet:
-		var q checkpointQuery
-		if err := strictJSON(req.Data, &q); err != nil {
+		err = n.acceptCheckpoint(ctx, req.Sender, o)
+	case kindCheckpointHold:
+		var h checkpointHold
+		if err = strictJSON(req.Data, &h); err != nil {
 			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
 		}
-		note, ok := n.latestCheckpoint(ctx, q.Job, q.Share)
-		if !ok {
-			return nil
+		err = n.serveCheckpointHold(req.Sender, h)
+	case kindCheckpointHeld:
+		var h checkpointHeld
+		if err = strictJSON(req.Data, &h); err != nil {
+			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
 		}
-		b, _ := json.Marshal(note)
-		return reply(kindCheckpointNote, b)
+		err = n.serveCheckpointHeld(h)
+	default:
+		return fmt.Errorf("unknown call %q", req.Kind)
 	}
-	return fmt.Errorf("unknown call %q", req.Kind)
+	if err != nil {
+		return asCallError(err)
+	}
+	return reply(kindAck, nil)
 }

@@ -1,12 +1,11 @@
 package node
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
 // stepScript counts to 30 steps, keeping its count in its checkpoint.
@@ -42,7 +41,7 @@ func TestCheckpointedJobSurvivesTwoCrashes(t *testing.T) {
 	// checkpointed last is known after the attempt is gone. An attempt's
 	// last checkpoint stays the latest for seconds (until the next attempt
 	// runs and checkpoints), far longer than the watcher's poll.
-	checkpointed := newCheckpointWatcher(t, coord, "steps")
+	checkpointed := newCheckpointWatcher(t, sm, coord, "steps")
 	defer checkpointed.stop()
 
 	// logOf returns the attempt's output so far.
@@ -117,8 +116,9 @@ func countsOn(t *testing.T, out, what string) int {
 	return start
 }
 
-// checkpointWatcher polls a coordinator's latest checkpoint of a job's
-// share 0 and remembers, per epoch, the step counter in the last one seen.
+// checkpointWatcher polls a coordinator's record of a job for the
+// checkpoints of its share 0 and remembers, per epoch, the step counter
+// in the last one seen (read from a node of the mesh that holds it).
 type checkpointWatcher struct {
 	t    *testing.T
 	mu   sync.Mutex
@@ -127,20 +127,21 @@ type checkpointWatcher struct {
 	wg   sync.WaitGroup
 }
 
-func newCheckpointWatcher(t *testing.T, coord *Node, job string) *checkpointWatcher {
+func newCheckpointWatcher(t *testing.T, sm *simMesh, coord *Node, job string) *checkpointWatcher {
 	w := &checkpointWatcher{t: t, seen: map[uint64]int{}, done: make(chan struct{})}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		ref := ""
+		manifest := ""
 		for {
-			var note checkpointNote
-			if coord.store.Get(store.Checkpoints, checkpointKey(job, 0), &note) == nil && note.Ref.Digest != ref {
-				if step, err := stepIn(coord, note.Ref); err == nil {
-					ref = note.Ref.Digest
-					w.mu.Lock()
-					w.seen[note.Epoch] = step
-					w.mu.Unlock()
+			if rec, err := coord.Job(context.Background(), job); err == nil {
+				if cp := newestCheckpoint(rec, 0); cp != nil && cp.Manifest != manifest {
+					if step, err := stepIn(t, sm, cp.Manifest); err == nil {
+						manifest = cp.Manifest
+						w.mu.Lock()
+						w.seen[cp.Epoch] = step
+						w.mu.Unlock()
+					}
 				}
 			}
 			select {
@@ -165,34 +166,30 @@ func (w *checkpointWatcher) stop() {
 	w.wg.Wait()
 }
 
-// stepIn reads the step counter from a checkpoint archive the node holds.
-func stepIn(n *Node, ref market.PayloadRef) (int, error) {
-	f, err := n.payload.open(ref)
+// stepIn reads the step counter from a checkpoint that a live node of the
+// mesh holds whole.
+func stepIn(t *testing.T, sm *simMesh, manifest string) (int, error) {
+	m, err := blob.ParseDigest(manifest)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return 0, err
-	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return 0, fmt.Errorf("no step file in the checkpoint: %w", err)
-		}
-		if h.Name != "step" {
+	for _, n := range sm.nodes {
+		if n == nil || n.ctx.Err() != nil || n.holdsWhole(m) != nil {
 			continue
 		}
-		b, err := io.ReadAll(tr)
+		dir := filepath.Join(t.TempDir(), "ckpt")
+		if err := n.blobs.Restore(context.Background(), m, dir); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "step"))
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("no step file in the checkpoint: %w", err)
 		}
 		var step int
 		_, err = fmt.Sscanf(string(b), "%d", &step)
 		return step, err
 	}
+	return 0, fmt.Errorf("no node holds %s whole", manifest)
 }
 
 func lastShare(rec market.JobRecord) int {
@@ -206,18 +203,39 @@ func lastShare(rec market.JobRecord) int {
 }
 
 // An attempt that runs on its job's coordinator ships its checkpoints to
-// that node too: they are accepted, with no call to make.
+// another member, and the coordinator records them with no call to make.
 func TestCheckpointOfAJobOnItsOwnCoordinatorIsAccepted(t *testing.T) {
-	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 150 * time.Millisecond }, "a100-80g:1")
+	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 150 * time.Millisecond }, "a100-80g:1", "")
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
-	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "self", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	id := firstID("self", func(id string) bool { return market.Coordinators(id, peerIDs(sm.nodes), 1)[0] == n.ID().String() })
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
-	w := newCheckpointWatcher(t, n, "self")
+	w := newCheckpointWatcher(t, sm, n, id)
 	defer w.stop()
 	eventually(t, 20*time.Second, "a checkpoint of the attempt accepted by its own coordinator", func() bool {
 		s, ok := w.last(1)
 		return ok && s > 0
 	})
+	rec, _ := n.Job(context.Background(), id)
+	cp := newestCheckpoint(rec, 0)
+	if cp == nil || len(cp.Holders) != 2 || cp.Holders[0] != n.ID().String() || cp.Holders[1] != sm.nodes[1].ID().String() {
+		t.Errorf("checkpoint %+v, want one held by the runner and the other member", cp)
+	}
+}
+
+// A job alone on a node that no other member could hold a checkpoint for
+// goes on, but its checkpoints do not count: the record has none.
+func TestCheckpointHeldByItsRunnerAloneDoesNotCount(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 100 * time.Millisecond }, "a100-80g:1")
+	n := sm.nodes[0]
+	sm.waitBook(n, 1)
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "alone", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, n, "alone", 30*time.Second, market.JobSucceeded)
+	if len(rec.Checkpoints) != 0 {
+		t.Errorf("checkpoints %+v recorded with no holder but the runner", rec.Checkpoints)
+	}
 }

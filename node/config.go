@@ -95,6 +95,11 @@ type Config struct {
 	FenceCommand []string
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
+	// Ingress, when set, is the address ("host:port") where the node
+	// serves the public services of the mesh to anyone:
+	// http://Ingress/JOB_ID/… reaches a ready replica of JOB_ID when its
+	// owner marked it public (market.ServiceSpec.Public). Default: none.
+	Ingress string
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
 	// Policy is the supplier's choice of the jobs it bids for and runs:
@@ -126,10 +131,20 @@ type Config struct {
 	// starts; tests and simulations use it.
 	Market func(*market.Config)
 	// CheckpointInterval is how often a running attempt's checkpoint
-	// directory is offered to its coordinator when it changed. Default 30 s.
+	// directory is stored and, when it changed, shipped to its holders and
+	// reported to its coordinator. Default 30 s.
 	CheckpointInterval time.Duration
-	// CheckpointLimit bounds one packed checkpoint. Default 256 MiB.
+	// CheckpointLimit bounds one checkpoint's size; a bigger one is not
+	// shipped. Default 0: no limit but the content store's (StoreMax).
 	CheckpointLimit int64
+	// StoreMax bounds the bytes of the node's content store (checkpoints,
+	// and what it holds for other nodes' jobs). Default 0: half of what
+	// the file system under DataDir could give it, at most a quarter of
+	// the disk (node/blob.DefaultLimit).
+	StoreMax int64
+	// KeepOutputs is how long checkpoints of a job that ended are kept.
+	// Default 24 h.
+	KeepOutputs time.Duration
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
 	// ReserveSettle is how long a change of this node's cards that only
@@ -165,8 +180,8 @@ func (c Config) withDefaults() Config {
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
 	}
-	if c.CheckpointLimit <= 0 {
-		c.CheckpointLimit = DefaultCheckpointLimit
+	if c.KeepOutputs <= 0 {
+		c.KeepOutputs = DefaultKeepOutputs
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = DefaultTickInterval

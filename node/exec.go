@@ -93,6 +93,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		})
 		return
 	}
+	n.armStarted(key, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
 	slot.run = run
 	stop := slot.stop
@@ -204,16 +205,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		}
 		a.Payload, release = r, func() { r.Close() }
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
-	defer cancel()
-	ck, err := n.openCheckpoint(ctx, e.Coordinator, e.Job, e.Share)
-	if err != nil {
-		n.log.Warn("checkpoint unavailable; the attempt starts without one", "job", e.Job, "share", e.Share, "err", err)
-	}
-	if ck != nil {
-		prev := release
-		a.Checkpoint, release = ck, func() { prev(); ck.Close() }
-	}
+	a.Checkpoint = n.restoreInto(e)
 	return a, release, nil
 }
 

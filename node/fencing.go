@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 )
 
@@ -27,6 +28,12 @@ type fences struct {
 
 	mu    sync.Mutex
 	armed map[attemptKey]armed
+	// acked is when each attempt this node runs was last acknowledged
+	// (market.Lease.AckedAt), refreshed by the driver every tick: an
+	// attempt is armed from it the moment its process starts (armStarted),
+	// not at the next tick, so that a node frozen right then still has its
+	// attempt fenced on time.
+	acked map[attemptKey]time.Time
 }
 
 type armed struct {
@@ -34,7 +41,9 @@ type armed struct {
 	deadline time.Time // when the keeper kills the attempt, by this node's clock
 }
 
-func newFences(k fence.Fencer) *fences { return &fences{k: k, armed: map[attemptKey]armed{}} }
+func newFences(k fence.Fencer) *fences {
+	return &fences{k: k, armed: map[attemptKey]armed{}, acked: map[attemptKey]time.Time{}}
+}
 
 // armFences arms with the keeper every attempt whose process runs and
 // whose lease was acknowledged since it was last armed. Driver only.
@@ -43,7 +52,14 @@ func (n *Node) armFences(now time.Time) {
 		return
 	}
 	lostAfter := n.mk.LostAfter()
-	for _, l := range n.mk.Leases() {
+	leases := n.mk.Leases()
+	n.fences.mu.Lock()
+	clear(n.fences.acked)
+	for _, l := range leases {
+		n.fences.acked[attemptKey{l.Job, l.Share, l.Epoch}] = l.AckedAt
+	}
+	n.fences.mu.Unlock()
+	for _, l := range leases {
 		key := attemptKey{l.Job, l.Share, l.Epoch}
 		slot := n.runs[key]
 		if slot == nil {
@@ -65,24 +81,51 @@ func (n *Node) armFences(now time.Time) {
 		if was && !l.AckedAt.After(prev.ackedAt) {
 			continue
 		}
-		deadline := l.AckedAt.Add(lostAfter - fenceMargin)
-		within := max(deadline.Sub(now), 0)
-		name := attemptName(l.Job, l.Share, l.Epoch)
-		if err := n.fences.k.Arm(name, pgid, cgroup, within); err != nil {
-			n.log.Debug("cannot arm the fence keeper", "job", l.Job, "share", l.Share, "epoch", l.Epoch, "err", err)
-			continue
-		}
-		n.fences.mu.Lock()
-		n.fences.armed[key] = armed{ackedAt: l.AckedAt, deadline: now.Add(within)}
-		n.fences.mu.Unlock()
-		select {
-		case <-run.Done():
-			// It ended as it was armed; its watcher may have disarmed it
-			// before: the keeper must not kill its group later, which
-			// another process may be given.
-			n.disarm(key, now)
-		default:
-		}
+		n.arm(key, run, pgid, cgroup, l.AckedAt, lostAfter, now)
+	}
+}
+
+// armStarted arms an attempt the moment its process started, from its
+// last ack as the driver last saw it. It runs on the attempt's watcher.
+func (n *Node) armStarted(key attemptKey, run *executor.Run) {
+	if n.fences.k == nil {
+		return
+	}
+	pgid, cgroup, ok := run.Process()
+	if !ok {
+		return
+	}
+	now := time.Now()
+	n.fences.mu.Lock()
+	ackedAt, known := n.fences.acked[key]
+	n.fences.mu.Unlock()
+	if !known {
+		ackedAt = now // not seen by a tick yet: its award came a moment ago
+	}
+	n.arm(key, run, pgid, cgroup, ackedAt, n.lostAfter, now)
+}
+
+// arm tells the keeper to kill the attempt LostAfter - fenceMargin after
+// ackedAt, unless armed again meanwhile.
+func (n *Node) arm(key attemptKey, run *executor.Run, pgid int, cgroup string, ackedAt time.Time, lostAfter time.Duration, now time.Time) {
+	deadline := ackedAt.Add(lostAfter - fenceMargin)
+	within := max(deadline.Sub(now), 0)
+	if err := n.fences.k.Arm(attemptName(key.job, key.share, key.epoch), pgid, cgroup, within); err != nil {
+		n.log.Debug("cannot arm the fence keeper", "job", key.job, "share", key.share, "epoch", key.epoch, "err", err)
+		return
+	}
+	n.fences.mu.Lock()
+	if prev, ok := n.fences.armed[key]; !ok || !ackedAt.Before(prev.ackedAt) {
+		n.fences.armed[key] = armed{ackedAt: ackedAt, deadline: now.Add(within)}
+	}
+	n.fences.mu.Unlock()
+	select {
+	case <-run.Done():
+		// It ended as it was armed; its watcher may have disarmed it
+		// before: the keeper must not kill its group later, which
+		// another process may be given.
+		n.disarm(key, now)
+	default:
 	}
 }
 

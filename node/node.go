@@ -18,6 +18,8 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/blob/transfer"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/store"
@@ -33,8 +35,11 @@ type Node struct {
 	log *slog.Logger
 	id  peer.ID
 
-	ownerKey  owner.Key // signs in-process submissions and calls (tenants.go)
-	published string    // the card states last handed to the advertiser (supplyKey); driver only
+	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
+	// versions records peers whose messages are of a newer wire version
+	// (versions.go); status warns of them.
+	versions  *gossip.Versions
+	published string // the card states last handed to the advertiser (supplyKey); driver only
 	// publishedStates are those states by card; settleAt, when set, is when
 	// a held-back reservation change is published (publishSupply);
 	// reserveSettle is Config.ReserveSettle or its default. Driver only.
@@ -58,6 +63,7 @@ type Node struct {
 	exec       *executor.Executor
 	payload    *payloads
 	server     *api.Server
+	tun        *tunnels // exec, port-forward, services (tunnels.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -85,17 +91,26 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view     *view
-	events   *hub
-	repl     *replicator
-	gate     *gate   // decisions waiting for their record to reach the replicas (commit.go)
-	claims   *claims // claims granted to would-be coordinators (claim.go)
-	fences   *fences // attempts armed with the fence keeper (fencing.go)
-	keeper   *fence.Keeper
-	adopting adopting // jobs this node is claiming now (claim.go)
-	ship     *shipper
-	obs      *observer          // driver-owned, but for its atomic status
-	resume   []market.JobRecord // own jobs to adopt again once peers can be asked
+	view   *view
+	events *hub
+	repl   *replicator
+	gate   *gate   // decisions waiting for their record to reach the replicas (commit.go)
+	claims *claims // claims granted to would-be coordinators (claim.go)
+	fences *fences // attempts armed with the fence keeper (fencing.go)
+	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
+	lostAfter time.Duration
+	// awardTimeout is the market's AwardTimeout: an award held longer for
+	// its record's commit is dropped (commit.go).
+	awardTimeout time.Duration
+	keeper       *fence.Keeper
+	adopting     adopting // jobs this node is claiming now (claim.go)
+	ship         *shipper
+	blobs        *blob.Store        // the content store (blobs.go)
+	xfer         *transfer.Service  // its transfers to and from peers
+	pushes       pushes             // checkpoints this node agreed to hold
+	grants       grants             // reads allowed for an owner's download
+	obs          *observer          // driver-owned, but for its atomic status
+	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -138,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		repl:       newReplicator(),
 		gate:       newGate(),
 		claims:     newClaims(),
-		ship:       &shipper{sent: map[string]string{}},
+		ship:       newShipper(),
 		events:     newHub(),
 		started:    time.Now(),
 	}
@@ -167,6 +182,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		closers = append(closers, func() { apiLn.Close() })
+	}
+	var ingressLn net.Listener
+	if cfg.Ingress != "" {
+		if ingressLn, err = listenIngress(cfg.Ingress); err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { ingressLn.Close() })
 	}
 	if cfg.Sim == nil {
 		if err := cfg.Mesh.CheckPorts(); err != nil {
@@ -219,8 +241,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.id = n.mesh.ID()
 	n.log = n.log.With("node", n.id.ShortString())
 
+	n.versions = gossip.NewVersions()
 	n.gossip, err = gossip.New(n.mesh.Host(), gossip.Config{
 		Network:     n.mesh.Network(),
+		Versions:    n.versions,
 		Logger:      n.log,
 		OnAd:        n.onAd,
 		OnBroadcast: n.onBroadcast,
@@ -233,8 +257,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 
+	if err := n.openBlobs(); err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.closeBlobs)
+
 	n.direct, err = gossip.NewDirect(n.mesh.Host(), gossip.DirectConfig{
 		Network:   n.mesh.Network(),
+		Versions:  n.versions,
 		Logger:    n.log,
 		OnMessage: n.onDirect,
 		OnCall:    n.serveCall,
@@ -279,6 +309,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.wireTrust()
+	if err := n.startTunnels(ingressLn); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { n.tun.close() })
 
 	n.adv, err = gossip.NewAdvertiser(n.gossip, n.supply(), gossip.AdvertiserConfig{
 		Logger:    n.log,
@@ -295,7 +329,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.watchFenced(n.keeper)
 	}
-	n.wg.Add(7)
+	n.wg.Add(8)
+	go n.blobJanitor()
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()
@@ -334,6 +369,7 @@ func (n *Node) Close() error {
 		if n.server != nil {
 			n.server.Close()
 		}
+		n.tun.close() // exec sessions hang up; tunnels and probes end
 		n.cancel()
 		n.exec.Close() // the attempts' watchers return once their processes are gone
 		n.wg.Wait()
@@ -342,6 +378,7 @@ func (n *Node) Close() error {
 		}
 		n.adv.Close()
 		n.direct.Close()
+		n.closeBlobs()
 		n.gossip.Close()
 		n.mesh.Close()
 		n.devices.Close()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpumesh/gpumesh/node/probe"
 	"net/http"
 	"strings"
 
@@ -13,8 +12,16 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
+
+// rpcWireVersion is the version of the calls' JSON below (requests and
+// replies). They travel in gossip envelopes (gossip.Version), and are read
+// strictly: a field added to one is a new version, which the golden files
+// under testdata/wire/ guard (wire_test.go). A call kind a peer does not
+// know is answered with an error naming it.
+const rpcWireVersion = 2
 
 // The calls one node makes on another (gossip.Direct.Call kinds) and the
 // kinds of their reply frames. Requests and replies are JSON.
@@ -174,7 +181,7 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		return nil
 	case kindPayloadGet:
 		return n.servePayload(string(req.Data), reply)
-	case kindCheckpointOffer, kindCheckpointSync, kindCheckpointGet:
+	case kindCheckpointOffer, kindCheckpointHold, kindCheckpointHeld:
 		return n.serveCheckpointCall(ctx, req, reply)
 	case kindClaim, kindRelease:
 		var r claimRequest

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -108,12 +109,12 @@ func (ls *lanes) run(to peer.ID, l *lane) {
 // send encodes the market's messages, groups them by destination and
 // queues them on their lanes without blocking the driver. Messages beyond
 // a lane's bound are dropped: the market retries what matters. It runs on
-// the driver.
+// the driver, or, for messages a commit released (commit.go), on the
+// goroutine that saw the commit: it reads no state of the driver's.
 func (n *Node) send(msgs []market.Message) {
 	if len(msgs) == 0 || n.ctx.Err() != nil {
 		return
 	}
-	msgs = n.probesOut(n.receiptsOut(msgs))
 	batches := map[peer.ID][]gossip.Out{}
 	var order []peer.ID
 	for _, m := range msgs {
@@ -177,6 +178,12 @@ func (n *Node) onBroadcast(m gossip.Message) {
 
 func (n *Node) receive(m gossip.Message) {
 	msg, err := market.DecodeMessage(m.Data)
+	var newer *market.NewerVersionError
+	if errors.As(err, &newer) {
+		n.versions.Note(m.Sender, "market", uint32(newer.Version), market.WireVersion, time.Now())
+		n.log.Info("market message of a newer version refused", "from", m.Sender, "err", err)
+		return
+	}
 	if err != nil {
 		n.log.Info("malformed market message refused", "from", m.Sender, "err", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -154,7 +155,29 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 	}
 	st.Warnings = append(st.Warnings, n.obs.flaps.Warnings(now)...)
 	st.Earnings = n.ledger.summary(now)
+	st.Warnings = append(st.Warnings, versionWarnings(n.versions.Newer(now.Add(-newerPeerWindow)))...)
+	for _, m := range n.mesh.Members() {
+		if m.Version > mesh.MetaVersion && (m.State == mesh.StateAlive || m.State == mesh.StateSuspect) {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("peer %s runs a newer gpumesh (membership version %d; this node writes %d): upgrade gpumesh on this node",
+				m.ID, m.Version, mesh.MetaVersion))
+		}
+	}
 	return st
+}
+
+// newerPeerWindow is how long status keeps warning of a peer heard with a
+// newer wire version.
+const newerPeerWindow = time.Hour
+
+// versionWarnings says, for each peer heard with a newer wire version,
+// that its messages are refused and what to do.
+func versionWarnings(peers []gossip.NewerPeer) []string {
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, fmt.Sprintf("peer %s speaks %s wire version %d; this node reads %d and refuses its messages: upgrade gpumesh on this node",
+			p.Peer, p.Protocol, p.Version, p.Reads))
+	}
+	return out
 }
 
 // reachability is AutoNAT's verdict on this node, as far as the host

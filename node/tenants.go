@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
@@ -14,7 +16,8 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
-	"github.com/gpumesh/gpumesh/node/store"
+	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -44,10 +47,29 @@ import (
 // submission cannot be replayed later to run the job again.
 const SpecMaxAge = 15 * time.Minute
 
-// kindCheckpointOwner asks a job's coordinator (or a replica) for a
-// share's latest checkpoint on behalf of its owner: checkpointQuery →
-// checkpointNote, or nothing.
-const kindCheckpointOwner = "ckpt.owner"
+// kindCheckpointOwner asks a holder of a share's newest checkpoint to let
+// the calling node read it, on behalf of the job's owner: checkpointQuery
+// → checkpointGrant (the manifest the caller may now fetch), or nothing
+// when the holder does not have it whole.
+const (
+	kindCheckpointOwner = "ckpt.owner"
+	kindCheckpointGrant = "ckpt.grant"
+)
+
+// checkpointQuery names a share's newest checkpoint, for its owner.
+type checkpointQuery struct {
+	Job   string `json:"job"`
+	Share int    `json:"share"`
+}
+
+// checkpointGrant says which manifest a holder lets the caller read.
+type checkpointGrant struct {
+	Manifest string `json:"manifest"`
+}
+
+// grantTTL is how long a holder lets a node fetch a checkpoint it asked
+// for on behalf of the job's owner.
+const grantTTL = 10 * time.Minute
 
 // ownerKinds are the calls that act for an owner and must carry the
 // owner's signed request.
@@ -135,19 +157,9 @@ func ownerRequest(req any) (method, target string, body []byte) {
 
 // guardCall checks a peer's call before it is served: an owner's call must
 // carry that owner's signed request for the job (unsealed here, so the
-// call's handler reads its own data); a checkpoint restore is served only to
-// a node that holds a placement of the job. It serves kindCheckpointOwner
+// call's handler reads its own data). It serves kindCheckpointOwner
 // itself. handled says the call is answered (err is the answer).
 func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(string, []byte) error) (handled bool, err error) {
-	if req.Kind == kindCheckpointGet {
-		var q checkpointQuery
-		if strictJSON(req.Data, &q) == nil {
-			if rec, ok := n.view.job(q.Job); ok && !placedOn(rec, req.Sender.String()) {
-				return true, asCallError(api.Errorf(http.StatusForbidden, "%s holds no share of job %s", req.Sender.ShortString(), q.Job))
-			}
-		}
-		return false, nil
-	}
 	if !ownerKinds[req.Kind] {
 		return false, nil
 	}
@@ -186,7 +198,7 @@ func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(st
 		return true, asCallError(err)
 	}
 	if req.Kind == kindCheckpointOwner {
-		return true, n.serveOwnerCheckpoint(query, reply)
+		return true, n.serveOwnerCheckpoint(req.Sender, query, reply)
 	}
 	return false, nil
 }
@@ -259,18 +271,38 @@ func placedOn(rec market.JobRecord, node string) bool {
 	return false
 }
 
-// serveOwnerCheckpoint answers kindCheckpointOwner from this node's store:
-// the share's own latest checkpoint, or nothing.
-func (n *Node) serveOwnerCheckpoint(q checkpointQuery, reply func(string, []byte) error) error {
-	var note checkpointNote
-	if err := n.store.Get(store.Checkpoints, checkpointKey(q.Job, q.Share), &note); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		return err
+// serveOwnerCheckpoint answers kindCheckpointOwner: when this node holds
+// the share's newest checkpoint whole, it lets the caller fetch it for a
+// while and names it; else it answers nothing.
+func (n *Node) serveOwnerCheckpoint(caller peer.ID, q checkpointQuery, reply func(string, []byte) error) error {
+	rec, ok := n.view.job(q.Job)
+	if !ok {
+		return nil
 	}
-	b, _ := json.Marshal(note)
-	return reply(kindCheckpointNote, b)
+	cp := newestCheckpoint(rec, q.Share)
+	if cp == nil {
+		return nil
+	}
+	m, err := blob.ParseDigest(cp.Manifest)
+	if err != nil || n.holdsWhole(m) != nil {
+		return nil
+	}
+	n.grants.allow(caller, m, time.Now().Add(grantTTL))
+	b, _ := json.Marshal(checkpointGrant{Manifest: cp.Manifest})
+	return reply(kindCheckpointGrant, b)
+}
+
+// newestCheckpoint is a share's newest checkpoint in a record, nil for
+// none.
+func newestCheckpoint(rec market.JobRecord, share int) *market.Checkpoint {
+	var best *market.Checkpoint
+	for i := range rec.Checkpoints {
+		cp := &rec.Checkpoints[i]
+		if cp.Share == share && (best == nil || !cp.At.Before(best.At)) {
+			best = cp
+		}
+	}
+	return best
 }
 
 // tenantAPI is the Node as the API serves it: every job operation for the
@@ -377,87 +409,85 @@ func (t tenantAPI) Logs(ctx context.Context, req api.LogRequest, w io.Writer, fl
 	return t.Node.Logs(ctx, req, w, flush)
 }
 
-// Checkpoint implements api.CheckpointReader for the job's owner: it finds
-// the share's latest checkpoint on the job's coordinator or a replica,
-// copies it here and streams it.
+// Checkpoint implements api.CheckpointReader for the job's owner: it
+// brings the share's newest checkpoint here from a holder that lets it
+// (kindCheckpointOwner, with the owner's signed request), and streams it
+// as a gzip-compressed tar archive.
 func (t tenantAPI) Checkpoint(ctx context.Context, req api.CheckpointRequest, w io.Writer) error {
 	rec, err := t.own(ctx, req.Job)
 	if err != nil {
 		return err
 	}
-	note, from, found, err := t.findCheckpoint(ctx, rec, req.Share)
+	cp := newestCheckpoint(rec, req.Share)
+	if cp == nil {
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s share %d has no checkpoint yet", req.Job, req.Share)}
+	}
+	m, err := blob.ParseDigest(cp.Manifest)
 	if err != nil {
 		return err
 	}
-	if !found {
-		return &api.HTTPError{Status: http.StatusNotFound, Field: "share", Err: fmt.Errorf("job %s share %d has no checkpoint yet", req.Job, req.Share)}
+	lease := fmt.Sprintf("download/%s/%d/%d", req.Job, req.Share, time.Now().UnixNano())
+	if err := t.blobs.SetLease(blob.Lease{ID: lease, Manifests: []blob.Digest{m}, Expires: time.Now().Add(grantTTL)}); err != nil {
+		return err
 	}
-	if from != t.id {
-		if err := t.fetchBlob(ctx, from.String(), note.Ref, t.cfg.CheckpointLimit); err != nil {
+	defer t.blobs.DeleteLease(lease)
+	if t.holdsWhole(m) != nil {
+		if err := t.fetchForOwner(ctx, rec, cp, m, lease); err != nil {
 			return api.Errorf(http.StatusBadGateway, "checkpoint of job %s share %d: %v", req.Job, req.Share, err)
 		}
 	}
-	f, err := t.payload.open(note.Ref)
+	tmp, err := os.MkdirTemp(t.cfg.DataDir, ".download-*")
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = io.Copy(w, f)
-	return err
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "checkpoint")
+	if err := t.blobs.Restore(ctx, m, dir); err != nil {
+		return err
+	}
+	return client.WriteTarGz(w, dir)
 }
 
-// findCheckpoint asks the job's coordinator, then the job's other HRW
-// members, for the share's latest checkpoint.
-func (t tenantAPI) findCheckpoint(ctx context.Context, rec market.JobRecord, share int) (checkpointNote, peer.ID, bool, error) {
-	q := checkpointQuery{Job: rec.ID, Share: share}
-	var order []peer.ID
-	if pid, err := peer.Decode(rec.Coordinator); err == nil {
-		order = append(order, pid)
-	}
-	order = append(order, t.coordinators(rec.ID, t.cfg.Replicas+1)...)
-	tried := map[peer.ID]bool{}
-	var lastErr error
-	for _, pid := range order {
-		if tried[pid] {
-			continue
-		}
-		tried[pid] = true
-		if pid == t.id {
-			var note checkpointNote
-			if err := t.store.Get(store.Checkpoints, checkpointKey(rec.ID, share), &note); err == nil {
-				return note, pid, true, nil
-			}
+// fetchForOwner fetches a checkpoint from the first of its holders that
+// lets this node read it for the owner.
+func (t tenantAPI) fetchForOwner(ctx context.Context, rec market.JobRecord, cp *market.Checkpoint, m blob.Digest, lease string) error {
+	q := checkpointQuery{Job: rec.ID, Share: cp.Share}
+	var last error = errors.New("no holder answered")
+	for _, h := range cp.Holders {
+		pid, err := peer.Decode(h)
+		if err != nil || pid == t.id {
 			continue
 		}
 		data, _ := json.Marshal(q)
 		data = t.sealCall(ctx, kindCheckpointOwner, data, q)
-		var note checkpointNote
-		got := false
+		granted := false
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		t.dialable(pid)
-		err := t.direct.Call(cctx, pid, kindCheckpointOwner, data, func(m gossip.Message) error {
-			if m.Kind != kindCheckpointNote {
-				return fmt.Errorf("unexpected %q frame in a checkpoint reply", m.Kind)
+		err = t.direct.Call(cctx, pid, kindCheckpointOwner, data, func(msg gossip.Message) error {
+			var g checkpointGrant
+			if msg.Kind != kindCheckpointGrant || json.Unmarshal(msg.Data, &g) != nil || g.Manifest != cp.Manifest {
+				return fmt.Errorf("unexpected %q frame in a checkpoint reply", msg.Kind)
 			}
-			got = true
-			return json.Unmarshal(m.Data, &note)
+			granted = true
+			return nil
 		})
 		cancel()
 		if err != nil {
-			err = fromCallError(err)
-			var he *api.HTTPError
-			if errors.As(err, &he) && (he.Status == http.StatusForbidden || he.Status == http.StatusUnauthorized) {
-				return note, pid, false, err
+			if err = fromCallError(err); refusedOwner(err) {
+				return err
 			}
-			lastErr = err
+			last = err
 			continue
 		}
-		if got {
-			return note, pid, true, nil
+		if !granted {
+			last = fmt.Errorf("%s does not hold it whole", pid.ShortString())
+			continue
 		}
+		if _, err := t.xfer.Fetch(ctx, m, []peer.ID{pid}, lease); err != nil {
+			last = err
+			continue
+		}
+		return nil
 	}
-	if lastErr != nil {
-		t.log.Debug("checkpoint lookup: a holder did not answer", "job", rec.ID, "err", lastErr)
-	}
-	return checkpointNote{}, "", false, nil
+	return last
 }

@@ -177,6 +177,21 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 	if j.Spec.AllowSimulated {
 		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
 	}
+	if cp := newestCheckpoint(j); cp != nil {
+		line("CHECKPOINT", fmt.Sprintf("share %d epoch %d, %s (%s new), on %s, %s",
+			cp.Share, cp.Epoch, text.Bytes(cp.Bytes), text.Bytes(cp.NewBytes), text.Count(len(cp.Holders), "node"), stamp(now, cp.At)))
+	}
+	if sv := j.Spec.Service; sv != nil {
+		probe := fmt.Sprintf("TCP connect to %d", sv.Port)
+		if sv.ReadyPath != "" {
+			probe = "GET " + sv.ReadyPath
+		}
+		reach := "/v1/jobs/" + j.ID + "/http/ on any node (owner only)"
+		if sv.Public {
+			reach += ", and /" + j.ID + "/ on every --ingress"
+		}
+		line("SERVICE", fmt.Sprintf("port %d, ready on %s; reached at %s", sv.Port, probe, reach))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -196,8 +211,16 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		if p.Simulated {
 			model += " (simulated)"
 		}
+		state := string(p.State)
+		if j.Spec.Service != nil && p.State == market.PlacementRunning && !p.Ready {
+			// A service's replica runs only once its readiness probe answers.
+			state = "starting"
+			if why == "" {
+				why = "not ready: its readiness probe does not answer yet"
+			}
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Share, p.Epoch, shortID(p.Node), len(p.Cards),
-			model, cell(string(p.State)), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
+			model, cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
 	}
 	return tw.Flush()
 }
@@ -260,4 +283,16 @@ func writeExplanation(w io.Writer, x *market.Explanation) error {
 		fmt.Fprintf(w, "cards by outcome: %s\n", strings.Join(parts, ", "))
 	}
 	return nil
+}
+
+// newestCheckpoint is the job's newest checkpoint of any share, nil for
+// none.
+func newestCheckpoint(j market.JobRecord) *market.Checkpoint {
+	var best *market.Checkpoint
+	for i := range j.Checkpoints {
+		if cp := &j.Checkpoints[i]; best == nil || !cp.At.Before(best.At) {
+			best = cp
+		}
+	}
+	return best
 }

@@ -142,6 +142,31 @@ func TestJobShow(t *testing.T) {
 	if strings.Contains(out, "round 3") {
 		t.Error("the explanation shows without --explain")
 	}
+	if _, ok := f["CHECKPOINT"]; ok {
+		t.Error("a job without checkpoints shows one")
+	}
+}
+
+// The newest checkpoint of any share is one line: its share and epoch,
+// size, what it shipped new, its holders and its age.
+func TestJobShowsItsNewestCheckpoint(t *testing.T) {
+	n := newFakeNode(t)
+	j := runningJob()
+	now := time.Now()
+	j.Checkpoints = []market.Checkpoint{
+		{Share: 0, Epoch: 1, Manifest: "sha256:" + strings.Repeat("a", 64), Bytes: 4 << 30, NewBytes: 4 << 30, Holders: []string{nodeA, nodeB}, At: now.Add(-2 * time.Minute)},
+		{Share: 1, Epoch: 2, Manifest: "sha256:" + strings.Repeat("b", 64), Bytes: 4 << 30, NewBytes: 200 << 20, Holders: []string{nodeB, nodeA, "12D3KooWcccccccccccccccccccccccccccccccccccccccccc"}, At: now.Add(-30 * time.Second)},
+	}
+	n.b.AddJob(j)
+	_, out, _ := n.run("job", "jtrain")
+	if got, want := fields(out)["CHECKPOINT"], "share 1 epoch 2, 4 GiB (200 MiB new), on 3 nodes, "; !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "(30s ago)") {
+		t.Errorf("CHECKPOINT = %q, want %q… (30s ago)", got, want)
+	}
+	_, out, _ = n.run("job", "jtrain", "--json")
+	var rec market.JobRecord
+	if err := json.Unmarshal([]byte(out), &rec); err != nil || len(rec.Checkpoints) != 2 || rec.Checkpoints[1].NewBytes != 200<<20 {
+		t.Errorf("--json checkpoints %+v, %v", rec.Checkpoints, err)
+	}
 }
 
 func TestJobExplain(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,11 +37,13 @@ type nodeFlags struct {
 	sim         string
 	simSeed     string
 	api         string
+	ingress     string
 	apiToken    string
 	region      string
 	prices      []string
 	mdns        bool
 	noNAT       bool
+	reach       string
 	coordinator string
 	verify      string
 	isolation   string
@@ -48,8 +51,12 @@ type nodeFlags struct {
 	drain       time.Duration
 	ckptEvery   time.Duration
 	ckptMaxMiB  int
+	storeMax    string
+	keepOutputs time.Duration
 	policy      policyFlags
 	log         *logFlags
+	configFile  string
+	printConfig bool
 }
 
 func newNodeCommand(e env) *cobra.Command {
@@ -67,6 +74,14 @@ addresses another node can --join.
 
 On SIGINT or SIGTERM it leaves the mesh gracefully (peers see it as "left",
 not "dead") and stops the jobs it runs.
+
+Every flag can also be set in a TOML configuration file, one top-level key
+per flag without its dashes (data = "/var/lib/gpumesh", join = ["..."],
+mdns = false); flags given on the command line override it. The file is
+--config FILE, else /etc/gpumesh/node.toml when it exists, else
+$XDG_CONFIG_HOME/gpumesh/node.toml (~/.config/gpumesh/node.toml) when it
+exists. ` + "`gpumesh node init`" + ` writes one; --print-config shows the
+configuration in effect and exits.
 
 Examples:
   gpumesh node --sim h100-sxm-80g:8                  # a node with 8 simulated H100s
@@ -93,9 +108,17 @@ job declaring none gets the cap (the pids and CPU weight defaults, 8192 and
 node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(e)
+			file, lines, err := f.readConfigFile(cmd.Flags(), e)
 			if err != nil {
 				return err
+			}
+			if f.printConfig {
+				fmt.Fprint(e.stdout, printConfig(cmd.Flags()))
+				return nil
+			}
+			cfg, err := f.config(e)
+			if err != nil {
+				return configOrigin(err, file, lines)
 			}
 			n, err := node.Start(cmd.Context(), cfg)
 			if err != nil {
@@ -116,8 +139,34 @@ node.`,
 		},
 	}
 	f.register(cmd.Flags(), e)
-	cmd.AddCommand(newDrainCommand(e))
+	cmd.Flags().StringVar(&f.configFile, flagConfig, "", "the configuration `FILE` (TOML, a key per flag; default "+systemConfigFile+" when it exists, else $XDG_CONFIG_HOME/gpumesh/node.toml)")
+	cmd.Flags().BoolVar(&f.printConfig, flagPrintConfig, false, "print the configuration in effect (defaults, the file, the flags) as TOML, and exit")
+	cmd.AddCommand(newDrainCommand(e), newNodeInitCommand(e))
 	return cmd
+}
+
+// readConfigFile applies the configuration file to the flags of fl that
+// the command line left unset. It returns the file read ("" for none) and
+// the line of each key it set.
+func (f *nodeFlags) readConfigFile(fl *pflag.FlagSet, e env) (string, map[string]int, error) {
+	path, explicit := configSource(f.configFile, e)
+	if path == "" {
+		return "", nil, nil
+	}
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return "", nil, nil
+		}
+	}
+	entries, err := loadConfig(path)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	lines, err := applyConfig(fl, path, entries)
+	if err != nil {
+		return "", nil, usageError{err}
+	}
+	return path, lines, nil
 }
 
 // register adds the flags of `gpumesh node` to fl.
@@ -131,16 +180,20 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.simSeed, "sim-seed", "", "seed of the simulated cards' IDs (default: the data dir)")
 	fl.StringVar(&f.api, "api", api.DefaultAddr, "address of the local HTTP API (\"\" to serve none)")
 	fl.StringVar(&f.apiToken, "api-token-file", "", "file holding the API token; required when --api is not loopback")
+	fl.StringVar(&f.ingress, "ingress", "", "serve the mesh's public services (submit --public) to anyone at http://`ADDR`/JOB_ID/ (host:port; default none)")
 	fl.StringVar(&f.region, "region", "", "region label advertised with the cards, e.g. cn-east")
 	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
 	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
+	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
-	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", node.DefaultCheckpointLimit>>20, "the most MiB one packed checkpoint may take; a bigger one is not shipped")
+	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
+	fl.StringVar(&f.storeMax, "store-max", "", "the most the content store (checkpoints, and what this node holds for others' jobs) may take: a `SIZE` such as 200GiB (default: half of what the data dir's file system could give it, at most a quarter of the disk)")
+	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints of a job that ended are kept")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
@@ -189,10 +242,21 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	if f.ckptEvery <= 0 {
 		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)
 	}
-	if f.ckptMaxMiB <= 0 {
-		return cfg, usagef("--checkpoint-max-mib %d: want a positive number of MiB", f.ckptMaxMiB)
+	if f.ckptMaxMiB < 0 {
+		return cfg, usagef("--checkpoint-max-mib %d: want a number of MiB, 0 for no limit", f.ckptMaxMiB)
 	}
 	cfg.CheckpointInterval, cfg.CheckpointLimit = f.ckptEvery, int64(f.ckptMaxMiB)<<20
+	if f.storeMax != "" {
+		n, err := parseBytes(f.storeMax)
+		if err != nil || n <= 0 {
+			return cfg, usagef("--store-max %q: want a size such as 200GiB", f.storeMax)
+		}
+		cfg.StoreMax = n
+	}
+	if f.keepOutputs <= 0 {
+		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)
+	}
+	cfg.KeepOutputs = f.keepOutputs
 	iso, err := executor.ParseIsolation(f.isolation)
 	if err != nil {
 		return cfg, usagef("--isolation: %v", err)
@@ -205,6 +269,9 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	cfg.Mesh.Network = f.network
 	cfg.Mesh.MDNS = f.mdns
 	cfg.Mesh.DisableNAT = f.noNAT
+	if cfg.Mesh.Reachability, err = mesh.ParseReachability(f.reach); err != nil {
+		return cfg, usagef("--reachability: %v", err)
+	}
 	for _, s := range f.listen {
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {
@@ -266,6 +333,12 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 			return cfg, usagef("--sim: %v", err)
 		}
 		cfg.Devices = []device.Backend{s}
+	}
+	if f.ingress != "" {
+		if _, port, err := net.SplitHostPort(f.ingress); err != nil || port == "" {
+			return cfg, usagef("--ingress %q: want host:port, such as 0.0.0.0:8080", f.ingress)
+		}
+		cfg.Ingress = f.ingress
 	}
 	if f.api != "" {
 		ac := &api.Config{Addr: f.api}

@@ -55,7 +55,7 @@ another node can --join), full peer IDs, and "self": true on the node itself.`,
 
 func writePeersTable(w io.Writer, peers []api.Peer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tREGION\tCARDS\tFREE\tMODELS\tLAST HEARD\tADDR")
+	fmt.Fprintln(tw, "ID\tSTATE\tREGION\tCARDS\tFREE\tMODELS\tLAST HEARD\tCONN\tADDR")
 	for _, p := range peers {
 		id := shortID(p.ID)
 		heard := "never"
@@ -66,12 +66,19 @@ func writePeersTable(w io.Writer, peers []api.Peer, now time.Time) error {
 		case !p.LastHeard.IsZero():
 			heard = age(now, p.LastHeard) + " ago"
 		}
+		conn := p.Conn
+		switch {
+		case p.Self:
+			conn = "-"
+		case conn == "":
+			conn = "none"
+		}
 		addr := "-"
 		if len(p.Addrs) > 0 {
 			addr = p.Addrs[0]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", id, cell(p.State), cell(p.Region), p.Cards, p.FreeCards,
-			cell(peerModels(p)), heard, cell(addr))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", id, cell(p.State), cell(p.Region), p.Cards, p.FreeCards,
+			cell(peerModels(p)), heard, conn, cell(addr))
 	}
 	return tw.Flush()
 }

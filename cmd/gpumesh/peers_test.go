@@ -16,7 +16,7 @@ func TestPeers(t *testing.T) {
 		{ID: nodeA, Self: true, State: "alive", Region: "cn-sh", Cards: 8, FreeCards: 6, Models: []string{"h100-sxm-80g"},
 			Addrs: []string{"/ip4/10.0.0.1/tcp/4001/p2p/" + nodeA, "/ip4/10.0.0.1/udp/4001/quic-v1/p2p/" + nodeA}, Coordinator: true},
 		{ID: nodeB, State: "suspect", Cards: 3, FreeCards: 0, Models: []string{"rtx4090-24g", "rtx4090-48g"},
-			Addrs: []string{"/ip4/10.0.0.2/tcp/4001/p2p/" + nodeB}, LastHeard: now.Add(-4 * time.Second)},
+			Addrs: []string{"/ip4/10.0.0.2/tcp/4001/p2p/" + nodeB}, LastHeard: now.Add(-4 * time.Second), Conn: "relayed"},
 		{ID: "12D3KooWnever", State: "dead"},
 	})
 	code, out, errOut := n.run("peers")
@@ -24,13 +24,13 @@ func TestPeers(t *testing.T) {
 		t.Fatalf("exit %d, %q", code, errOut)
 	}
 	rows := table(out)
-	if strings.Join(rows[0], "|") != "ID|STATE|REGION|CARDS|FREE|MODELS|LAST HEARD|ADDR" || len(rows) != 4 {
+	if strings.Join(rows[0], "|") != "ID|STATE|REGION|CARDS|FREE|MODELS|LAST HEARD|CONN|ADDR" || len(rows) != 4 {
 		t.Fatalf("table:\n%s", out)
 	}
 	want := [][]string{
-		{"12*aaaaaa (self)", "alive", "cn-sh", "8", "6", "h100-sxm-80g", "-", "/ip4/10.0.0.1/tcp/4001/p2p/" + nodeA},
-		{"12*bbbbbb", "suspect", "-", "3", "0", "rtx4090-24g,rtx4090-48g", "4s ago", "/ip4/10.0.0.2/tcp/4001/p2p/" + nodeB},
-		{"12*Wnever", "dead", "-", "0", "0", "-", "never", "-"},
+		{"12*aaaaaa (self)", "alive", "cn-sh", "8", "6", "h100-sxm-80g", "-", "-", "/ip4/10.0.0.1/tcp/4001/p2p/" + nodeA},
+		{"12*bbbbbb", "suspect", "-", "3", "0", "rtx4090-24g,rtx4090-48g", "4s ago", "relayed", "/ip4/10.0.0.2/tcp/4001/p2p/" + nodeB},
+		{"12*Wnever", "dead", "-", "0", "0", "-", "never", "none", "-"},
 	}
 	for i, w := range want {
 		if strings.Join(rows[i+1], "|") != strings.Join(w, "|") {

@@ -35,7 +35,7 @@ func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 		p.maxMemory = "0"
 	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
-		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 256, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
 }
 
@@ -116,7 +116,7 @@ func TestNodeMaxJobMemoryAuto(t *testing.T) {
 	var logs strings.Builder
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
 		policy:    policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
-		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: node.DefaultCheckpointLimit >> 20,
+		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
 	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
@@ -306,7 +306,7 @@ func TestExplainShowsPolicyDeclines(t *testing.T) {
 
 func TestNodeCheckpointFlags(t *testing.T) {
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
-		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
 	cfg, err := f.config(e)
 	if err != nil {
@@ -321,7 +321,7 @@ func TestNodeCheckpointFlags(t *testing.T) {
 		want  string
 	}{
 		{0, 8, "--checkpoint-interval 0s: want a positive duration"},
-		{time.Second, -1, "--checkpoint-max-mib -1: want a positive number of MiB"},
+		{time.Second, -1, "--checkpoint-max-mib -1: want a number of MiB, 0 for no limit"},
 	} {
 		f.ckptEvery, f.ckptMaxMiB = c.every, c.mib
 		_, err := f.config(e)
@@ -333,7 +333,22 @@ func TestNodeCheckpointFlags(t *testing.T) {
 	if fl := cmd.Flags().Lookup("checkpoint-interval"); fl == nil || fl.DefValue != "30s" {
 		t.Errorf("--checkpoint-interval default %v, want 30s", fl)
 	}
-	if fl := cmd.Flags().Lookup("checkpoint-max-mib"); fl == nil || fl.DefValue != "256" {
-		t.Errorf("--checkpoint-max-mib default %v, want 256", fl)
+	if fl := cmd.Flags().Lookup("checkpoint-max-mib"); fl == nil || fl.DefValue != "0" {
+		t.Errorf("--checkpoint-max-mib default %v, want 0 (no limit but the store's)", fl)
+	}
+	f.ckptEvery, f.ckptMaxMiB = time.Second, 0
+	for _, c := range []struct{ size, want string }{
+		{"lots", `--store-max "lots": want a size such as 200GiB`},
+		{"0", `--store-max "0": want a size such as 200GiB`},
+	} {
+		f.storeMax = c.size
+		_, err := f.config(e)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--store-max %s: %v; want a usage error saying %q", c.size, err, c.want)
+		}
+	}
+	f.storeMax = "3GiB"
+	if cfg, err := f.config(e); err != nil || cfg.StoreMax != 3<<30 || cfg.CheckpointLimit != 0 {
+		t.Errorf("--store-max 3GiB: store max %d, checkpoint limit %d, %v", cfg.StoreMax, cfg.CheckpointLimit, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,11 +42,30 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// systemConfig is the node configuration file of a machine that runs
+	// gpumesh as a service (systemConfigFile); "" in tests, which must not
+	// read the machine's own.
+	systemConfig string
+	// geteuid is the effective user ID (-1 where there is none, Windows);
+	// nil reads as -1.
+	geteuid func() int
+}
+
+// euid is the effective user ID, -1 where unknown.
+func (e env) euid() int {
+	if e.geteuid == nil {
+		return -1
+	}
+	return e.geteuid()
 }
 
 // run executes the command line args and returns the process exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return runEnv(ctx, args, env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: osGetenv})
+	e := env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: osGetenv, geteuid: euidFunc()}
+	if runtime.GOOS != "windows" {
+		e.systemConfig = systemConfigFile
+	}
+	return runEnv(ctx, args, e)
 }
 
 func runEnv(ctx context.Context, args []string, e env) int {
@@ -84,6 +104,7 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 	commandGroup(root)
 	root.AddCommand(
 		newNodeCommand(e),
+		newDoctorCommand(e),
 		newVersionCommand(e),
 		newCardsCommand(e),
 		newOffersCommand(e),
@@ -93,6 +114,8 @@ the jobs it wins, and moves work elsewhere when a peer disappears.`,
 		newBillCommand(e),
 		newEarningsCommand(e),
 		newLogsCommand(e),
+		newExecCommand(e),
+		newPortForwardCommand(e),
 		newCancelCommand(e),
 		newScaleCommand(e),
 		newPeersCommand(e),

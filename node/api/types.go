@@ -58,6 +58,10 @@ type Peer struct {
 	SimulatedModels []string  `json:"simulated_models,omitempty"`
 	LastHeard       time.Time `json:"last_heard,omitzero"`
 	RTTMillis       float64   `json:"rtt_ms,omitempty"`
+	// Conn is how this node is connected to the peer now: "direct" (its
+	// own TCP or QUIC connection, perhaps hole-punched through NATs),
+	// "relayed" (only through a circuit relay) or "" (none open).
+	Conn string `json:"conn,omitempty"`
 	// Coordinator says whether the peer coordinates jobs.
 	Coordinator bool `json:"coordinator"`
 	// Standby says the peer will coordinate once it has been a member

@@ -231,9 +231,10 @@ type Attempt struct {
 	// Payload, when not nil, is a tar archive (optionally gzip-compressed)
 	// unpacked into the work directory before the process starts.
 	Payload io.Reader
-	// Checkpoint, when not nil, is a tar archive of the latest accepted
-	// checkpoint, unpacked into $GPUMESH_CHECKPOINT_DIR before start.
-	Checkpoint io.Reader
+	// Checkpoint, when not nil, fills $GPUMESH_CHECKPOINT_DIR (empty, and
+	// owned by the node until the process starts) with the checkpoint the
+	// attempt resumes from; an error fails the start.
+	Checkpoint func(dir string) error
 	// Limits is what the attempt may use, already capped by the supplier's
 	// Policy; enforced in sandbox mode only.
 	Limits Limits

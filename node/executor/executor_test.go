@@ -16,7 +16,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode, os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // forEachIsolation runs a behaviour test in process mode and, where this
 // host can provide it, in sandbox mode: what a job sees of its own run must

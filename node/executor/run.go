@@ -47,7 +47,8 @@ type Run struct {
 	attempt Attempt // without its readers: read-only once made
 	dir     string
 	// payload and checkpoint are read by prepare, on the goroutine of Start.
-	payload, checkpoint io.Reader
+	payload    io.Reader
+	checkpoint func(dir string) error
 
 	jail           jail
 	cmd            *exec.Cmd
@@ -62,6 +63,12 @@ type Run struct {
 	stopping StopReason
 	killer   *time.Timer
 	result   Result
+
+	// The processes Exec started that were not reaped yet; execsDone is
+	// set once the attempt ended, after which Exec starts nothing.
+	execMu    sync.Mutex
+	execs     map[*Process]bool
+	execsDone bool
 }
 
 func newRun(cfg Config, a Attempt, dir string) *Run {
@@ -168,6 +175,7 @@ func (r *Run) signalStopLocked() {
 		return
 	}
 	r.jail.signal(sigTerm)
+	r.signalExecs(sigTerm)
 	r.killer = time.AfterFunc(r.cfg.Grace, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -194,7 +202,7 @@ func (r *Run) prepare(iso isolator) error {
 		}
 	}
 	if r.checkpoint != nil {
-		if err := unpackTar(r.checkpoint, r.CheckpointDir(), r.cfg.MaxUnpack, r.cfg.MaxUnpack); err != nil {
+		if err := r.checkpoint(r.CheckpointDir()); err != nil {
 			return fmt.Errorf("executor: checkpoint: %w", err)
 		}
 	}
@@ -258,6 +266,7 @@ func (r *Run) start() error {
 func (r *Run) wait() {
 	err := r.cmd.Wait()
 	ended := time.Now()
+	r.signalExecs(sigKill) // nor does anything exec started in it
 	oom := r.jail.finish() // no orphan outlives its attempt
 	r.closeFiles()
 

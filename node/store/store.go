@@ -31,8 +31,6 @@ const (
 	Jobs     Bucket = "jobs"     // job records this node coordinates or replicates
 	Attempts Bucket = "attempts" // attempts this node runs or ran
 	Meta     Bucket = "meta"     // node facts: schema version, first start
-	// Checkpoints maps "job/share" to the latest accepted checkpoint.
-	Checkpoints Bucket = "checkpoints"
 	// TrackRecords maps a supplier's peer ID to the track record this
 	// node keeps of it as a coordinator (market.TrackRecord).
 	TrackRecords Bucket = "track_records"
@@ -51,7 +49,7 @@ const (
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, Checkpoints, TrackRecords, Claims, Earnings, Receipts}
+var buckets = []Bucket{Jobs, Attempts, Meta, TrackRecords, Claims, Earnings, Receipts}
 
 const schemaVersion = "1"
 

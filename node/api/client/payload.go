@@ -49,21 +49,34 @@ func PackDir(dir string, max int64) ([]byte, error) {
 	if max <= 0 {
 		max = market.MaxPayloadBytes
 	}
+	var buf bytes.Buffer
+	cw := &capWriter{w: &buf, left: max}
+	if err := WriteTarGz(cw, dir); err != nil {
+		if cw.over || errors.Is(err, ErrPayloadTooLarge) {
+			return nil, fmt.Errorf("payload %s: %w: it packs to over %s (the most a job may carry)", dir, ErrPayloadTooLarge, text.Bytes(max))
+		}
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteTarGz writes the tree under dir to w as a gzip-compressed tar
+// archive, as PackDir packs it, without a size limit and without holding
+// it in memory.
+func WriteTarGz(w io.Writer, dir string) error {
 	root, err := filepath.Abs(dir)
 	if err == nil {
 		root, err = filepath.EvalSymlinks(root)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("payload %s: %w", dir, err)
+		return fmt.Errorf("payload %s: %w", dir, err)
 	}
 	if fi, err := os.Stat(root); err != nil {
-		return nil, fmt.Errorf("payload %s: %w", dir, err)
+		return fmt.Errorf("payload %s: %w", dir, err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("payload %s: not a directory", dir)
+		return fmt.Errorf("payload %s: not a directory", dir)
 	}
-	var buf bytes.Buffer
-	cw := &capWriter{w: &buf, left: max}
-	gz := gzip.NewWriter(cw)
+	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	walkErr := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -106,12 +119,9 @@ func PackDir(dir string, max int64) ([]byte, error) {
 		walkErr = gz.Close()
 	}
 	if walkErr != nil {
-		if cw.over || errors.Is(walkErr, ErrPayloadTooLarge) {
-			return nil, fmt.Errorf("payload %s: %w: it packs to over %s (the most a job may carry)", dir, ErrPayloadTooLarge, text.Bytes(max))
-		}
-		return nil, fmt.Errorf("payload %s: %w", dir, walkErr)
+		return fmt.Errorf("payload %s: %w", dir, walkErr)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 // followLink resolves the link at path and returns its target when that is

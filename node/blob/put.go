@@ -1,0 +1,214 @@
+package blob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+)
+
+// PutStats says what Put stored.
+type PutStats struct {
+	// Manifest names the tree stored.
+	Manifest Digest
+	// Files, Dirs and Symlinks count the tree's entries.
+	Files, Dirs, Symlinks int
+	// Bytes is the size of the tree's files.
+	Bytes int64
+	// NewBytes is the size of the chunks the store did not hold before:
+	// what a transfer of the tree to a peer holding its previous version
+	// has to move.
+	NewBytes int64
+	// Chunks counts the chunk references of the manifest; NewChunks those
+	// written by this Put.
+	Chunks, NewChunks int
+	// Skipped lists the sockets, devices and named pipes left out.
+	Skipped []string
+}
+
+// Put stores the tree under dir: every regular file cut into chunks,
+// every directory and symbolic link, and the manifest that describes
+// them, which it adds to the lease named lease (it must exist: SetLease).
+// It returns the manifest's digest in PutStats.Manifest.
+//
+// Put reads the tree through an os.Root, so nothing outside dir is read
+// whatever the tree holds or anyone does to it meanwhile; symbolic links
+// are stored as links, never followed. Files are opened without blocking
+// and must still be regular files when open, so a named pipe swapped in
+// cannot stall it. A file that changes while Put reads it is stored as
+// read. Names a manifest cannot hold (not UTF-8, with a backslash or a
+// control character) fail the Put with an error naming them.
+//
+// What the Put stores is kept by its own hold until the manifest is in
+// the lease; a Put that fails leaves what it stored to be collected. It
+// fails with a *QuotaError (wrapped) when the store cannot make room.
+func (s *Store) Put(ctx context.Context, dir, lease string) (PutStats, error) {
+	if _, err := s.Lease(lease); err != nil {
+		return PutStats{}, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return PutStats{}, fmt.Errorf("blob: put: %w", err)
+	}
+	defer root.Close()
+	h := s.newHold()
+	defer s.release(h)
+	p := &putter{s: s, ctx: ctx, root: root, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
+	err = p.walk(".")
+	if ierr := p.in.wait(); err == nil {
+		err = ierr
+	}
+	if err != nil {
+		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	p.stats.NewChunks, p.stats.NewBytes = p.in.newChunks, p.in.newBytes
+	for _, f := range p.files {
+		e := &p.entries[f.entry]
+		for _, c := range f.chunks {
+			e.Chunks = append(e.Chunks, *c)
+		}
+	}
+	slices.SortFunc(p.entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	m := &Manifest{Version: ManifestVersion, Entries: p.entries}
+	b, err := m.Encode()
+	if err != nil {
+		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	d := Sum(b)
+	if _, err := s.put(KindManifest, d, b, h); err != nil {
+		return p.stats, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
+	}
+	if err := s.AddToLease(lease, []Digest{d}, nil); err != nil {
+		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	p.stats.Manifest = d
+	return p.stats, nil
+}
+
+// putter walks one tree for Put.
+type putter struct {
+	s       *Store
+	ctx     context.Context
+	root    *os.Root
+	split   *splitter
+	in      *ingest
+	entries []Entry
+	files   []putFile
+	stats   PutStats
+}
+
+// putFile is a file entry whose chunks the ingest is storing.
+type putFile struct {
+	entry  int         // in entries
+	chunks []*ChunkRef // filled once the ingest is done
+}
+
+// walk adds the members of the directory rel ("." for the root).
+func (p *putter) walk(rel string) error {
+	d, err := p.root.Open(rel)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := p.ctx.Err(); err != nil {
+			return err
+		}
+		path := name
+		if rel != "." {
+			path = rel + "/" + name
+		}
+		if err := checkPath(path); err != nil {
+			return fmt.Errorf("%q: path %w (a manifest cannot hold it)", path, err)
+		}
+		info, err := p.root.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return err
+		}
+		switch mode := info.Mode(); {
+		case mode.IsDir():
+			p.entries = append(p.entries, Entry{Path: path, Type: TypeDir, Mode: mode.Perm()})
+			p.stats.Dirs++
+			if err := p.walk(path); err != nil {
+				return err
+			}
+		case mode&fs.ModeSymlink != 0:
+			target, err := p.root.Readlink(path)
+			if err != nil {
+				return err
+			}
+			if err := checkTarget(target); err != nil {
+				return fmt.Errorf("%q: link target %w (a manifest cannot hold it)", path, err)
+			}
+			p.entries = append(p.entries, Entry{Path: path, Type: TypeSymlink, Target: target})
+			p.stats.Symlinks++
+		case mode.IsRegular():
+			if err := p.file(path); err != nil {
+				return fmt.Errorf("%q: %w", path, err)
+			}
+			p.stats.Files++
+		default:
+			p.s.log.Warn("blob: put leaves out what is not a file, directory or link", "path", path, "mode", mode.String())
+			p.stats.Skipped = append(p.stats.Skipped, path)
+		}
+	}
+	return nil
+}
+
+// file cuts a regular file into chunks and hands them to the ingest.
+func (p *putter) file(path string) error {
+	f, err := p.root.OpenFile(path, os.O_RDONLY|openNoBlock, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
+	}
+	pf := putFile{entry: len(p.entries)}
+	e := Entry{Path: path, Type: TypeFile, Mode: info.Mode().Perm()}
+	p.split.reset(f)
+	for {
+		if err := p.ctx.Err(); err != nil {
+			return err
+		}
+		if err := p.in.failed(); err != nil {
+			return err
+		}
+		buf := p.in.buffer()
+		data, err := p.split.next(buf)
+		if err == io.EOF {
+			p.in.recycle(buf)
+			break
+		}
+		if err != nil {
+			p.in.recycle(buf)
+			return err
+		}
+		ref := new(ChunkRef)
+		pf.chunks = append(pf.chunks, ref)
+		p.in.store(data, ref)
+		e.Size += int64(len(data))
+		p.stats.Chunks++
+		p.stats.Bytes += int64(len(data))
+	}
+	p.entries = append(p.entries, e)
+	p.files = append(p.files, pf)
+	return nil
+}

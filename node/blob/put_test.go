@@ -1,0 +1,209 @@
+package blob
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// sampleTree has every kind of entry: nested directories with unusual
+// modes, an empty file, small and multi-chunk files, a duplicate, links
+// inside and outside the tree.
+func sampleTree() map[string]node {
+	big := randBytes(7, 5<<20+123)
+	return map[string]node{
+		"a":             {dir: true, mode: 0o750},
+		"a/empty":       {mode: 0o600},
+		"a/small.txt":   {mode: 0o644, data: []byte("hello, mesh\n")},
+		"a/b":           {dir: true, mode: 0o500},
+		"a/b/big.bin":   {mode: 0o400, data: big},
+		"a/b/copy.bin":  {mode: 0o755, data: big},
+		"a-sibling":     {mode: 0o640, data: randBytes(8, 700<<10)},
+		"emptydir":      {dir: true, mode: 0o700},
+		"link-in":       {target: "a/small.txt"},
+		"link-out":      {target: "/etc/passwd"},
+		"link-dangling": {target: "../nowhere"},
+	}
+}
+
+func TestPutRestoreRoundTrip(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("symlinks need privileges on Windows")
+	}
+	s, _ := openStore(t, NoLimit)
+	src := filepath.Join(t.TempDir(), "src")
+	tree := sampleTree()
+	writeTree(t, src, tree)
+
+	st := put(t, s, src)
+	if st.Files != 5 || st.Dirs != 3 || st.Symlinks != 3 {
+		t.Errorf("counted %d files, %d dirs, %d links; want 5, 3, 3", st.Files, st.Dirs, st.Symlinks)
+	}
+	var total int64
+	for _, n := range tree {
+		total += int64(len(n.data))
+	}
+	if st.Bytes != total {
+		t.Errorf("Bytes = %d, want %d", st.Bytes, total)
+	}
+	big := int64(len(tree["a/b/big.bin"].data))
+	if st.NewBytes != total-big {
+		t.Errorf("NewBytes = %d, want %d: the copy of big.bin is stored once", st.NewBytes, total-big)
+	}
+
+	dst := filepath.Join(t.TempDir(), "dst")
+	if err := s.Restore(context.Background(), st.Manifest, dst); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, readTree(t, dst), tree)
+
+	m, err := s.Manifest(st.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range m.Entries {
+		for _, c := range e.Chunks[:max(len(e.Chunks)-1, 0)] {
+			if c.Size < MinChunkSize {
+				t.Errorf("%s: a chunk of %d bytes before the last", e.Path, c.Size)
+			}
+		}
+	}
+}
+
+func TestPutIsDeterministicAndDeduplicates(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	src := filepath.Join(t.TempDir(), "src")
+	data := randBytes(3, 16<<20)
+	writeTree(t, src, map[string]node{"w.bin": {mode: 0o644, data: data}})
+	first := put(t, s, src)
+
+	again := put(t, s, src)
+	if again.Manifest != first.Manifest || again.NewBytes != 0 || again.NewChunks != 0 {
+		t.Fatalf("the same tree again: %+v, want manifest %s and nothing new", again, first.Manifest)
+	}
+
+	// An edit in place and an insertion: content-defined cuts keep the
+	// chunks away from both.
+	edited := bytes.Clone(data)
+	copy(edited[4<<20:], randBytes(4, 1000))
+	edited = append(edited[:10<<20], append(randBytes(5, 777), edited[10<<20:]...)...)
+	if err := os.WriteFile(filepath.Join(src, "w.bin"), edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := put(t, s, src)
+	if st.Manifest == first.Manifest {
+		t.Fatal("an edited tree has the same manifest")
+	}
+	if st.NewBytes == 0 || st.NewBytes > 6*MaxChunkSize/2 || st.NewChunks > 6 {
+		t.Fatalf("two small edits stored %d new bytes in %d chunks of %d; want a few chunks", st.NewBytes, st.NewChunks, st.Chunks)
+	}
+	t.Logf("two edits in 16 MiB: %d new bytes in %d of %d chunks", st.NewBytes, st.NewChunks, st.Chunks)
+
+	// Another store cuts the same bytes alike.
+	s2, _ := openStore(t, NoLimit)
+	if other := put(t, s2, src); other.Manifest != st.Manifest {
+		t.Fatalf("another store named the tree %s, this one %s", other.Manifest, st.Manifest)
+	}
+}
+
+// TestChunkingIsFixed pins the cut points: a change of polynomial or
+// bounds would make nodes of two versions share no chunks.
+func TestChunkingIsFixed(t *testing.T) {
+	sp := newSplitter()
+	sp.reset(bytes.NewReader(randBytes(42, 6<<20)))
+	buf := make([]byte, 0, MaxChunkSize)
+	var sizes []int
+	for {
+		b, err := sp.next(buf)
+		if err != nil {
+			break
+		}
+		sizes = append(sizes, len(b))
+	}
+	want := []int{1577003, 841232, 990320, 1057899, 581208, 617089, 626705}
+	if !slices.Equal(sizes, want) {
+		t.Fatalf("chunk sizes %v, want %v", sizes, want)
+	}
+}
+
+func TestPutNeedsItsLease(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	src := t.TempDir()
+	if _, err := s.Put(context.Background(), src, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Put without a lease = %v, want ErrNotFound", err)
+	}
+}
+
+func TestPutRefusesNamesAManifestCannotHold(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Windows file names cannot hold a backslash")
+	}
+	s, _ := openStore(t, NoLimit)
+	src := t.TempDir()
+	os.Mkdir(filepath.Join(src, "d"), 0o755)
+	os.WriteFile(filepath.Join(src, "d", `back\slash`), nil, 0o644)
+	mustLease(t, s, "l")
+	_, err := s.Put(context.Background(), src, "l")
+	if err == nil || !strings.Contains(err.Error(), `"d/back\\slash": path holds a backslash`) {
+		t.Fatalf("Put = %v, want an error naming the path", err)
+	}
+}
+
+func TestPutStripsSpecialModeBits(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no setuid on Windows")
+	}
+	s, _ := openStore(t, NoLimit)
+	src := t.TempDir()
+	p := filepath.Join(src, "tool")
+	os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755)
+	if err := os.Chmod(p, 0o755|os.ModeSetuid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	st := put(t, s, src)
+	m, _ := s.Manifest(st.Manifest)
+	if m.Entries[0].Mode != 0o755 {
+		t.Fatalf("mode %v stored, want 0755", m.Entries[0].Mode)
+	}
+	dst := filepath.Join(t.TempDir(), "dst")
+	if err := s.Restore(context.Background(), st.Manifest, dst); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := os.Stat(filepath.Join(dst, "tool"))
+	if info.Mode() != 0o755 {
+		t.Fatalf("restored mode %v, want -rwxr-xr-x", info.Mode())
+	}
+}
+
+func TestPutOfAnEmptyTree(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	st := put(t, s, t.TempDir())
+	dst := filepath.Join(t.TempDir(), "dst")
+	if err := s.Restore(context.Background(), st.Manifest, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dst); len(got) != 0 {
+		t.Fatalf("restored %v", got)
+	}
+}
+
+func TestPutStopsWithItsContext(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	src := t.TempDir()
+	writeTree(t, src, map[string]node{"f": {mode: 0o644, data: randBytes(1, 3<<20)}})
+	mustLease(t, s, "l")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Put(ctx, src, "l"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put = %v, want context.Canceled", err)
+	}
+	if l, _ := s.Lease("l"); len(l.Manifests) != 0 {
+		t.Fatalf("a cancelled Put leased %v", l.Manifests)
+	}
+}

@@ -1,0 +1,289 @@
+package transfer
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/blob/internal/bench"
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+)
+
+// BenchmarkRestoreFromTwoHolders prints the figure for restores:
+// a tree of GPUMESH_BLOB_BENCH_SIZE (256 MiB by default; quote it at
+// 4GiB) is fetched from two holders over real libp2p hosts on loopback
+// TCP (TLS, yamux, as the node's), then restored into a directory. In the
+// same run it measures raw loopback TCP (two connections, the same bytes,
+// from memory to nowhere) and plain libp2p streams between the same
+// hosts, and prints the fetch's throughput against both (target ≥ 50% of
+// raw TCP), and the process's peak memory during fetch and restore
+// (target < 200 MiB at 4 GiB; the holders run in the same process).
+//
+//	GPUMESH_BLOB_BENCH_SIZE=4GiB go test -run XXX -bench RestoreFromTwoHolders -benchtime 1x ./node/blob/transfer/
+func BenchmarkRestoreFromTwoHolders(b *testing.B) {
+	size, err := bench.Size()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	tree := bench.NewTree(size, 0, 1)
+	src := filepath.Join(b.TempDir(), "tree")
+	if err := tree.Write(src, 1); err != nil {
+		b.Fatal(err)
+	}
+	held, err := blob.Open(blob.Config{Dir: filepath.Join(b.TempDir(), "held"), Limit: blob.NoLimit})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer held.Close()
+	held.SetLease(blob.Lease{ID: "src"})
+	put, err := held.Put(ctx, src, "src")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := put.Manifest
+
+	// Two holders serving one store (their disks would differ; the
+	// bytes they serve would not), and a fetcher.
+	hb, hc, ha := tcpHost(b), tcpHost(b), tcpHost(b)
+	for _, h := range []host.Host{hb, hc} {
+		svc, err := New(h, Config{Protocol: testProto, Store: held, Auth: &testAuth{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer svc.Close()
+		if err := ha.Connect(ctx, peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rawTCP := measureTCP(b, put.Bytes)
+	rawStreams := measureStreams(b, put.Bytes, ha, hb, hc)
+	disk := measureDisk(b, put.Bytes, b.TempDir())
+
+	for b.Loop() {
+		b.StopTimer()
+		st, err := blob.Open(blob.Config{Dir: filepath.Join(b.TempDir(), "fetched"), Limit: blob.NoLimit})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.SetLease(blob.Lease{ID: "restore"})
+		svc, err := New(ha, Config{Protocol: testProto, Store: st, Auth: &testAuth{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+
+		watch := bench.Watch()
+		var fs FetchStats
+		fetch := measure(put.Bytes, func() {
+			if fs, err = svc.Fetch(ctx, m, []peer.ID{hb.ID(), hc.ID()}, "restore"); err != nil {
+				b.Fatal(err)
+			}
+		})
+		restore := measure(put.Bytes, func() {
+			if err := st.Restore(ctx, m, filepath.Join(b.TempDir(), "restored")); err != nil {
+				b.Fatal(err)
+			}
+		})
+		peak := watch()
+
+		b.ReportMetric(fetch.mbps(), "fetch-MB/s")
+		b.ReportMetric(rawTCP.mbps(), "rawTCP-MB/s")
+		b.ReportMetric(100*fetch.mbps()/rawTCP.mbps(), "%ofTCP")
+		b.ReportMetric(100*rawTCP.cpuPerGB()/fetch.cpuPerGB(), "%ofTCP-by-CPU")
+		b.ReportMetric(float64(peak.RSS)/(1<<20), "peak-RSS-MiB")
+		b.ReportMetric(float64(peak.Heap)/(1<<20), "peak-heap-MiB")
+		b.Logf("tree %s, %d chunks, fetched from 2 holders, all in this process on %d CPUs", bench.Human(put.Bytes), fs.Chunks, runtime.NumCPU())
+		b.Logf("raw loopback TCP:     %s", rawTCP)
+		b.Logf("plain libp2p streams: %s", rawStreams)
+		b.Logf("disk, 1 MiB files:    %s (what a fetch writes, without the network)", disk)
+		b.Logf("blob fetch:           %s; holders served %d and %d chunks", fetch, fs.Holders[hb.ID()].Chunks, fs.Holders[hc.ID()].Chunks)
+		b.Logf("restore (to files):   %s", restore)
+		b.Logf("fetch vs raw TCP: %.0f%% by wall clock, %.0f%% by CPU cost (target ≥ 50%%); vs plain libp2p: %.0f%%, %.0f%%",
+			100*fetch.mbps()/rawTCP.mbps(), 100*rawTCP.cpuPerGB()/fetch.cpuPerGB(),
+			100*fetch.mbps()/rawStreams.mbps(), 100*rawStreams.cpuPerGB()/fetch.cpuPerGB())
+		b.Logf("peak during fetch and restore: heap %s, RSS %s (whole process, holders included)",
+			bench.Human(int64(peak.Heap)), bench.Human(int64(peak.RSS)))
+
+		b.StopTimer()
+		svc.Close()
+		st.Close()
+		b.StartTimer()
+	}
+}
+
+// tcpHost is a libp2p host on loopback TCP with the node's security and
+// the default muxer (yamux).
+func tcpHost(b *testing.B) host.Host {
+	h, err := libp2p.New(
+		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
+		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.DisableRelay(),
+		libp2p.DisableMetrics(),
+	)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close() })
+	return h
+}
+
+// run is a measured stretch of work over n bytes.
+type run struct {
+	n    int64
+	wall time.Duration
+	cpu  time.Duration
+}
+
+// measure runs f and measures its wall-clock time and CPU cost.
+func measure(n int64, f func()) run {
+	cpu, start := bench.CPU(), time.Now()
+	f()
+	return run{n: n, wall: time.Since(start), cpu: bench.CPU() - cpu}
+}
+
+func (r run) mbps() float64 { return float64(r.n) / r.wall.Seconds() / 1e6 }
+
+// cpuPerGB is CPU seconds per GB moved.
+func (r run) cpuPerGB() float64 { return r.cpu.Seconds() / (float64(r.n) / 1e9) }
+
+func (r run) String() string {
+	return fmt.Sprintf("%s in %v = %4.0f MB/s; %.2f CPU-s/GB", bench.Human(r.n), r.wall.Round(time.Millisecond), r.mbps(), r.cpuPerGB())
+}
+
+// measureTCP sends n bytes over two loopback TCP connections at once,
+// half each, from memory to nowhere.
+func measureTCP(b *testing.B, n int64) run {
+	buf := make([]byte, 1<<20)
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() {
+			defer l.Close()
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			for left := n / 2; left > 0; left -= int64(len(buf)) {
+				if _, err := c.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+					return
+				}
+			}
+		})
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	r := measure(n, func() {
+		var rg sync.WaitGroup
+		for _, c := range conns {
+			rg.Go(func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			})
+		}
+		rg.Wait()
+		wg.Wait()
+	})
+	return r
+}
+
+// measureDisk writes n bytes from memory into files of 1 MiB under dir,
+// each synced, from four goroutines: the disk work of a fetch.
+func measureDisk(b *testing.B, n int64, dir string) run {
+	buf := make([]byte, 1<<20)
+	files := (n + int64(len(buf)) - 1) / int64(len(buf))
+	next := make(chan int64)
+	return measure(n, func() {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for i := range next {
+					f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
+					if err == nil {
+						_, err = f.Write(buf)
+					}
+					if err == nil {
+						err = f.Sync()
+					}
+					if err != nil {
+						b.Error(err)
+					}
+					f.Close()
+				}
+			})
+		}
+		for i := range files {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	})
+}
+
+// measureStreams sends n bytes over one libp2p stream from each of from
+// to the host to at once, a share each.
+func measureStreams(b *testing.B, n int64, to host.Host, from ...host.Host) run {
+	const proto = "/gpumesh/bench/blast/1"
+	buf := make([]byte, 1<<20)
+	for _, h := range from {
+		h.SetStreamHandler(proto, func(s network.Stream) {
+			defer s.Close()
+			var hdr [8]byte
+			if _, err := io.ReadFull(s, hdr[:]); err != nil {
+				s.Reset()
+				return
+			}
+			for left := int64(binary.BigEndian.Uint64(hdr[:])); left > 0; left -= int64(len(buf)) {
+				if _, err := s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+					s.Reset()
+					return
+				}
+			}
+		})
+		defer h.RemoveStreamHandler(proto)
+	}
+	var wg sync.WaitGroup
+	return measure(n, func() {
+		for _, h := range from {
+			wg.Go(func() {
+				s, err := to.NewStream(context.Background(), h.ID(), proto)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer s.Close()
+				s.Write(binary.BigEndian.AppendUint64(nil, uint64(n)/uint64(len(from))))
+				s.CloseWrite()
+				if _, err := io.Copy(io.Discard, s); err != nil {
+					b.Error(fmt.Errorf("blast from %s: %w", h.ID().ShortString(), err))
+				}
+			})
+		}
+		wg.Wait()
+	})
+}

@@ -1,0 +1,311 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// ServiceName is the libp2p resource-manager service of the streams, so
+// the node can give them limits of their own.
+const ServiceName = "gpumesh.blob"
+
+// Config configures a Service. Protocol, Store and Auth are required.
+type Config struct {
+	// Protocol is the stream protocol, e.g. "/gpumesh/<network>/blob/1".
+	Protocol protocol.ID
+	// Store holds what is served and receives what is fetched.
+	Store *blob.Store
+	// Auth decides what peers may read and push.
+	Auth Authorizer
+	// Logger gets refused requests, dropped holders, corrupt chunks.
+	// Default: discard.
+	Logger *slog.Logger
+	// Timeout bounds each step of a request: opening its stream, its
+	// first answer, and each object's bytes after the previous (a holder
+	// that stalls is dropped within it), on both ends. Default: 30 s.
+	Timeout time.Duration
+	// HolderStreams is how many requests a fetch keeps in flight to one
+	// holder. Default: 4.
+	HolderStreams int
+	// Batch is how many chunks one request asks for. Default: 4.
+	Batch int
+	// Window is how many chunks a fetch has asked for and not yet stored,
+	// over all its holders: with streaming to disk it bounds the fetch's
+	// work in flight, not its memory (a few hundred KiB per stream).
+	// Default: 32.
+	Window int
+	// MaxInbound bounds the requests served at once; one more waits up to
+	// Timeout for its turn, then is refused as busy. Default: 64.
+	MaxInbound int
+	// MaxCorrupt is how many corrupt chunks a holder may serve in one
+	// fetch before it is dropped from it. Default: 2.
+	MaxCorrupt int
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.Protocol == "":
+		return errors.New("transfer: Config.Protocol is required")
+	case c.Store == nil:
+		return errors.New("transfer: Config.Store is required")
+	case c.Auth == nil:
+		return errors.New("transfer: Config.Auth is required")
+	case c.Timeout < 0 || c.HolderStreams < 0 || c.Batch < 0 || c.Window < 0 || c.MaxInbound < 0 || c.MaxCorrupt < 0:
+		return errors.New("transfer: negative Config value")
+	case c.Batch > MaxBatch:
+		return fmt.Errorf("transfer: Config.Batch %d over %d", c.Batch, MaxBatch)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDefault(&c.Timeout, 30*time.Second)
+	setDefault(&c.HolderStreams, 4)
+	setDefault(&c.Batch, 4)
+	setDefault(&c.Window, 32)
+	setDefault(&c.MaxInbound, 64)
+	setDefault(&c.MaxCorrupt, 2)
+	return nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Service serves a node's store to its peers and fetches from and pushes
+// to them, over libp2p streams of one protocol. It owns the handlers of
+// its inbound streams and the goroutines of its fetches; Close ends them
+// and waits for them.
+type Service struct {
+	cfg   Config
+	h     host.Host
+	store *blob.Store
+	log   *slog.Logger
+	slots chan struct{}
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	grants map[grant]int // pushes in flight: the receiver may read the manifest
+	scopes *scopeCache
+}
+
+// grant lets a peer read a manifest while this node pushes it there.
+type grant struct {
+	p peer.ID
+	m blob.Digest
+}
+
+// New registers the protocol's handler on h.
+func New(h host.Host, cfg Config) (*Service, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		cfg:    cfg,
+		h:      h,
+		store:  cfg.Store,
+		log:    cfg.Logger,
+		slots:  make(chan struct{}, cfg.MaxInbound),
+		ctx:    ctx,
+		cancel: cancel,
+		grants: make(map[grant]int),
+		scopes: newScopeCache(16),
+	}
+	h.SetStreamHandler(cfg.Protocol, s.handle)
+	return s, nil
+}
+
+// Close removes the handler, ends the streams being served and the
+// fetches and pushes in progress, and waits for them.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.h.RemoveStreamHandler(s.cfg.Protocol)
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// start registers work with the Service, so Close waits for it; it fails
+// after Close.
+func (s *Service) start() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// handle serves one inbound stream.
+func (s *Service) handle(st network.Stream) {
+	if !s.start() {
+		st.Reset()
+		return
+	}
+	defer s.wg.Done()
+	if err := st.Scope().SetService(ServiceName); err != nil {
+		st.Reset()
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { st.Reset() })
+	defer stop()
+	s.serve(ctx, st)
+}
+
+// open opens a stream to p within Timeout.
+func (s *Service) open(ctx context.Context, p peer.ID) (network.Stream, error) {
+	octx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	st, err := s.h.NewStream(octx, p, s.cfg.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), err)
+	}
+	if err := st.Scope().SetService(ServiceName); err != nil {
+		st.Reset()
+		return nil, fmt.Errorf("transfer: stream to %s: %w", p.ShortString(), err)
+	}
+	return st, nil
+}
+
+// send writes a request on a fresh stream to p and half-closes it; the
+// stream is reset when ctx ends.
+func (s *Service) send(ctx context.Context, p peer.ID, q request) (*conn, error) {
+	st, err := s.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c := newConn(st, s.cfg.Timeout)
+	c.stop = context.AfterFunc(ctx, func() { st.Reset() })
+	c.deadline()
+	if err := writeFrame(c.w, q.typ, q.encode()); err == nil {
+		err = c.w.Flush()
+	}
+	if err == nil {
+		err = st.CloseWrite()
+	}
+	if err != nil {
+		c.reset()
+		return nil, fmt.Errorf("transfer: request to %s: %w", p.ShortString(), err)
+	}
+	return c, nil
+}
+
+// conn is a stream with its buffers and its per-step deadline. The
+// deadline is a watchdog of its own that resets the stream, not the
+// stream's SetDeadline, which some transports ignore (mocknet's does).
+type conn struct {
+	st       network.Stream
+	r        *bufio.Reader
+	w        *bufio.Writer
+	timeout  time.Duration
+	watchdog *time.Timer
+	expired  atomic.Bool
+	stop     func() bool
+	ended    bool
+}
+
+func newConn(st network.Stream, timeout time.Duration) *conn {
+	c := &conn{st: st, r: bufio.NewReaderSize(st, 64<<10), w: bufio.NewWriterSize(st, 64<<10), timeout: timeout}
+	c.watchdog = time.AfterFunc(timeout, func() {
+		c.expired.Store(true)
+		st.Reset()
+	})
+	return c
+}
+
+// deadline gives the next step Timeout (nothing once the stream ended).
+func (c *conn) deadline() {
+	if !c.ended {
+		c.watchdog.Reset(c.timeout)
+	}
+}
+
+// noDeadline lets the next step take as long as it takes.
+func (c *conn) noDeadline() { c.watchdog.Stop() }
+
+// explain names a stream error caused by the deadline as such.
+func (c *conn) explain(err error) error {
+	if c.expired.Load() {
+		return fmt.Errorf("no progress in %v: %w", c.timeout, os.ErrDeadlineExceeded)
+	}
+	return err
+}
+
+// reset aborts the stream, unless it was closed.
+func (c *conn) reset() {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	c.watchdog.Stop()
+	if c.stop != nil {
+		c.stop()
+	}
+	c.st.Reset()
+}
+
+// close ends a stream whose exchange is over.
+func (c *conn) close() {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	c.watchdog.Stop()
+	if c.stop != nil {
+		c.stop()
+	}
+	c.st.Close()
+}
+
+// mayRead checks that p may read m: this node pushes m to p, or the
+// Authorizer says so.
+func (s *Service) mayRead(ctx context.Context, p peer.ID, m blob.Digest) error {
+	s.mu.Lock()
+	granted := s.grants[grant{p, m}] > 0
+	s.mu.Unlock()
+	if granted {
+		return nil
+	}
+	return s.cfg.Auth.AllowRead(ctx, p, m)
+}
+
+func (s *Service) addGrant(g grant) {
+	s.mu.Lock()
+	s.grants[g]++
+	s.mu.Unlock()
+}
+
+func (s *Service) dropGrant(g grant) {
+	s.mu.Lock()
+	if s.grants[g]--; s.grants[g] <= 0 {
+		delete(s.grants, g)
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,16 @@
+package doctor
+
+import "golang.org/x/sys/windows"
+
+// freeBytes is the space the user may still use on path's volume.
+func freeBytes(path string) (uint64, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return 0, err
+	}
+	var free uint64
+	if err := windows.GetDiskFreeSpaceEx(p, &free, nil, nil); err != nil {
+		return 0, err
+	}
+	return free, nil
+}
