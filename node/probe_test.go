@@ -11,19 +11,27 @@ import (
 	"github.com/gpumesh/gpumesh/node/probe"
 )
 
-// scaledProbe is the probe scaled down 3350 times (an H100 is 1 GB/s), so
-// that the CPU of a test computes the work in milliseconds; the ratios
-// between models are the catalog's.
+// scaledProbe is the probe scaled down 33500 times (an H100 is 0.1 GB/s),
+// so that the CPU of a test computes a card's work in a few milliseconds
+// even under the race detector; the ratios between models are the
+// catalog's. The work is sized to take 300 ms at catalog speed: the
+// answer's time is measured by the real clock, through the mesh, so the
+// honest card passes unless that adds 300 ms, and the slow one reads as an
+// RTX 4090 unless it adds 250 ms (a quarter of its 1 s).
 func scaledProbe() probe.Config {
 	cat := device.DefaultCatalog()
-	return probe.Config{Target: 50 * time.Millisecond, Deadline: 5 * time.Second, Setup: -1, Words: 1 << 12, Blocks: 64, Catalog: cat,
+	return probe.Config{Target: 300 * time.Millisecond, Deadline: 5 * time.Second, Setup: -1, Words: 1 << 12, Blocks: 64, Catalog: cat,
 		Bandwidth: func(model string) float64 {
 			if m, ok := cat.Lookup(model); ok {
-				return m.BandwidthGBs / 3350
+				return m.BandwidthGBs / scaleDown
 			}
 			return 0
 		}}
 }
+
+// scaleDown is how many times slower than the catalog's the tests' cards
+// and probes are.
+const scaleDown = 33500
 
 // A coordinator that verifies new suppliers places a job only on the one
 // whose probe passed: the forger (wrong digests) is refused, the card that
@@ -31,9 +39,9 @@ func scaledProbe() probe.Config {
 // it), and the record's explanation says why.
 func TestOnlyVerifiedSuppliersWinAndAForgedOrSlowProbeIsHeldBack(t *testing.T) {
 	fakes := map[int]*probe.Fake{
-		1: {DefaultGBs: 1},              // an honest H100
-		2: {DefaultGBs: 1, Forge: true}, // answers without doing the work
-		3: {DefaultGBs: 1008.0 / 3350},  // an RTX 4090's bandwidth
+		1: {DefaultGBs: 3350.0 / scaleDown},              // an honest H100
+		2: {DefaultGBs: 3350.0 / scaleDown, Forge: true}, // answers without doing the work
+		3: {DefaultGBs: 1008.0 / scaleDown},              // an RTX 4090's bandwidth
 	}
 	i := 0
 	sm := newSimMeshWith(t, func(c *Config) {

@@ -38,6 +38,10 @@ type Fake struct {
 	Forge bool
 	// Sleep waits d or until ctx is done. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration)
+	// Now is the clock the time of a card's work is taken off its wait
+	// by. Default: time.Now. (Tests that judge by a virtual clock give
+	// one that Sleep advances, so the CPU's time does not count.)
+	Now func() time.Time
 }
 
 var _ Backend = (*Fake)(nil)
@@ -54,7 +58,7 @@ func (f *Fake) Run(ctx context.Context, ch Challenge, cards []device.Card) []Car
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
+			start := f.now()
 			a := CardAnswer{Card: c.ID, Model: c.Model, Index: i}
 			w, ok := ch.Work[c.Model]
 			if !ok {
@@ -73,7 +77,7 @@ func (f *Fake) Run(ctx context.Context, ch Challenge, cards []device.Card) []Car
 				gbs = v
 			}
 			if gbs > 0 {
-				f.sleep(ctx, time.Duration(w.Bytes()/gbs)-time.Since(start)) // bytes / (GB/s) = ns
+				f.sleep(ctx, time.Duration(w.Bytes()/gbs)-f.now().Sub(start)) // bytes / (GB/s) = ns
 			}
 			if ctx.Err() != nil {
 				a.Digests, a.Err = nil, fmt.Sprintf("stopped: %v", ctx.Err())
@@ -83,6 +87,13 @@ func (f *Fake) Run(ctx context.Context, ch Challenge, cards []device.Card) []Car
 	}
 	wg.Wait()
 	return out
+}
+
+func (f *Fake) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
 }
 
 func (f *Fake) sleep(ctx context.Context, d time.Duration) {

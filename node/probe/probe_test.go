@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,10 +31,31 @@ func card(t *testing.T, id, model string) device.Card {
 	return device.Card{ID: id, UUID: id, Model: model, Vendor: device.VendorNVIDIA, MemoryMiB: 81920, Backend: "hw"}
 }
 
+// virtualClock is the fake's clock in these tests: it stands still while
+// the CPU computes the digests, and a card's wait moves it on. Cards run
+// side by side, so the answer takes as long as the longest wait. With it
+// a verdict does not depend on how fast (or how loaded) the machine that
+// runs the test is.
+type virtualClock struct {
+	mu      sync.Mutex
+	base    time.Time
+	longest time.Duration
+}
+
+func (c *virtualClock) now() time.Time { return c.base }
+
+func (c *virtualClock) sleep(_ context.Context, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.longest = max(c.longest, d)
+}
+
 // run probes cards on the fake and judges the answer as the coordinator
-// would, with the time it took.
+// would, with the time it took on the fake's virtual clock.
 func run(t *testing.T, cfg Config, f *Fake, cards []device.Card) (Answer, []string) {
 	t.Helper()
+	clock := &virtualClock{base: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	f.Now, f.Sleep = clock.now, clock.sleep
 	models := map[string]uint64{}
 	for _, c := range cards {
 		models[c.Model] = c.MemoryMiB
@@ -47,7 +69,6 @@ func run(t *testing.T, cfg Config, f *Fake, cards []device.Card) (Answer, []stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	a := Answer{Nonce: got.Nonce, Cards: f.Run(context.Background(), got, cards), Backend: f.Name()}
 	raw, _ = json.Marshal(a)
 	a, err = DecodeAnswer(raw, ch)
@@ -55,7 +76,7 @@ func run(t *testing.T, cfg Config, f *Fake, cards []device.Card) (Answer, []stri
 		t.Fatal(err)
 	}
 	var out []string
-	for _, v := range cfg.Judge(ch, a, time.Since(start), 0) {
+	for _, v := range cfg.Judge(ch, a, clock.longest, 0) {
 		s := v.Model + ": "
 		switch {
 		case v.Refused:
@@ -89,7 +110,7 @@ func TestAForgedAnswerIsRefused(t *testing.T) {
 func TestALateAnswerIsRefused(t *testing.T) {
 	cfg := scaled(device.DefaultCatalog())
 	cfg.Deadline = 30 * time.Millisecond
-	_, v := run(t, cfg, &Fake{DefaultGBs: 1}, []device.Card{card(t, "GPU-a", "h100-sxm-80g")}) // takes ~50 ms
+	_, v := run(t, cfg, &Fake{DefaultGBs: 1}, []device.Card{card(t, "GPU-a", "h100-sxm-80g")}) // takes 50 ms
 	if len(v) != 1 || !strings.Contains(v[0], "past the 30ms deadline") {
 		t.Fatalf("verdicts %v", v)
 	}
