@@ -97,12 +97,15 @@ func TestBillIsTheSumOfItsReceiptsAcrossAReroute(t *testing.T) {
 	if err != nil || len(other.Receipts) != len(bill.Receipts) {
 		t.Fatalf("the bill through the runner: %d receipts (%v), the coordinator's %d", len(other.Receipts), err, len(bill.Receipts))
 	}
-	// The runner that ran the second attempt holds it countersigned.
+	// The runner that ran the second attempt holds it countersigned, once
+	// the acknowledgement of its end reaches it (the coordinator sends it
+	// when the job's replicas hold the record that billed it).
 	runner := sm.byID(second.Node)
-	got, err := runner.trust.receipts.store.Issued(runner.id.String(), time.Time{})
-	if err != nil || len(got) != 1 || got[0].Accepted.Seq == 0 || !got[0].Accepted.Final {
-		t.Fatalf("the runner's receipts: %+v, %v; want its final one countersigned", got, err)
-	}
+	var got []receipts.Earned
+	eventually(t, 10*time.Second, "the runner holds its final receipt countersigned", func() bool {
+		got, err = runner.trust.receipts.store.Issued(runner.id.String(), time.Time{})
+		return err == nil && len(got) == 1 && got[0].Accepted.Seq > 0 && got[0].Accepted.Final
+	})
 }
 
 // A renewal whose receipt is malformed, or signed by someone else, renews
