@@ -4,9 +4,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpumesh/gpumesh/node/cardclaims"
-
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/cardclaims"
 )
 
 // book is the market's view of the mesh's capacity: the offers folded from

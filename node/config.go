@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"github.com/gpumesh/gpumesh/node/probe"
 	"log/slog"
 	"net/http"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // CoordinatorMode says whether a node coordinates jobs.
