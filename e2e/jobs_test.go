@@ -20,7 +20,9 @@ func fourNodes(t *testing.T) []*proc {
 	// policy allows host network (the default allows egress at most).
 	b := startNode(t, "b", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
 	c := startNode(t, "c", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
-	d := startNode(t, "d", "--sim", "l40s-48g:2", "--join", a.joinAddr())
+	// d supplies and never coordinates: a job that runs on it is billed
+	// by another node, from the receipts d signs.
+	d := startNode(t, "d", "--sim", "l40s-48g:2", "--join", a.joinAddr(), "--coordinator", "never")
 	procs := []*proc{a, b, c, d}
 	waitAllSee(t, procs, 4, 12)
 	return procs
@@ -63,7 +65,8 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 		t.Fatalf("logs through c: %q, %v", logs, err)
 	}
 	// Its bill, asked of a node that neither coordinated nor ran it,
-	// verifies from the signed receipts alone.
+	// verifies from the signed receipts alone, and they add up to the
+	// card-seconds the record bills.
 	key := filepath.Join(t.TempDir(), "owner.key")
 	text, err := testOwner().MarshalText()
 	if err != nil || os.WriteFile(key, text, 0o600) != nil {
@@ -75,9 +78,13 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 			asker = p
 		}
 	}
+	if ended.Coordinator == d.peerID {
+		t.Fatalf("the job was coordinated by its runner d, which never coordinates")
+	}
 	code, out, errOut := runCLIStatus(t, "bill", rec.ID, "--verify", "--api", asker.apiAddr, "--key", key)
-	if code != 0 || !strings.Contains(out, "VERIFIED") {
-		t.Fatalf("gpumesh bill --verify through %s: exit %d\n%s%s", asker.name, code, out, errOut)
+	sum := fmt.Sprintf(": the bill is the sum of its receipts (%.2f CNY, %.1f card-seconds)", ended.CostCNY, ended.CardSeconds)
+	if code != 0 || !strings.Contains(out, "\nVERIFIED ") || !strings.Contains(out, sum) {
+		t.Fatalf("gpumesh bill --verify through %s: exit %d, want %q\n%s%s", asker.name, code, sum, out, errOut)
 	}
 
 	// An 8-card gang job with 4 per node spans b and c.
