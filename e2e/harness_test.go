@@ -26,8 +26,9 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
-// binary is the gpumesh binary built once for the whole run by TestMain.
-var binary string
+// binary is the gpumesh binary built once for the whole run by TestMain,
+// and replicaBinary the job program of the tunnel tests (testdata/replica).
+var binary, replicaBinary string
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -44,6 +45,7 @@ func runMain(m *testing.M) int {
 		// A binary built elsewhere (a machine without Go runs the compiled
 		// test with it).
 		binary = prebuilt
+		replicaBinary = os.Getenv("GPUMESH_REPLICA_BINARY") // tests that need it skip without
 		return m.Run()
 	}
 	binary = filepath.Join(dir, "gpumesh")
@@ -51,6 +53,13 @@ func runMain(m *testing.M) int {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building gpumesh:", err)
+		return 1
+	}
+	replicaBinary = filepath.Join(dir, "replica")
+	build = exec.Command("go", "build", "-o", replicaBinary, "./testdata/replica")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the replica helper:", err)
 		return 1
 	}
 	return m.Run()

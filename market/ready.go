@@ -107,6 +107,12 @@ type Attempt struct {
 	// Outputs is the manifest of what it left in its working directory
 	// (ExecutionExited.Outputs).
 	Outputs string `json:"outputs,omitempty"`
+	// Owner is the job's owner and Service its service spec, from the
+	// owner's signed spec in the award ("" and nil for an unsigned one).
+	Owner   string       `json:"owner,omitempty"`
+	Service *ServiceSpec `json:"service,omitempty"`
+	// Ready says the replica's readiness probe answers (ExecutionReady).
+	Ready   bool   `json:"ready,omitempty"`
 	Version uint64 `json:"version"`
 }
 

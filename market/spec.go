@@ -144,6 +144,13 @@ type JobSpec struct {
 	// gets an A100 and an RTX 4090 side by side). Shares on different
 	// nodes may differ either way: Models pins the model of all of them.
 	MixedModels bool `json:"mixed_models,omitempty"`
+	// AllowSimulated lets the job run on simulated cards (a supplier's
+	// `gpumesh node --sim`: catalog figures, no hardware behind them).
+	// Default false: a coordinator never asks a supplier to bid its
+	// simulated cards for the job, a supplier never bids or runs them for
+	// it, and a job only simulated cards could take waits in pending,
+	// saying so. Demos, benchmarks and tests set it.
+	AllowSimulated bool `json:"allow_simulated,omitempty"`
 	// MaxPriceCNY is the most the owner pays per card-hour. Required, > 0.
 	MaxPriceCNY float64 `json:"max_price_cny"`
 	// Kind is batch (default), preemptible or service.
@@ -180,6 +187,10 @@ type JobSpec struct {
 	// --job-network): a gang across nodes runs only on suppliers that
 	// allow host.
 	Network JobNetwork `json:"network,omitempty"`
+	// Service says how a service job is reached (its port, readiness
+	// probe, and whether an ingress serves it to anyone); only services
+	// have one.
+	Service *ServiceSpec `json:"service,omitempty"`
 	// Resources caps what each share may use on its node besides its cards
 	// (memory_bytes, pids, cpu_weight at the top level of the JSON). Zero
 	// fields take the supplier's defaults; suppliers whose policy caps less
@@ -320,12 +331,20 @@ func (s *JobSpec) validateKind() error {
 		if s.Replicas != 0 {
 			return specErr("replicas", "only service jobs have replicas (kind is %s)", s.KindOrDefault())
 		}
+		if s.Service != nil {
+			return specErr("service", "only service jobs have a port (kind is %s)", s.KindOrDefault())
+		}
 	case KindService:
 		if s.Replicas < 0 || s.Replicas > MaxReplicas {
 			return specErr("replicas", "must be between 1 and %d, got %d", MaxReplicas, s.Replicas)
 		}
 		if s.Cards > MaxCardsPerNode {
 			return specErr("cards", "a service replica runs on one node: at most %d cards, got %d", MaxCardsPerNode, s.Cards)
+		}
+		if s.Service != nil {
+			if err := s.Service.validate(); err != nil {
+				return err
+			}
 		}
 	default:
 		return specErr("kind", "want batch, preemptible or service, got %q", s.Kind)

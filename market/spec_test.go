@@ -96,6 +96,15 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		}, "layout", "each replica on one node"},
 		{"service replica too big", func(s *JobSpec) { s.Kind, s.Cards = KindService, 32 }, "cards", "one node"},
 		{"service too many replicas", func(s *JobSpec) { s.Kind, s.Cards, s.Replicas = KindService, 1, 257 }, "replicas", "between 1 and 256"},
+		{"port on batch", func(s *JobSpec) { s.Service = &ServiceSpec{Port: 80} }, "service", "only service jobs have a port"},
+		{"service port 0", func(s *JobSpec) { s.Kind, s.Cards, s.Service = KindService, 1, &ServiceSpec{} }, "service.port", "between 1 and 65535, got 0"},
+		{"service port 65536", func(s *JobSpec) { s.Kind, s.Cards, s.Service = KindService, 1, &ServiceSpec{Port: 65536} }, "service.port", "got 65536"},
+		{"ready path without slash", func(s *JobSpec) {
+			s.Kind, s.Cards, s.Service = KindService, 1, &ServiceSpec{Port: 80, ReadyPath: "healthz"}
+		}, "service.ready_path", "starting with '/'"},
+		{"ready path with a host", func(s *JobSpec) {
+			s.Kind, s.Cards, s.Service = KindService, 1, &ServiceSpec{Port: 80, ReadyPath: "//evil/x"}
+		}, "service.ready_path", "starting with '/'"},
 		{"elastic min > max", func(s *JobSpec) { s.Elastic = &Elastic{Min: 10, Max: 2} }, "elastic", "min <= max"},
 		{"cards outside elastic", func(s *JobSpec) { s.Elastic = &Elastic{Min: 1, Max: 4} }, "cards", "outside the elastic range"},
 		{"elastic on service", func(s *JobSpec) { s.Kind, s.Cards, s.Elastic = KindService, 1, &Elastic{Min: 1, Max: 2} }, "elastic", "replicas"},

@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -77,12 +80,36 @@ type checkpointHeld struct {
 type shipper struct {
 	mu       sync.Mutex
 	sent     map[string]blob.Digest // attempt name → manifest
+	stamps   map[string]string      // attempt name → the tree's stamp when it was last shipped
 	shipping map[string]bool
 	lastAt   map[string]time.Time // attempt name → last time it was looked at
 }
 
 func newShipper() *shipper {
-	return &shipper{sent: map[string]blob.Digest{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+	return &shipper{sent: map[string]blob.Digest{}, stamps: map[string]string{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+}
+
+// treeStamp sums what a tree's entries say of themselves — path, type,
+// size, mode and modification time — without reading them: a tree whose
+// stamp is unchanged since it was shipped is not read again (the way
+// backup tools skip unchanged files). "" when the tree cannot be walked.
+func treeStamp(dir string) string {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%v\x00%d\x00%d\n", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // begin marks an attempt as shipping; false if it already is.
@@ -118,6 +145,11 @@ func (n *Node) checkpointLoop() {
 			return
 		case now := <-t.C:
 			for _, run := range n.exec.Running() {
+				if !run.Started() {
+					// Its checkpoint is still being restored: what the
+					// directory holds now is part of an older one.
+					continue
+				}
 				a, dir := run.Attempt(), run.CheckpointDir()
 				name := a.Name()
 				asked := os.Remove(filepath.Join(dir, checkpointReady)) == nil
@@ -159,6 +191,13 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 		return
 	}
 	_ = os.Remove(filepath.Join(dir, checkpointReady))
+	stamp := treeStamp(dir)
+	n.ship.mu.Lock()
+	unchanged := stamp != "" && n.ship.stamps[name] == stamp
+	n.ship.mu.Unlock()
+	if unchanged {
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Minute)
 	defer cancel()
 	now := time.Now()
@@ -178,6 +217,9 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 	n.ship.mu.Unlock()
 	if same {
 		_ = n.blobs.DeleteLease(lease) // an older lease keeps the same tree
+		n.ship.mu.Lock()
+		n.ship.stamps[name] = stamp
+		n.ship.mu.Unlock()
 		return
 	}
 	if lim := n.cfg.CheckpointLimit; lim > 0 && put.Bytes > lim {
@@ -208,7 +250,7 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 		return
 	}
 	n.ship.mu.Lock()
-	n.ship.sent[name] = put.Manifest
+	n.ship.sent[name], n.ship.stamps[name] = put.Manifest, stamp
 	n.ship.mu.Unlock()
 	n.keepNewestCheckpoints(a.JobID, a.Share, n.checkpointKeep())
 	log.Debug("checkpoint recorded", "manifest", put.Manifest.Short(), "bytes", put.Bytes, "new_bytes", cp.NewBytes, "holders", len(holders))
@@ -397,6 +439,11 @@ func (n *Node) restoreInto(e market.Execution) func(dir string) error {
 			return os.Mkdir(dir, 0o700)
 		}
 		log.Info("restored checkpoint", "from_share", cp.Share, "from_epoch", cp.Epoch, "bytes", cp.Bytes, "took", time.Since(start).Round(time.Millisecond))
+		// A request to ship that the checkpoint caught as it was taken is
+		// not this attempt's.
+		if err := os.Remove(filepath.Join(dir, checkpointReady)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		return nil
 	}
 }

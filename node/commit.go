@@ -17,8 +17,13 @@ import (
 // every end a runner stopped reporting: it never places a share that
 // runs, and never runs again a share or a job that ended.
 //
-// The messages of a job wait, in order, behind the first one that waits:
-// a Stop or RenewalAck never overtakes the award it follows.
+// The messages about one attempt wait, in order, behind the first of them
+// that waits: a Stop never overtakes the award it follows. Messages about
+// a job's other attempts go on: a renewal ack to a running share must not
+// wait for a new share's award to commit (its runner would fence). An
+// award that waited longer than the market's AwardTimeout is dropped when
+// its record commits: the coordinator has given the share to a spare
+// meanwhile, and the runner must not start it.
 
 // mark orders the records one coordinator makes of a job: by term, then
 // version.
@@ -47,7 +52,33 @@ type gate struct {
 type heldMessage struct {
 	need  mark
 	msg   market.Message
+	key   attemptOf
 	since time.Time
+}
+
+// attemptOf is what orders a job's messages: their destination and share
+// (-1 for a message about no one share).
+type attemptOf struct {
+	to    string
+	share int
+}
+
+// attemptKeyOf is a message's ordering key.
+func attemptKeyOf(m market.Message) attemptOf {
+	share := -1
+	switch p := m.Payload.(type) {
+	case *market.Award:
+		share = p.Share
+	case *market.Start:
+		share = p.Share
+	case *market.Stop:
+		share = p.Share
+	case *market.RenewalAck:
+		share = p.Share
+	case *market.EndAck:
+		share = p.Share
+	}
+	return attemptOf{m.To, share}
 }
 
 type waiter struct {
@@ -60,23 +91,33 @@ func newGate() *gate {
 }
 
 // hold queues msg behind job's commit of need, and reports false when it
-// may go now: the record is committed and no message of the job waits.
+// may go now: the record is committed and no message of its attempt waits.
 func (g *gate) hold(job string, need mark, msg market.Message, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.held[job]) == 0 && g.committed[job].atLeast(need) {
+	key := attemptKeyOf(msg)
+	if !g.behindLocked(job, key) && g.committed[job].atLeast(need) {
 		return false
 	}
-	g.held[job] = append(g.held[job], heldMessage{need, msg, now})
+	g.held[job] = append(g.held[job], heldMessage{need, msg, key, now})
 	return true
 }
 
-// behind reports whether a message of job waits: the ones after it must
+// behind reports whether a message about msg's attempt waits: msg must
 // wait too.
-func (g *gate) behind(job string) bool {
+func (g *gate) behind(job string, msg market.Message) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.held[job]) > 0
+	return g.behindLocked(job, attemptKeyOf(msg))
+}
+
+func (g *gate) behindLocked(job string, key attemptOf) bool {
+	for _, h := range g.held[job] {
+		if h.key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // await returns a channel closed once job's record reaches need.
@@ -93,24 +134,34 @@ func (g *gate) await(job string, need mark) <-chan struct{} {
 }
 
 // commit records that every replica holds job's record at m, and returns
-// the messages that may go now, in the order they were held.
-func (g *gate) commit(job string, m mark) []market.Message {
+// the messages that may go now, in the order they were held: those
+// committed, unless a message of their attempt before them still waits.
+// An award held longer than staleAward is dropped, not returned.
+func (g *gate) commit(job string, m mark, now time.Time, staleAward time.Duration) (out []market.Message, dropped int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m.atLeast(g.committed[job]) {
 		g.committed[job] = m
 	}
 	c := g.committed[job]
-	var out []market.Message
-	held := g.held[job]
-	i := 0
-	for ; i < len(held) && c.atLeast(held[i].need); i++ {
-		out = append(out, held[i].msg)
+	blocked := map[attemptOf]bool{}
+	var keep []heldMessage
+	for _, h := range g.held[job] {
+		if blocked[h.key] || !c.atLeast(h.need) {
+			blocked[h.key] = true
+			keep = append(keep, h)
+			continue
+		}
+		if _, award := h.msg.Payload.(*market.Award); award && staleAward > 0 && now.Sub(h.since) > staleAward {
+			dropped++
+			continue
+		}
+		out = append(out, h.msg)
 	}
-	if i == len(held) {
+	if len(keep) == 0 {
 		delete(g.held, job)
 	} else {
-		g.held[job] = held[i:]
+		g.held[job] = keep
 	}
 	ws := g.waiters[job][:0]
 	for _, w := range g.waiters[job] {
@@ -125,7 +176,7 @@ func (g *gate) commit(job string, m mark) []market.Message {
 	} else {
 		g.waiters[job] = ws
 	}
-	return out
+	return out, dropped
 }
 
 // waiting lists the jobs that hold messages or executions.
@@ -191,13 +242,17 @@ func gated(p market.Payload) bool {
 
 // sendCommitted sends msgs, holding those that must wait for their job's
 // record to reach every replica (and those of the same job behind them).
-// It runs on the driver, after persist.
+// It runs on the driver, after persist. The receipts and countersignatures
+// are attached, and the probe requests taken out, here on the driver (they
+// read its state), before a message is held: what committed sends later,
+// from the replication goroutines, is ready to go.
 func (n *Node) sendCommitted(msgs []market.Message) {
+	msgs = n.probesOut(n.receiptsOut(msgs))
 	now := time.Now()
 	out := msgs[:0:0]
 	for _, m := range msgs {
 		job := m.Payload.JobID()
-		if gated(m.Payload) || n.gate.behind(job) {
+		if gated(m.Payload) || n.gate.behind(job, m) {
 			if need, ok := n.commitNeeded(job); ok && n.gate.hold(job, need, m, now) {
 				continue
 			}
@@ -221,8 +276,12 @@ func (n *Node) commitNeeded(job string) (mark, bool) {
 // committed notes that every replica acknowledged rec, and sends what
 // waited for it.
 func (n *Node) committed(rec market.JobRecord) {
-	if msgs := n.gate.commit(rec.ID, markOf(rec)); len(msgs) > 0 {
+	msgs, dropped := n.gate.commit(rec.ID, markOf(rec), time.Now(), n.awardTimeout)
+	if len(msgs) > 0 {
 		n.send(msgs)
+	}
+	if dropped > 0 {
+		n.log.Debug("awards that waited past the award timeout for the job's replicas dropped", "job", rec.ID, "count", dropped)
 	}
 	if !settling(rec) {
 		n.gate.forget(rec.ID) // the job is over here: nothing more to gate

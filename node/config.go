@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // CoordinatorMode says whether a node coordinates jobs.
@@ -94,6 +95,11 @@ type Config struct {
 	FenceCommand []string
 	// API, when set, serves the local API on API.Addr.
 	API *api.Config
+	// Ingress, when set, is the address ("host:port") where the node
+	// serves the public services of the mesh to anyone:
+	// http://Ingress/JOB_ID/… reaches a ready replica of JOB_ID when its
+	// owner marked it public (market.ServiceSpec.Public). Default: none.
+	Ingress string
 	// Dashboard, when set, is served at / of the API.
 	Dashboard http.Handler
 	// Policy is the supplier's choice of the jobs it bids for and runs:
@@ -109,6 +115,18 @@ type Config struct {
 	// made on first start. Requests through the HTTP API act as the owner
 	// they authenticate as, never as this one.
 	Owner *owner.Key
+	// Verify says when this node, as a coordinator, requires a supplier to
+	// pass the verification probe (node/probe) before asking it to bid:
+	// market.VerifyNew, VerifyAlways or VerifyNever. Default: new on a mesh
+	// without a secret (Mesh.Secret), never in a private one.
+	Verify market.VerifyMode
+	// Probe configures the probe this node sends as a coordinator (its
+	// zero value: 1 s of work per card at catalog speed, a 10 s deadline).
+	Probe probe.Config
+	// ProbeBackend runs the probes this node answers as a supplier.
+	// Default: probe.NewCUDA() (NVIDIA cards through the CUDA driver;
+	// others answered as not probed).
+	ProbeBackend probe.Backend
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)

@@ -48,7 +48,7 @@ func TestS3InputsAndOutputs(t *testing.T) {
 	if ref.Holder != entry.ID().String() || len(ref.Names) != 4 {
 		t.Fatalf("secrets ref %+v", ref)
 	}
-	spec := market.JobSpec{ID: "s3-job", Cards: 1, MaxPriceCNY: 20,
+	spec := market.JobSpec{AllowSimulated: true, ID: "s3-job", Cards: 1, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", `mkdir -p out && cd data && sha256sum train/a.bin > ../out/sums.txt && cp labels.csv ../out/ && echo "token=$HF_TOKEN"`},
 		Data: &market.DataSpec{
 			Inputs:  []market.DataInput{{From: "s3://datasets/imagenet", To: "data"}},

@@ -49,7 +49,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.mk = mk
-	n.lostAfter = mcfg.LostAfter
+	n.lostAfter, n.awardTimeout = mcfg.LostAfter, mcfg.AwardTimeout
 	n.reserveSettle = n.cfg.ReserveSettle
 	if n.reserveSettle == 0 {
 		n.reserveSettle = mcfg.BidWindow + mcfg.AwardTimeout

@@ -57,7 +57,7 @@ func TestCopyOutOfARunningAndAnEndedJob(t *testing.T) {
 	c := apiClient(t, entry, alice)
 	ctx := context.Background()
 
-	if _, err := c.Submit(ctx, market.JobSpec{ID: "live", Cards: 1, MaxPriceCNY: 20,
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "live", Cards: 1, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", outputsScript + "sleep 300"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestCopyOutOfARunningAndAnEndedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := c.Submit(ctx, market.JobSpec{ID: "ended", Cards: 1, MaxPriceCNY: 20,
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "ended", Cards: 1, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", outputsScript + "rm outputs/a.txt; printf bye > outputs/a.txt"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,7 @@ type Node struct {
 	adv        *gossip.Advertiser
 	exec       *executor.Executor
 	server     *api.Server
+	tun        *tunnels // exec, port-forward, services (tunnels.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -75,6 +76,7 @@ type Node struct {
 	// Driver-owned (touched only on the driver goroutine).
 	mk       *market.Node
 	book     *book
+	trust    trust               // claims, receipts, probes (trust.go)
 	ledger   *ledger             // what this node's cards earned (earnings.go)
 	endsSent map[attemptKey]bool // attempts whose end was published (events.go)
 	runs     map[attemptKey]*runSlot
@@ -96,18 +98,21 @@ type Node struct {
 	fences *fences // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
 	lostAfter time.Duration
-	keeper    *fence.Keeper
-	adopting  adopting // jobs this node is claiming now (claim.go)
-	ship      *shipper
-	blobs     *blob.Store        // the content store (blobs.go)
-	xfer      *transfer.Service  // its transfers to and from peers
-	pushes    pushes             // checkpoints this node agreed to hold
-	grants    grants             // reads allowed for an owner's download
-	sizes     manifestSizes      // of payloads counted against owners' quotas (payloads.go)
-	uploads   uploads            // chunk sizes of the payloads being uploaded
-	secrets   pendingSecrets     // secrets given to this node that no job names yet (secrets.go)
-	obs       *observer          // driver-owned, but for its atomic status
-	resume    []market.JobRecord // own jobs to adopt again once peers can be asked
+	// awardTimeout is the market's AwardTimeout: an award held longer for
+	// its record's commit is dropped (commit.go).
+	awardTimeout time.Duration
+	keeper       *fence.Keeper
+	adopting     adopting // jobs this node is claiming now (claim.go)
+	ship         *shipper
+	blobs        *blob.Store        // the content store (blobs.go)
+	xfer         *transfer.Service  // its transfers to and from peers
+	pushes       pushes             // checkpoints this node agreed to hold
+	grants       grants             // reads allowed for an owner's download
+	sizes        manifestSizes      // of payloads counted against owners' quotas (payloads.go)
+	uploads      uploads            // chunk sizes of the payloads being uploaded
+	secrets      pendingSecrets     // secrets given to this node that no job names yet (secrets.go)
+	obs          *observer          // driver-owned, but for its atomic status
+	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -179,6 +184,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		closers = append(closers, func() { apiLn.Close() })
+	}
+	var ingressLn net.Listener
+	if cfg.Ingress != "" {
+		if ingressLn, err = listenIngress(cfg.Ingress); err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { ingressLn.Close() })
 	}
 	if cfg.Sim == nil {
 		if err := cfg.Mesh.CheckPorts(); err != nil {
@@ -290,9 +302,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 
+	n.cfg.Market = n.trustMarket(n.cfg.Market)
 	if err := n.startMarket(cards); err != nil {
 		return nil, err
 	}
+	n.wireTrust()
+	if err := n.startTunnels(ingressLn); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { n.tun.close() })
 
 	n.adv, err = gossip.NewAdvertiser(n.gossip, n.supply(), gossip.AdvertiserConfig{
 		Logger:    n.log,
@@ -349,6 +367,7 @@ func (n *Node) Close() error {
 		if n.server != nil {
 			n.server.Close()
 		}
+		n.tun.close() // exec sessions hang up; tunnels and probes end
 		n.cancel()
 		n.exec.Close() // the attempts' watchers return once their processes are gone
 		n.wg.Wait()

@@ -90,7 +90,7 @@ func TestPayloadIsSentOnceAndRunsElsewhere(t *testing.T) {
 	}
 	submit := func(id string, ref market.PayloadRef) market.JobRecord {
 		t.Helper()
-		_, err := apiClient(t, entry, alice).Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20,
+		_, err := apiClient(t, entry, alice).Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20,
 			Command: []string{"sh", "run.sh"}, Payload: &ref})
 		if err != nil {
 			t.Fatal(err)
@@ -254,7 +254,7 @@ func TestPayloadIsReadOnlyForItsJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := apiClient(t, entry, alice).Submit(context.Background(), market.JobSpec{ID: "guarded", Cards: 1, MaxPriceCNY: 20,
+	if _, err := apiClient(t, entry, alice).Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "guarded", Cards: 1, MaxPriceCNY: 20,
 		Command: []string{"sleep", "300"}, Payload: &st.Ref}); err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestPayloadAtAPath(t *testing.T) {
 	}
 	ref := st.Ref
 	ref.Path = "/inputs/set"
-	if _, err := apiClient(t, coord, alice).Submit(context.Background(), market.JobSpec{ID: "at-path", Cards: 1, MaxPriceCNY: 20,
+	if _, err := apiClient(t, coord, alice).Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "at-path", Cards: 1, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", "cd inputs/set && sh run.sh"}, Payload: &ref}); err != nil {
 		t.Fatal(err)
 	}

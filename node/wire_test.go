@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/internal/wireschema"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // testdata/wire/vN/ holds version N of the node's calls: schema.txt, the
@@ -50,12 +51,16 @@ func rpcSamples() map[string]any {
 		kindPayloadHold: &payloadHold{Spec: market.JobSpec{ID: "j1", Owner: "o1owner", Cards: 1, MaxPriceCNY: 25, Command: []string{"sh", "run.sh"},
 			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}},
 			Signature: market.SpecSignature{SignedAt: at, Sig: make([]byte, 64)}},
+		kindReceipts: ptr("j1"),
+		probe.KindChallenge: &probe.Challenge{Nonce: [32]byte{1, 2, 3}, Blocks: 4096,
+			Work: map[string]probe.Work{"h100-sxm-80g": {Words: 16 << 20, Rounds: 1000}}},
 	}
 }
 
 // rpcReplies are the reply frames' types.
 func rpcReplies() map[string]any {
-	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, kindFilesGrant: &filesGrant{}, kindSecretsReply: &heldSecrets{}, "sealed-call": &sealedCall{}}
+	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, "sealed-call": &sealedCall{},
+		kindReceipts: &[][]byte{}, probe.KindAnswer: &probe.Answer{}, kindFilesGrant: &filesGrant{}, kindSecretsReply: &heldSecrets{}}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -174,9 +174,23 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		line("ENDED", stamp(now, j.EndedAt))
 	}
 	line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	if j.Spec.AllowSimulated {
+		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
+	}
 	if cp := newestCheckpoint(j); cp != nil {
 		line("CHECKPOINT", fmt.Sprintf("share %d epoch %d, %s (%s new), on %s, %s",
 			cp.Share, cp.Epoch, text.Bytes(cp.Bytes), text.Bytes(cp.NewBytes), text.Count(len(cp.Holders), "node"), stamp(now, cp.At)))
+	}
+	if sv := j.Spec.Service; sv != nil {
+		probe := fmt.Sprintf("TCP connect to %d", sv.Port)
+		if sv.ReadyPath != "" {
+			probe = "GET " + sv.ReadyPath
+		}
+		reach := "/v1/jobs/" + j.ID + "/http/ on any node (owner only)"
+		if sv.Public {
+			reach += ", and /" + j.ID + "/ on every --ingress"
+		}
+		line("SERVICE", fmt.Sprintf("port %d, ready on %s; reached at %s", sv.Port, probe, reach))
 	}
 	for _, p := range keptOutputs(j) {
 		line("OUTPUTS", fmt.Sprintf("share %d epoch %d, kept on %s: gpumesh cp %s:PATH DEST", p.Share, p.Epoch, shortID(p.Node), j.ID))
@@ -196,8 +210,20 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		if why == "" {
 			why = string(p.Cause)
 		}
+		model := cell(p.Model)
+		if p.Simulated {
+			model += " (simulated)"
+		}
+		state := string(p.State)
+		if j.Spec.Service != nil && p.State == market.PlacementRunning && !p.Ready {
+			// A service's replica runs only once its readiness probe answers.
+			state = "starting"
+			if why == "" {
+				why = "not ready: its readiness probe does not answer yet"
+			}
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Share, p.Epoch, shortID(p.Node), len(p.Cards),
-			cell(p.Model), cell(string(p.State)), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
+			model, cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
 	}
 	return tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -35,6 +37,7 @@ type nodeFlags struct {
 	sim         string
 	simSeed     string
 	api         string
+	ingress     string
 	apiToken    string
 	region      string
 	prices      []string
@@ -42,6 +45,7 @@ type nodeFlags struct {
 	noNAT       bool
 	reach       string
 	coordinator string
+	verify      string
 	isolation   string
 	keepDirs    bool
 	drain       time.Duration
@@ -178,12 +182,14 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.simSeed, "sim-seed", "", "seed of the simulated cards' IDs (default: the data dir)")
 	fl.StringVar(&f.api, "api", api.DefaultAddr, "address of the local HTTP API (\"\" to serve none)")
 	fl.StringVar(&f.apiToken, "api-token-file", "", "file holding the API token; required when --api is not loopback")
+	fl.StringVar(&f.ingress, "ingress", "", "serve the mesh's public services (submit --public) to anyone at http://`ADDR`/JOB_ID/ (host:port; default none)")
 	fl.StringVar(&f.region, "region", "", "region label advertised with the cards, e.g. cn-east")
 	fl.StringArrayVar(&f.prices, "price", nil, "price of a model in CNY per card-hour, MODEL=PRICE (repeatable; default the catalog's list price)")
 	fl.BoolVar(&f.mdns, "mdns", true, "find peers on the LAN by mDNS")
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
+	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
@@ -231,6 +237,11 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	}
 	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
 		return cfg, usagef("--coordinator: %v", err)
+	}
+	if f.verify != "" {
+		if cfg.Verify, err = market.ParseVerifyMode(f.verify); err != nil {
+			return cfg, usagef("--verify: %v", err)
+		}
 	}
 	if f.ckptEvery <= 0 {
 		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)
@@ -339,6 +350,12 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 			return cfg, usagef("--sim: %v", err)
 		}
 		cfg.Devices = []device.Backend{s}
+	}
+	if f.ingress != "" {
+		if _, port, err := net.SplitHostPort(f.ingress); err != nil || port == "" {
+			return cfg, usagef("--ingress %q: want host:port, such as 0.0.0.0:8080", f.ingress)
+		}
+		cfg.Ingress = f.ingress
 	}
 	if f.api != "" {
 		ac := &api.Config{Addr: f.api}

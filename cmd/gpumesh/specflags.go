@@ -24,12 +24,16 @@ type submitOptions struct {
 	perNode     int
 	oneNode     bool
 	mixedModels bool
+	allowSim    bool
 	maxPrice    float64
 	maxPriceSet bool // --max-price was given
 	preemptible bool
 	service     bool
 	replicas    int
 	replicasSet bool // --replicas was given
+	port        int  // --port: the service's port
+	readyPath   string
+	public      bool
 	elastic     string
 	duration    time.Duration
 	network     string
@@ -44,39 +48,44 @@ type submitOptions struct {
 // nested where a nested field has a flag of its own), for errors about the
 // field from Validate or from the node. See flagFor.
 var specFlags = map[string]string{
-	"id":                "--id",
-	"name":              "--name",
-	"cards":             "--gpus",
-	"models":            "--model",
-	"vendors":           "--vendor",
-	"min_memory_mib":    "--min-mem",
-	"min_compute_units": "--min-cu",
-	"layout":            "--per-node/--one-node",
-	"layout.per_node":   "--per-node",
-	"mixed_models":      "--mixed-models",
-	"max_price_cny":     "--max-price",
-	"kind":              "--preemptible/--service",
-	"replicas":          "--replicas",
-	"expected_duration": "--duration",
-	"elastic":           "--elastic",
-	"command":           "COMMAND",
-	"env":               "--env",
-	"payload":           "--payload",
-	"data":              "--input/--output/--secret",
-	"data.secrets":      "--secret",
-	"network":           "--net",
-	"memory_bytes":      "--memory",
-	"pids":              "--pids",
-	"cpu_weight":        "--cpu-weight",
-	"owner":             "--key",
-	"signature":         "--key",
+	"id":                 "--id",
+	"name":               "--name",
+	"cards":              "--gpus",
+	"models":             "--model",
+	"vendors":            "--vendor",
+	"min_memory_mib":     "--min-mem",
+	"min_compute_units":  "--min-cu",
+	"layout":             "--per-node/--one-node",
+	"layout.per_node":    "--per-node",
+	"mixed_models":       "--mixed-models",
+	"allow_simulated":    "--allow-simulated",
+	"max_price_cny":      "--max-price",
+	"kind":               "--preemptible/--service",
+	"replicas":           "--replicas",
+	"service":            "--port",
+	"service.port":       "--port",
+	"service.ready_path": "--ready-path",
+	"service.public":     "--public",
+	"expected_duration":  "--duration",
+	"elastic":            "--elastic",
+	"command":            "COMMAND",
+	"env":                "--env",
+	"payload":            "--payload",
+	"data":               "--input/--output/--secret",
+	"data.secrets":       "--secret",
+	"network":            "--net",
+	"memory_bytes":       "--memory",
+	"pids":               "--pids",
+	"cpu_weight":         "--cpu-weight",
+	"owner":              "--key",
+	"signature":          "--key",
 }
 
 // buildSpec turns the flags into a job spec checked against the catalog. It
 // reports whether the max price was defaulted. Every error is a usage error
 // naming the flag; nothing is sent anywhere.
 func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defaultedPrice bool, err error) {
-	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, Command: o.command}
+	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, AllowSimulated: o.allowSim, Command: o.command}
 	if o.gpus == 0 {
 		return spec, false, usagef("--gpus: required: the number of cards, 1 to %d", market.MaxCards)
 	}
@@ -125,6 +134,14 @@ func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defau
 			}
 			spec.Replicas = o.replicas
 		}
+	}
+	switch {
+	case (o.readyPath != "" || o.public) && o.port == 0:
+		return spec, false, usagef("--ready-path and --public need --port: the port the service listens on")
+	case o.port != 0 && spec.Kind != market.KindService:
+		return spec, false, usagef("--port: only a service has a port (add --service)")
+	case o.port != 0:
+		spec.Service = &market.ServiceSpec{Port: o.port, ReadyPath: o.readyPath, Public: o.public}
 	}
 	if o.elastic != "" {
 		el, err := parseElastic(o.elastic)

@@ -48,6 +48,9 @@ all cards on one node. The cards a job gets on one node (a share) are of
 one model, whatever --model allows; --mixed-models lets a share mix models
 (its placement's model then lists them, such as a100-80g+rtx4090-24g).
 Shares on different nodes may be of different models: --model pins them.
+Simulated cards (a supplier's gpumesh node --sim: catalog figures, no
+hardware) are never offered to a job unless it says --allow-simulated; a job
+only simulated cards could take waits in pending, saying so.
 
 Price: --max-price is the most paid per card-hour, in CNY. When it is not
 given, the default is the highest price suppliers ask by default (the
@@ -60,6 +63,14 @@ and may be stopped and placed again when on-demand jobs need its cards;
 --service (or --replicas N) keeps N copies of --gpus cards each running until
 cancelled, each on its own node, and in distinct regions (node --region)
 where the supply allows.
+
+A service with --port PORT is reached through any node: gpumesh exec and
+port-forward reach into its replicas, and every node's API serves it at
+/v1/jobs/ID/http/… (owner only), sending each request to a ready replica.
+A replica is ready, and counts as running, only while its readiness probe
+answers: an HTTP GET of --ready-path (2xx or 3xx), or without it a TCP
+connect to PORT. --public lets nodes started with --ingress ADDR serve it
+to anyone at http://ADDR/JOB_ID/….
 
 --payload DIR sends the directory to the node and has it restored into the
 job's working directory before the command starts: files, directories and
@@ -125,7 +136,9 @@ submitted.`,
       sh -c 'torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$GPUMESH_LOCAL_CARDS \
         --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
   gpumesh submit --gpus 2 --min-mem 48GiB --vendor nvidia --preemptible --env HF_HOME=/tmp/hf -- python infer.py
-  gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py`,
+  gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py
+  gpumesh submit --gpus 1 --replicas 3 --port 8000 --ready-path /health --public -- \
+      vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000`,
 		Args: cobra.ArbitraryArgs, // the job's command
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = args
@@ -219,10 +232,14 @@ submitted.`,
 	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
 	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
 	f.BoolVar(&o.mixedModels, "mixed-models", false, "let one node's share hold cards of more than one model (default: one model per share)")
+	f.BoolVar(&o.allowSim, "allow-simulated", false, "let the job run on simulated cards (suppliers started with gpumesh node --sim); for demos and tests")
 	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
 	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
 	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")
 	f.IntVar(&o.replicas, "replicas", 1, "copies of a service, each on its own node (implies --service)")
+	f.IntVar(&o.port, "port", 0, "the TCP `PORT` a service listens on: nodes proxy /v1/jobs/ID/http/ to its ready replicas")
+	f.StringVar(&o.readyPath, "ready-path", "", "a service's readiness probe: an HTTP `PATH` answered 2xx or 3xx (default: a TCP connect to --port)")
+	f.BoolVar(&o.public, "public", false, "let nodes with an --ingress serve the service to anyone, without your key")
 	f.StringVar(&o.elastic, "elastic", "", "let the job be scaled between `MIN:MAX` cards (gpumesh scale)")
 	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
 	f.StringVar(&o.name, "name", "", "a label for people")

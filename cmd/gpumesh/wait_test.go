@@ -86,7 +86,9 @@ func TestSubmitWaitInterrupted(t *testing.T) {
 	go func() {
 		done <- n.runTo(ctx, &stdout, &stderr, "submit", "--gpus", "1", "--max-price", "5", "--id", "w3", "--wait", "sleep", "1000")
 	}()
-	waitFor(t, "a poll of the job", func() bool { return n.b.Gets("w3") >= 1 })
+	// Interrupted once it has said what the job waits for (the poll that
+	// reads the job comes before the line that says so).
+	waitFor(t, "the job's reason on stderr", func() bool { return strings.Contains(stderr.String(), "is pending") })
 	cancel()
 	select {
 	case code := <-done:

@@ -35,6 +35,12 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
 	mux.HandleFunc("GET /v1/jobs/{id}/files", h.files)
+	mux.HandleFunc("GET /v1/jobs/{id}/bill", h.bill)
+	mux.HandleFunc("GET /v1/earnings", h.earnings)
+	mux.HandleFunc("POST /v1/jobs/{id}/exec", h.tunnel(Tunneler.OpenExec))
+	mux.HandleFunc("POST /v1/jobs/{id}/forward", h.tunnel(Tunneler.OpenForward))
+	mux.HandleFunc("/v1/jobs/{id}/http", h.service)
+	mux.HandleFunc("/v1/jobs/{id}/http/", h.service)
 	mux.HandleFunc("GET /v1/info", h.info(cfg))
 	mux.HandleFunc("PUT /v1/payloads/{manifest}", h.payloadManifest)
 	mux.HandleFunc("POST /v1/secrets", h.secrets)
@@ -67,8 +73,17 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	}
 	mux.HandleFunc("/v1/", unrouted)
 	mux.HandleFunc(dashboardPattern, unrouted)
-	return authenticate(cfg, mux)
+	return &root{Handler: authenticate(cfg, mux), h: h}
 }
+
+// root is the API's handler: Server.Close waits for its tunnels, whose
+// connections the HTTP server no longer tracks once they are hijacked.
+type root struct {
+	http.Handler
+	h *handlers
+}
+
+func (r *root) waitTunnels() { r.h.tunnels.Wait() }
 
 // dashboardPattern is the route of the dashboard's static files: they hold
 // no data, so they are served without the token, and the page can ask for
@@ -130,7 +145,10 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-type handlers struct{ b Backend }
+type handlers struct {
+	b       Backend
+	tunnels sync.WaitGroup // hijacked connections carrying tunnels
+}
 
 func (h *handlers) submit(w http.ResponseWriter, r *http.Request) {
 	signed, err := decodeSubmission(r)

@@ -129,6 +129,9 @@ func (s *Server) Close() error {
 		s.srv.Close()
 	}
 	s.wg.Wait()
+	if w, ok := s.srv.Handler.(interface{ waitTunnels() }); ok {
+		w.waitTunnels() // they end with the server's context
+	}
 	return err
 }
 

@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
@@ -40,6 +42,14 @@ type jail interface {
 	// seeing path (an absolute path on the node), "" when the job sees
 	// it. It may be called before start.
 	hiddenBy(path string) string
+	// enter starts cmd (Path, Args, Env, Dir set; its streams set unless
+	// tty) inside the jail as the job's user, while the job runs: in a
+	// process group of its own, or with tty in a session of its own whose
+	// controlling terminal is a new pseudo-terminal, returned as its
+	// master.
+	enter(cmd *exec.Cmd, tty bool) (master *os.File, err error)
+	// dial connects to port on the loopback address of the job's network.
+	dial(ctx context.Context, port int) (net.Conn, error)
 }
 
 // newIsolator picks the isolation mode cfg asks for, logging a WARNING
@@ -106,3 +116,9 @@ func (j *processJail) uid() int { return os.Geteuid() }
 func (j *processJail) cgroupDir() string { return "" }
 
 func (j *processJail) hiddenBy(string) string { return "" } // it sees the node's files
+
+func (j *processJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) { return startInGroup(cmd, tty) }
+
+func (j *processJail) dial(ctx context.Context, port int) (net.Conn, error) {
+	return dialLoopback(ctx, port)
+}

@@ -62,6 +62,12 @@ type Run struct {
 	stopping StopReason
 	killer   *time.Timer
 	result   Result
+
+	// The processes Exec started that were not reaped yet; execsDone is
+	// set once the attempt ended, after which Exec starts nothing.
+	execMu    sync.Mutex
+	execs     map[*Process]bool
+	execsDone bool
 }
 
 func newRun(cfg Config, a Attempt, dir string) *Run {
@@ -122,6 +128,15 @@ func (r *Run) Process() (pgid int, cgroupDir string, ok bool) {
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
 
+// Started reports whether the attempt's process has started: until then
+// the run is being prepared (its payload unpacked, its checkpoint
+// restored), and its directories are not yet the job's.
+func (r *Run) Started() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
+}
+
 // Done is closed when the process has exited and its output is flushed.
 func (r *Run) Done() <-chan struct{} { return r.done }
 
@@ -168,6 +183,7 @@ func (r *Run) signalStopLocked() {
 		return
 	}
 	r.jail.signal(sigTerm)
+	r.signalExecs(sigTerm)
 	r.killer = time.AfterFunc(r.cfg.Grace, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -258,6 +274,7 @@ func (r *Run) start() error {
 func (r *Run) wait() {
 	err := r.cmd.Wait()
 	ended := time.Now()
+	r.signalExecs(sigKill) // nor does anything exec started in it
 	oom := r.jail.finish() // no orphan outlives its attempt
 	r.closeFiles()
 

@@ -226,6 +226,10 @@ type sandboxJail struct {
 	fs     *rootfs
 	egress bool
 
+	// ns holds the job's namespaces (enter.go): opened when it starts,
+	// closed by finish.
+	ns namespaces
+
 	mu       sync.Mutex
 	finished bool // after finish, the uid and cgroup may belong to another attempt
 }
@@ -296,6 +300,9 @@ func (j *sandboxJail) startLocked(cmd *exec.Cmd) error {
 			return fmt.Errorf("network namespace: %w", err)
 		}
 	}
+	if err := j.ns.openThread(); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
@@ -314,6 +321,7 @@ func (j *sandboxJail) startLocked(cmd *exec.Cmd) error {
 	if err != nil {
 		return err
 	}
+	j.ns.openIPC(cmd.Process.Pid)
 	// The job dies first when the node runs out of memory. (A child it
 	// forked before this write keeps the node's score; the memory limit
 	// bounds it regardless.)
@@ -337,6 +345,7 @@ func (j *sandboxJail) signal(sig syscall.Signal) {
 func (j *sandboxJail) finish() bool {
 	j.mu.Lock()
 	j.finished = true
+	j.ns.close()
 	j.mu.Unlock()
 	log := j.s.log.With("job", j.r.attempt.JobID, "share", j.r.attempt.Share, "epoch", j.r.attempt.Epoch, "uid", j.uidv)
 	deadline := time.Now().Add(cgroupTimeout)

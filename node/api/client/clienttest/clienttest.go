@@ -68,7 +68,9 @@ type Backend struct {
 	files      map[logKey][]byte
 	filesAsked []api.FilesRequest
 	// secrets are the values PutSecrets took, by digest.
-	secrets map[string]map[string]string
+	secrets  map[string]map[string]string
+	bills    map[string]api.Bill
+	earnings api.ReceiptEarnings
 }
 
 type jobEntry struct {
@@ -624,4 +626,41 @@ func (b *Backend) Secrets(digest string) (map[string]string, bool) {
 	defer b.mu.Unlock()
 	v, ok := b.secrets[digest]
 	return v, ok
+}
+
+// SetBill makes b the bill of its job.
+func (b *Backend) SetBill(bill api.Bill) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bills == nil {
+		b.bills = map[string]api.Bill{}
+	}
+	b.bills[bill.Job] = bill
+}
+
+// Bill implements api.BillReader.
+func (b *Backend) Bill(_ context.Context, id string) (api.Bill, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bill, ok := b.bills[id]
+	if !ok {
+		return api.Bill{}, api.Errorf(http.StatusNotFound, "no job %s", id)
+	}
+	return bill, nil
+}
+
+// SetEarnings sets what ReceiptEarnings answers.
+func (b *Backend) SetEarnings(e api.ReceiptEarnings) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.earnings = e
+}
+
+// ReceiptEarnings implements api.EarningsReader; it records since in Since.
+func (b *Backend) ReceiptEarnings(_ context.Context, since time.Time) (api.ReceiptEarnings, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.earnings
+	e.Since = since
+	return e, nil
 }

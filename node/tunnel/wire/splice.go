@@ -1,0 +1,66 @@
+package wire
+
+import (
+	"io"
+	"sync"
+)
+
+// HalfCloser is one side of a tunnel: a connection that can tell its
+// other end that nothing more will be written.
+type HalfCloser interface {
+	io.ReadWriteCloser
+	CloseWrite() error
+}
+
+// spliceBuffer is the size of each direction's copy buffer.
+const spliceBuffer = 256 << 10
+
+// Splice carries bytes between a and b until both directions have ended,
+// then closes both. A direction whose source ends cleanly closes the
+// other side's writing (a half-close travels the tunnel); one that fails
+// aborts both, so that the other direction ends too. It returns the bytes
+// carried a→b and b→a.
+func Splice(a, b HalfCloser) (ab, ba int64) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	fail := func() {
+		once.Do(func() {
+			abort(a)
+			abort(b)
+		})
+	}
+	one := func(dst, src HalfCloser, n *int64) {
+		defer wg.Done()
+		var err error
+		if rf, ok := dst.(io.ReaderFrom); ok {
+			// TCP to TCP: the kernel moves the bytes (splice(2)).
+			*n, err = rf.ReadFrom(src)
+		} else {
+			*n, err = io.CopyBuffer(dst, src, make([]byte, spliceBuffer))
+		}
+		if err != nil {
+			fail()
+			return
+		}
+		if err := dst.CloseWrite(); err != nil {
+			fail()
+		}
+	}
+	wg.Add(2)
+	go one(b, a, &ab)
+	go one(a, b, &ba)
+	wg.Wait()
+	a.Close()
+	b.Close()
+	return ab, ba
+}
+
+// abort ends a connection at once: a libp2p stream is reset, others are
+// closed.
+func abort(c io.Closer) {
+	if r, ok := c.(interface{ Reset() error }); ok {
+		_ = r.Reset()
+		return
+	}
+	_ = c.Close()
+}
