@@ -440,6 +440,7 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 			key := attemptKey{job, share, epoch}
 			if s.ended[key] == a {
 				delete(s.ended, key)
+				s.expiry = slices.DeleteFunc(s.expiry, func(k attemptKey) bool { return k == key })
 				s.attempts[key] = a
 			}
 			a.acked, a.rec.Acked = false, false
