@@ -18,6 +18,8 @@ type readmeCmd struct {
 	// its `\` continuation lines joined by a space (a quoted string that
 	// spans lines keeps its newlines).
 	Text string
+	// Comment is the `# comment` on its line, without the #.
+	Comment string
 	// Assign: Text is a shell assignment (API=…) that the block's later
 	// commands rely on.
 	Assign bool
@@ -61,11 +63,12 @@ func readmeCommands(src string, sections ...string) ([]readmeCmd, error) {
 	indentedCode := func(i int) bool { return strings.HasPrefix(lines[i], "    ") && !blank(i) }
 	// take adds a complete logical line of a block, when it is a command
 	// or an assignment.
-	take := func(start int, text string) *readmeCmd {
+	take := func(start int, text, comment string) *readmeCmd {
 		text = strings.TrimSpace(text)
 		text = strings.TrimSpace(strings.TrimPrefix(text, "$ "))
 		text = joinContinuations(text)
-		c := readmeCmd{Line: start + 1, Section: section(), Block: block, Text: text}
+		c := readmeCmd{Line: start + 1, Section: section(), Block: block, Text: text,
+			Comment: strings.TrimSpace(strings.TrimPrefix(comment, "#"))}
 		switch {
 		case commandPattern.MatchString(text) || pipedPattern.MatchString(text):
 		case assignPattern.MatchString(text) && (!strings.ContainsAny(text, " \t") || shellQuotedAssign(text)):
@@ -78,19 +81,20 @@ func readmeCommands(src string, sections ...string) ([]readmeCmd, error) {
 	}
 	// logical gathers one shell line starting at lines[i] (its comment
 	// cut, continued while it ends in `\` or a quote is open) within the
-	// lines first..last; it returns the text and the index of its last line.
-	logical := func(i, last int, strip func(string) string) (string, int, error) {
+	// lines up to last; it returns the text, its comment and the index of
+	// its last line.
+	logical := func(i, last int, strip func(string) string) (string, string, int, error) {
 		text := strip(lines[i])
 		for {
 			cut, open := shellScan(text)
 			if cut >= 0 {
-				return text[:cut], i, nil
+				return text[:cut], text[cut:], i, nil
 			}
 			if !open && !strings.HasSuffix(text, `\`) {
-				return text, i, nil
+				return text, "", i, nil
 			}
 			if i+1 > last {
-				return "", i, fmt.Errorf("README.md:%d: a command continues past the end of its block", i+1)
+				return "", "", i, fmt.Errorf("README.md:%d: a command continues past the end of its block", i+1)
 			}
 			i++
 			text += "\n" + strip(lines[i])
@@ -109,11 +113,11 @@ func readmeCommands(src string, sections ...string) ([]readmeCmd, error) {
 			}
 			block++
 			for j := i + 1; inScope && j < end; j++ {
-				text, last, err := logical(j, end-1, func(s string) string { return s })
+				text, comment, last, err := logical(j, end-1, func(s string) string { return s })
 				if err != nil {
 					return nil, err
 				}
-				take(j, text)
+				take(j, text, comment)
 				j = last
 			}
 			i = end
@@ -143,8 +147,8 @@ func readmeCommands(src string, sections ...string) ([]readmeCmd, error) {
 // code block: its `$ ` lines, and the lines after each as its output; or,
 // in a block without prompts, its gpumesh and curl lines.
 func indentedBlock(lines []string, first, last int,
-	logical func(i, last int, strip func(string) string) (string, int, error),
-	take func(start int, text string) *readmeCmd) error {
+	logical func(i, last int, strip func(string) string) (string, string, int, error),
+	take func(start int, text, comment string) *readmeCmd) error {
 	indent := len(lines[first]) - len(strings.TrimLeft(lines[first], " "))
 	strip := func(s string) string {
 		if len(s) >= indent && strings.TrimSpace(s[:indent]) == "" {
@@ -167,11 +171,11 @@ func indentedBlock(lines []string, first, last int,
 			}
 			continue
 		}
-		text, end, err := logical(i, last, strip)
+		text, comment, end, err := logical(i, last, strip)
 		if err != nil {
 			return err
 		}
-		cur = take(i, text)
+		cur = take(i, text, comment)
 		i = end
 	}
 	return nil
@@ -290,23 +294,24 @@ func TestReadmeCommandsParse(t *testing.T) {
 		Line    int
 		Section string
 		Text    string
+		Comment string
 		Assign  bool
 		Output  []string
 	}
 	var have []cmd
 	for _, c := range got {
-		have = append(have, cmd{c.Line, c.Section, c.Text, c.Assign, c.Output})
+		have = append(have, cmd{c.Line, c.Section, c.Text, c.Comment, c.Assign, c.Output})
 	}
 	want := []cmd{
-		{9, "## Wanted", "gpumesh submit --gpus 8 --name x --wait -- sh -c 'torchrun a b'", false, nil},
-		{13, "## Wanted", "gpumesh jobs", false, nil},
-		{14, "## Wanted", "API=http://127.0.0.1:7070", true, nil},
-		{15, "## Wanted", `AUTH="Authorization: Bearer $(cat owner.token)"`, true, nil},
-		{16, "## Wanted", "curl -s -X POST $API/v1/jobs -d '{\n\"id\": \"x#1\"}'", false, nil},
-		{18, "## Wanted", "tar -czf - . | curl -s --data-binary @- $API/v1/payloads", false, nil},
-		{28, "## Wanted / ### Sub", "sudo gpumesh doctor --join A", false, []string{"OK    privileges", "13 checks"}},
-		{31, "## Wanted / ### Sub", "gpumesh exec -it J -- bash", false, nil},
-		{40, "## Wanted / ### Sub", "gpumesh status --json", false, nil},
+		{9, "## Wanted", "gpumesh submit --gpus 8 --name x --wait -- sh -c 'torchrun a b'", "", false, nil},
+		{13, "## Wanted", "gpumesh jobs", "yours # and more", false, nil},
+		{14, "## Wanted", "API=http://127.0.0.1:7070", "", true, nil},
+		{15, "## Wanted", `AUTH="Authorization: Bearer $(cat owner.token)"`, "", true, nil},
+		{16, "## Wanted", "curl -s -X POST $API/v1/jobs -d '{\n\"id\": \"x#1\"}'", "", false, nil},
+		{18, "## Wanted", "tar -czf - . | curl -s --data-binary @- $API/v1/payloads", "", false, nil},
+		{28, "## Wanted / ### Sub", "sudo gpumesh doctor --join A", "", false, []string{"OK    privileges", "13 checks"}},
+		{31, "## Wanted / ### Sub", "gpumesh exec -it J -- bash", "a terminal", false, nil},
+		{40, "## Wanted / ### Sub", "gpumesh status --json", "", false, nil},
 	}
 	if !reflect.DeepEqual(have, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", have, want)
