@@ -148,7 +148,7 @@ var readmeSubs = []readmeSub{
 	{"INGRESS:8080", func(r *readmeRun) string { return fmt.Sprintf("127.0.0.1:%d", r.port("ingress")) },
 		"the third node's ingress"},
 	{"--replicas 3", func(r *readmeRun) string { return "--replicas 1" },
-		"three replicas on one machine cannot all listen on one port outside the sandbox (jobs run in process isolation here); TestService* runs three replicas in the sandbox"},
+		"three replicas on one machine cannot all listen on one port outside the sandbox (jobs run in process isolation here); TestServiceAnswersThroughAnyNodeAndTheIngressAndSurvivesAKill runs three in the sandbox"},
 	{"--port 8000", func(r *readmeRun) string { return fmt.Sprintf("--port %d", r.port("vllm")) },
 		"jobs run on the machine's network here: a free port"},
 	{"API=http://127.0.0.1:7070", func(r *readmeRun) string { return "API=http://" + r.node(2).apiAddr },
@@ -402,19 +402,19 @@ var readmeRules = []readmeRule{
 				r.t.Fatalf("%s: no cards", c)
 			}
 		}},
-	{match: `curl -s "$API/v1/offers?model=4090`, what: "200 with offers, every one an RTX 4090",
+	{match: `curl -s "$API/v1/offers?model=4090`, what: "200 with offers, every one an RTX 4090, and the busy counts its comment names",
 		run: func(r *readmeRun, c readmeCmd, line string) {
+			type offer struct {
+				Model string `json:"model"`
+			}
 			var list struct {
-				Offers []struct {
-					Model string `json:"model"`
-				} `json:"offers"`
+				Offers     []offer `json:"offers"`
+				BusyOffers *int    `json:"busy_offers"`
+				BusyCards  *int    `json:"busy_cards"`
 			}
 			r.curlJSON(c, line, http.StatusOK, &list)
-			if len(list.Offers) == 0 || slices.ContainsFunc(list.Offers, func(o struct {
-				Model string `json:"model"`
-			}) bool {
-				return !strings.Contains(o.Model, "4090")
-			}) {
+			if len(list.Offers) == 0 || list.BusyOffers == nil || list.BusyCards == nil ||
+				slices.ContainsFunc(list.Offers, func(o offer) bool { return !strings.Contains(o.Model, "4090") }) {
 				r.t.Fatalf("%s: %+v", c, list)
 			}
 		}},
