@@ -372,10 +372,24 @@ func (p *readmeProc) running(t *testing.T) {
 }
 
 // interrupt sends SIGINT, as Ctrl-C does, and returns the exit status.
+// (A program that leaves SIGINT as it found it, such as curl, keeps
+// running when the test was started with SIGINT ignored, as `go test &`
+// does: stop it instead.)
 func (p *readmeProc) interrupt(t *testing.T) int {
 	t.Helper()
+	return p.signal(t, syscall.SIGINT)
+}
+
+// stop ends it with SIGTERM and returns the exit status.
+func (p *readmeProc) stop(t *testing.T) int {
+	t.Helper()
+	return p.signal(t, syscall.SIGTERM)
+}
+
+func (p *readmeProc) signal(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
 	p.running(t)
-	p.cmd.Process.Signal(syscall.SIGINT)
+	p.cmd.Process.Signal(sig)
 	go func() { // drains what it prints while it stops
 		for range p.lines {
 		}
@@ -383,7 +397,7 @@ func (p *readmeProc) interrupt(t *testing.T) int {
 	select {
 	case <-p.done:
 	case <-time.After(readmeTimeout):
-		t.Fatalf("%s: still running %v after SIGINT", p.c, readmeTimeout)
+		t.Fatalf("%s: still running %v after %v", p.c, readmeTimeout, sig)
 	}
 	return p.cmd.ProcessState.ExitCode()
 }

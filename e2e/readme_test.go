@@ -332,13 +332,13 @@ var readmeRules = []readmeRule{
 				r.t.Fatalf("%s: the record of %q", c, rec.ID)
 			}
 		}},
-	{match: `curl -sN -H "$AUTH" "$API/v1/jobs/train-001/logs?follow=1"`, what: "follows the job's output: its first line, then a later one; stops on Ctrl-C",
+	{match: `curl -sN -H "$AUTH" "$API/v1/jobs/train-001/logs?follow=1"`, what: "follows the job's output: its first line, then a later one, until stopped",
 		run: func(r *readmeRun, c readmeCmd, line string) {
 			r.runningJob("train-001")
 			p := r.start(c, line, false)
 			p.expect(r.t, "the job's first line", func(l string) bool { return strings.Contains(l, "stand-in: train.py") })
 			p.expect(r.t, "a line the job printed later", func(l string) bool { return l == "step 2" })
-			p.interrupt(r.t)
+			p.stop(r.t)
 		}},
 	{match: `curl -s -H "$AUTH" -X POST $API/v1/jobs/train-001/scale`, what: "200 with the record of the job, 8 cards; it then holds them",
 		run: func(r *readmeRun, c readmeCmd, line string) {
