@@ -48,7 +48,7 @@ exec sleep 100000`
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		spec := market.JobSpec{Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", script}, Env: map[string]string{envMarks: c.marks}}
+		spec := market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", script}, Env: map[string]string{envMarks: c.marks}}
 		j := c.submit(c.any(), spec)
 		watch := peak.watch(c)
 		rec := c.waitRecord(j.id, 10*time.Minute, "a checkpoint of "+strconv.FormatInt(size>>20, 10)+" MiB in the record", func(r market.JobRecord) bool {
