@@ -214,7 +214,7 @@ func (r *readmeRun) submit(c readmeCmd, line string) string {
 // testJob submits a job the README's lines assume, as the README's owner.
 func (r *readmeRun) testJob(args ...string) string {
 	r.t.Helper()
-	out, stderr, code := r.cli(append([]string{"submit"}, args...)...)
+	out, stderr, code := r.cli(append([]string{"submit", "--allow-simulated"}, args...)...)
 	if code != 0 {
 		r.t.Fatalf("gpumesh submit %s: exit status %d: %s", strings.Join(args, " "), code, stderr)
 	}
@@ -268,6 +268,7 @@ func (r *readmeRun) submitNvidiaSMI(c readmeCmd, line string) {
 
 func (r *readmeRun) submitGang(c readmeCmd, line string) {
 	id := r.submit(c, line)
+	r.gangJob = id
 	rec := r.endedJob(id)
 	nodes := map[string]bool{}
 	for _, p := range rec.Placements {
@@ -278,6 +279,11 @@ func (r *readmeRun) submitGang(c readmeCmd, line string) {
 	}
 	if rec.State != market.JobSucceeded || len(rec.Placements) != 2 || len(nodes) != 2 {
 		r.t.Fatalf("%s: the job is %s on %s, want succeeded on two nodes", c, rec.State, describe(&rec))
+	}
+	for _, p := range r.nodes {
+		if nodes[p.peerID] && p.peerID != rec.Coordinator {
+			r.gangSupplier = p // it ran a share for another node's coordination: receipts
+		}
 	}
 	if out, _, _ := r.cli("logs", id, "--share", "1"); !strings.Contains(out, "--node_rank=1 ") || !strings.Contains(out, "--nnodes=2 ") {
 		r.t.Fatalf("%s: share 1 printed %q, want its torchrun to have --nnodes=2 --node_rank=1", c, out)
@@ -436,4 +442,49 @@ func head(s string, n int) string {
 
 func indent(s, by string) string {
 	return by + strings.ReplaceAll(s, "\n", "\n"+by)
+}
+
+// billVerify checks `gpumesh bill ID --verify`: the lines the README shows
+// (JOB, BILL, the share and receipt tables, VERIFIED), with this job's
+// figures.
+func (r *readmeRun) billVerify(c readmeCmd, line string) {
+	out, stderr := r.mustRun(c, line, 0)
+	for _, want := range []struct{ what, pattern string }{
+		{"the JOB line", `(?m)^JOB ` + regexp.QuoteMeta(r.gangJob) + ` · succeeded · owner o1\S+ · coordinator 12\*\S{6}$`},
+		{"the BILL line", `(?m)^BILL \d+\.\d\d CNY \([\d.]+ card-seconds\), \d+ placements?, \d+ receipts? \(from 12\*\S{6}\)$`},
+		{"the shares' header", `(?m)^SHARE +EPOCH +NODE +CARDS +STATE +PRICE \(CNY/h\) +CARD-SECONDS +COST \(CNY\) +RECEIPTS$`},
+		{"the receipts' header", `(?m)^RECEIPT +SHARE +EPOCH +SIGNED +CARD-SECONDS +COST \(CNY\) +RUNNER +COORDINATOR$`},
+		{"the VERIFIED line", `(?m)^VERIFIED \d+ receipts?, \d+ signatures?[:;] `},
+	} {
+		if !regexp.MustCompile(want.pattern).MatchString(out) {
+			r.t.Fatalf("%s: no %s (%s) in:\n%s%s", c, want.what, want.pattern, out, stderr)
+		}
+		if !regexp.MustCompile(want.pattern).MatchString(strings.ReplaceAll(strings.Join(c.Output, "\n"), "j1 ·", r.gangJob+" ·")) {
+			r.t.Fatalf("%s: the README shows no %s (%s)", c, want.what, want.pattern)
+		}
+	}
+	if !strings.Contains(out, ", 2 placements, ") {
+		r.t.Fatalf("%s: the gang's bill does not count its 2 placements:\n%s", c, out)
+	}
+}
+
+// earnings checks `gpumesh earnings` on a supplier: its OWED and LEDGER
+// lines, and the gang job among its jobs.
+func (r *readmeRun) earnings(c readmeCmd, line string) {
+	out, stderr := r.mustRun(c, line, 0)
+	for _, want := range []struct{ what, pattern string }{
+		{"the OWED line", `(?m)^OWED in all · \d+\.\d\d CNY \([\d.]+ card-hours\) countersigned · \d+\.\d\d CNY \([\d.]+ card-hours\) unconfirmed$`},
+		{"the LEDGER line", `(?m)^LEDGER \d+\.\d\d CNY \([\d.]+ card-hours\) in all \(gpumesh status\)$`},
+	} {
+		re := regexp.MustCompile(want.pattern)
+		if !re.MatchString(out) {
+			r.t.Fatalf("%s: no %s (%s) in:\n%s%s", c, want.what, want.pattern, out, stderr)
+		}
+		if !re.MatchString(strings.Join(c.Output, "\n")) {
+			r.t.Fatalf("%s: the README shows no %s (%s)", c, want.what, want.pattern)
+		}
+	}
+	if !strings.Contains(out, r.gangJob) {
+		r.t.Fatalf("%s: the gang job %s, which this supplier ran a share of, is not among its earnings:\n%s", c, r.gangJob, out)
+	}
 }

@@ -41,11 +41,14 @@ type readmeRun struct {
 	ownerID  string
 	lastJob  string   // what JOB_ID stands for: the ID the last submit printed
 	jobs     []string // every ID a README submit printed
-	svcJob   string   // the inference service of the recipes
-	twoShare string   // the job of two shares the exec examples reach into
-	ports    map[string]int
-	procs    []*readmeProc // started by the latest command
-	printed  string        // what the latest command printed, for the log
+	gangJob  string   // the gang example's job
+	// gangSupplier ran a share of the gang for a coordinator elsewhere
+	gangSupplier *proc
+	svcJob       string // the inference service of the recipes
+	twoShare     string // the job of two shares the exec examples reach into
+	ports        map[string]int
+	procs        []*readmeProc // started by the latest command
+	printed      string        // what the latest command printed, for the log
 }
 
 // readmeTimeout bounds one command that should end by itself.
