@@ -61,6 +61,9 @@ type (
 		Network  JobNetwork `json:"network,omitempty"`
 		Resources
 		MixedModels bool `json:"mixed_models,omitempty"`
+		// Image tells that the job runs in an OCI image (JobSpec.Images):
+		// suppliers that run no images decline it.
+		Image bool `json:"image,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -218,6 +221,7 @@ type BidCard struct {
 // Network is the spec's NetworkOrDefault; Resources are as the spec
 // declares them (zero fields: the supplier's defaults).
 type ExecSpec struct {
+	Images  []ImageRef        `json:"images,omitempty"`
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
@@ -228,7 +232,7 @@ type ExecSpec struct {
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
+	return ExecSpec{Images: spec.Images, Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -484,8 +488,11 @@ func (m *Award) validate() error {
 			return err
 		}
 	}
-	spec := JobSpec{ID: m.Job, Cards: 1, MaxPriceCNY: 1, Command: m.Exec.Command, Env: m.Exec.Env, Payload: m.Exec.Payload}
+	spec := JobSpec{ID: m.Job, Cards: 1, MaxPriceCNY: 1, Images: m.Exec.Images, Command: m.Exec.Command, Env: m.Exec.Env, Payload: m.Exec.Payload}
 	if err := spec.validateCommand(); err != nil {
+		return badf("exec: %v", err)
+	}
+	if err := spec.validateImages(); err != nil {
 		return badf("exec: %v", err)
 	}
 	if m.Exec.Network != "" {

@@ -447,6 +447,14 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
 		cfg.Policy.MaxNetwork = market.JobNetwork(kv["network"])
+		if v, ok := kv["kinds"]; ok {
+			kinds, err := market.ParseJobKinds(strings.Split(v, ","))
+			if err != nil {
+				return err
+			}
+			cfg.Policy.JobKinds = kinds
+		}
+		cfg.Policy.NoImages = kv["noimages"]
 		if v, ok := kv["mtbf"]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {

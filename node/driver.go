@@ -30,6 +30,11 @@ func (n *Node) startMarket(cards []device.Card) error {
 	mcfg.Prices.PerModel = n.cfg.Prices
 	mcfg.Book = n.book
 	mcfg.Network, mcfg.RequireSigned, mcfg.Policy = n.mesh.Network(), true, n.cfg.Policy
+	if mcfg.Policy.NoImages == "" {
+		// Until this node runs images, it says so rather than run an
+		// image job's command on its own system.
+		mcfg.Policy.NoImages = "this version of gpumesh node does not run images yet"
+	}
 	if n.cfg.Market != nil {
 		n.cfg.Market(&mcfg)
 	}
