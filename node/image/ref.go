@@ -120,6 +120,9 @@ func RegistryError(ref name.Reference, err error) error {
 	if errors.As(err, &ue) {
 		return fmt.Errorf("%s: cannot reach %s: %v", what, reg, ue.Err)
 	}
+	if strings.Contains(err.Error(), "error verifying") {
+		return fmt.Errorf("%s: %w: %v", what, ErrBadLayer, err)
+	}
 	if strings.Contains(err.Error(), "no child with platform") {
 		return fmt.Errorf("%s: %v", what, err)
 	}

@@ -35,6 +35,7 @@ type Registry struct {
 	blobGets  map[string]int // digest → GET requests of the blob
 	blobBytes int64
 	fail      map[string]int // path prefix → status to answer
+	corrupt   map[string]bool
 	limiter   *rate.Limiter
 }
 
@@ -58,7 +59,7 @@ func WithBandwidth(bytesPerSecond int) Option {
 // New starts a registry, stopped when the test ends.
 func New(t testing.TB, opts ...Option) *Registry {
 	t.Helper()
-	r := &Registry{blobGets: map[string]int{}, fail: map[string]int{}}
+	r := &Registry{blobGets: map[string]int{}, fail: map[string]int{}, corrupt: map[string]bool{}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -80,9 +81,11 @@ func New(t testing.TB, opts ...Option) *Registry {
 			}
 		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
-			r.blobGets[req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]]++
+			digest := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
+			r.blobGets[digest]++
+			bad := r.corrupt[digest]
 			r.mu.Unlock()
-			reg.ServeHTTP(&countingWriter{ResponseWriter: w, r: r, ctx: req.Context()}, req)
+			reg.ServeHTTP(&countingWriter{ResponseWriter: w, r: r, ctx: req.Context(), corrupt: bad}, req)
 			return
 		}
 		r.mu.Unlock()
@@ -170,14 +173,27 @@ func (r *Registry) Fail(prefix string, code int) {
 	r.fail[prefix] = code
 }
 
+// Corrupt makes the registry serve blob digest with its first byte
+// changed.
+func (r *Registry) Corrupt(digest string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.corrupt[digest] = true
+}
+
 // countingWriter counts (and, with a bandwidth limit, paces) blob bytes.
 type countingWriter struct {
 	http.ResponseWriter
-	r   *Registry
-	ctx context.Context
+	r       *Registry
+	ctx     context.Context
+	corrupt bool
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
+	if w.corrupt && len(p) > 0 {
+		w.corrupt = false
+		p = append([]byte{p[0] ^ 0xff}, p[1:]...)
+	}
 	written := 0
 	for len(p) > 0 {
 		n := min(len(p), 64<<10)
