@@ -255,6 +255,9 @@ const (
 	CauseCardLost  Cause = "card_lost"  // a card went unhealthy or disappeared
 	CauseFenced    Cause = "fenced"     // the runner could not renew its lease and stopped itself
 	CauseTimeLimit Cause = "time_limit" // it ran as long as the supplier's Policy.MaxDuration allows
+	// CauseNotStarted: the supplier could not ready it (its image could
+	// not be pulled or unpacked there); another supplier may.
+	CauseNotStarted Cause = "not_started"
 )
 
 // JobID implements Payload.
@@ -577,7 +580,7 @@ func (m *AttemptEnded) validate() error {
 		return err
 	}
 	switch m.Cause {
-	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced, CauseTimeLimit:
+	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced, CauseTimeLimit, CauseNotStarted:
 	default:
 		return badf("cause %q unknown", m.Cause)
 	}

@@ -620,6 +620,9 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
 		a.stopCause = CauseFenced
 	}
+	if ev.NotStarted && a.stopCause == "" {
+		a.stopCause = CauseNotStarted
+	}
 	s.finish(a, ev.ExitCode, ev.Reason)
 	return nil
 }

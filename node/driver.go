@@ -30,10 +30,9 @@ func (n *Node) startMarket(cards []device.Card) error {
 	mcfg.Prices.PerModel = n.cfg.Prices
 	mcfg.Book = n.book
 	mcfg.Network, mcfg.RequireSigned, mcfg.Policy = n.mesh.Network(), true, n.cfg.Policy
-	if mcfg.Policy.NoImages == "" {
-		// Until this node runs images, it says so rather than run an
-		// image job's command on its own system.
-		mcfg.Policy.NoImages = "this version of gpumesh node does not run images yet"
+	if caps := n.exec.Capabilities(); caps.Runtime == "" && mcfg.Policy.NoImages == "" {
+		// No bid for a job in an image, with the reason in its --explain.
+		mcfg.Policy.NoImages = caps.ImagesReason
 	}
 	if n.cfg.Market != nil {
 		n.cfg.Market(&mcfg)

@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -71,11 +72,14 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
-	a, release, err := n.attemptOf(e, master)
+	a, release, root, err := n.attemptOf(e, master)
 	var run *executor.Run
 	if err == nil {
 		run, err = n.exec.Start(a)
 		release()
+		if err != nil && root != nil {
+			root.Release()
+		}
 	}
 	if err != nil {
 		// The owner reads why in the job's stderr and in its record, not
@@ -85,13 +89,17 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		if werr := n.exec.StartFailed(executor.Attempt{JobID: e.Job, Share: e.Share, Epoch: e.Epoch}, why); werr != nil {
 			log.Warn("the attempt's stderr does not say why it did not start", "err", werr)
 		}
+		notStarted := isNotStarted(err)
 		n.postWait(func() {
 			delete(n.runs, key)
 			n.step(market.ExecutionStarted{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch})
 			n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: exitCannotStart,
-				Reason: "did not start: " + why})
+				Reason: "did not start: " + why, NotStarted: notStarted})
 		})
 		return
+	}
+	if root != nil {
+		defer root.Release() // once the attempt is over (below)
 	}
 	n.armStarted(key, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
@@ -156,8 +164,9 @@ func stopReason(c market.Cause) executor.StopReason {
 }
 
 // attemptOf builds what the executor runs for an execution; release closes
-// its payload once the executor has unpacked it.
-func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), err error) {
+// its payload once the executor has unpacked it; root, for a job in an
+// image, is its root file system, to release once the attempt is over.
+func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), root *image.Root, err error) {
 	release = func() {}
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
@@ -168,7 +177,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 	for _, id := range e.Cards {
 		c, ok := byID[id]
 		if !ok {
-			return a, release, fmt.Errorf("card %s is no longer on this node", id)
+			return a, release, nil, fmt.Errorf("card %s is no longer on this node", id)
 		}
 		cards = append(cards, c)
 	}
@@ -182,11 +191,11 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		LocalCards: len(cards),
 	}
 	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
-		return a, release, err
+		return a, release, nil, err
 	}
 	if e.Gang != nil {
 		if master == "" {
-			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+			return a, release, nil, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
 		}
 		a.Gang = &executor.Gang{
 			NNodes:     e.Gang.NNodes,
@@ -201,12 +210,18 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		defer cancel()
 		r, err := n.openPayload(ctx, e.Coordinator, *p)
 		if err != nil {
-			return a, release, fmt.Errorf("payload %s: %w", p.Digest, err)
+			return a, release, nil, fmt.Errorf("payload %s: %w", p.Digest, err)
 		}
 		a.Payload, release = r, func() { r.Close() }
 	}
+	if len(e.Exec.Images) > 0 {
+		if a.Image, root, err = n.imageOf(e, cards); err != nil {
+			release()
+			return a, func() {}, nil, err
+		}
+	}
 	a.Checkpoint = n.restoreInto(e)
-	return a, release, nil
+	return a, release, root, nil
 }
 
 func envMap(kv []string) map[string]string {

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/blob/transfer"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
+	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -105,6 +106,7 @@ type Node struct {
 	adopting     adopting // jobs this node is claiming now (claim.go)
 	ship         *shipper
 	blobs        *blob.Store        // the content store (blobs.go)
+	images       *image.Cache       // images pulled into it (images.go)
 	xfer         *transfer.Service  // its transfers to and from peers
 	pushes       pushes             // checkpoints this node agreed to hold
 	grants       grants             // reads allowed for an owner's download
@@ -291,6 +293,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.exec.Close() })
+	if err := n.openImages(); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { n.images.Close() })
 	n.fences = newFences(nil)
 	if len(cfg.FenceCommand) > 0 {
 		k, err := fence.Start(cfg.FenceCommand, n.log)
@@ -375,6 +381,7 @@ func (n *Node) Close() error {
 		}
 		n.adv.Close()
 		n.direct.Close()
+		n.images.Close()
 		n.closeBlobs()
 		n.gossip.Close()
 		n.mesh.Close()
