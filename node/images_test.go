@@ -3,9 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +16,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"archive/tar"
 	"io"
@@ -170,5 +174,99 @@ func TestJobWhoseImageIsMissingFails(t *testing.T) {
 	rec := waitState(t, coord, "no-image", 90*time.Second, market.JobFailed, market.JobSucceeded)
 	if rec.State != market.JobFailed || !strings.Contains(rec.Reason, "could not start on 3 suppliers") || !strings.Contains(rec.Reason, "no such image") {
 		t.Fatalf("job %s: %s", rec.State, rec.Reason)
+	}
+}
+
+// Three nodes of one mesh start one image at once (no runtime needed:
+// the pulls alone): the registry serves each layer once, the other nodes
+// fetch it from the one that pulled it, and status and /metrics say how
+// many bytes came from peers and from the registry.
+func TestMeshPullsEachLayerOnce(t *testing.T) {
+	reg := imagetest.New(t)
+	img, err := random.Image(1<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Push(t, "team/big:v1", img)
+	sm := newSimMesh(t, "", "", "")
+	var wg sync.WaitGroup
+	errs := make([]error, len(sm.nodes))
+	for i, n := range sm.nodes {
+		wg.Go(func() { _, errs[i] = n.images.Pull(context.Background(), ref) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	layers, _ := img.Layers()
+	var total int64
+	for _, l := range layers {
+		d, _ := l.Digest()
+		size, _ := l.Size()
+		total += size
+		if n := reg.BlobGets()[d.String()]; n != 1 {
+			t.Errorf("the registry served layer %s %d times", d.Hex[:12], n)
+		}
+	}
+	var peerBytes, registryBytes int64
+	for _, n := range sm.nodes {
+		st := n.imagesStatus()
+		peerBytes += st.PeerBytes
+		registryBytes += st.RegistryBytes
+	}
+	if registryBytes != total || peerBytes != 2*total {
+		t.Errorf("bytes from the registry %d, from peers %d; want %d and %d", registryBytes, peerBytes, total, 2*total)
+	}
+	// A node's /metrics says the same as its status.
+	for _, n := range sm.nodes {
+		st := n.imagesStatus()
+		want := []string{
+			`gpumesh_image_layer_bytes_total{source="peer"} ` + strconv.FormatFloat(float64(st.PeerBytes), 'g', -1, 64),
+			`gpumesh_image_layer_bytes_total{source="registry"} ` + strconv.FormatFloat(float64(st.RegistryBytes), 'g', -1, 64),
+		}
+		eventually(t, 30*time.Second, "/metrics shows the node's layer bytes", func() bool {
+			rec := httptest.NewRecorder()
+			n.obs.m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			for _, w := range want {
+				if !strings.Contains(rec.Body.String(), w) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// Three suppliers run the shares of one job in one image: each runs it,
+// and the registry serves each layer about once (the suppliers fetch it
+// from each other).
+func TestThreeSuppliersRunOneImage(t *testing.T) {
+	big, err := random.Layer(2<<20, types.DockerLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := imagetest.New(t)
+	img := testImage(t, big)
+	ref := reg.Push(t, "team/job:v1", img)
+	sm := imageMesh(t, nil, "", "h100-sxm-80g:1", "h100-sxm-80g:1", "h100-sxm-80g:1")
+	coord := sm.nodes[0]
+	sm.neverCoordinate(sm.nodes[1:]...)
+	sm.waitBook(coord, 3)
+	spec := market.JobSpec{ID: "three", Cards: 3, MaxPriceCNY: 50, Images: []market.ImageRef{{Ref: ref}}, Command: []string{"report"}}
+	if _, err := coord.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "three", 90*time.Second, market.JobSucceeded, market.JobFailed)
+	if rec.State != market.JobSucceeded {
+		t.Fatalf("job %s: %s", rec.State, rec.Reason)
+	}
+	layers, _ := img.Layers()
+	for _, l := range layers {
+		d, _ := l.Digest()
+		if n := reg.BlobGets()[d.String()]; n != 1 {
+			t.Errorf("the registry served layer %s %d times, want once", d.Hex[:12], n)
+		}
 	}
 }

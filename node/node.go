@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/layers"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -105,13 +106,15 @@ type Node struct {
 	keeper       *fence.Keeper
 	adopting     adopting // jobs this node is claiming now (claim.go)
 	ship         *shipper
-	blobs        *blob.Store        // the content store (blobs.go)
-	images       *image.Cache       // images pulled into it (images.go)
-	xfer         *transfer.Service  // its transfers to and from peers
-	pushes       pushes             // checkpoints this node agreed to hold
-	grants       grants             // reads allowed for an owner's download
-	obs          *observer          // driver-owned, but for its atomic status
-	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
+	blobs        *blob.Store                 // the content store (blobs.go)
+	images       *image.Cache                // images pulled into it (images.go)
+	layerAuth    atomic.Pointer[image.Cache] // images, for blobAuth (set after the transfers start)
+	layerPeers   *layers.Service             // layers shared with peers (images.go)
+	xfer         *transfer.Service           // its transfers to and from peers
+	pushes       pushes                      // checkpoints this node agreed to hold
+	grants       grants                      // reads allowed for an owner's download
+	obs          *observer                   // driver-owned, but for its atomic status
+	resume       []market.JobRecord          // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -296,7 +299,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.openImages(); err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { n.images.Close() })
+	closers = append(closers, n.closeImages)
 	n.fences = newFences(nil)
 	if len(cfg.FenceCommand) > 0 {
 		k, err := fence.Start(cfg.FenceCommand, n.log)
@@ -381,7 +384,7 @@ func (n *Node) Close() error {
 		}
 		n.adv.Close()
 		n.direct.Close()
-		n.images.Close()
+		n.closeImages()
 		n.closeBlobs()
 		n.gossip.Close()
 		n.mesh.Close()

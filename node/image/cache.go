@@ -126,6 +126,8 @@ type Cache struct {
 	closed bool
 	// mirrorDown are mirrors that failed, skipped until then.
 	mirrorDown map[string]time.Time
+	// layerBlobs are the blob manifests of the layers recorded here.
+	layerBlobs map[blob.Digest]bool
 }
 
 // Open opens (or creates) the cache in cfg.Dir. Root file systems whose
@@ -168,9 +170,20 @@ func Open(cfg Config) (*Cache, error) {
 			return nil, fmt.Errorf("image: %w", err)
 		}
 	}
-	c := &Cache{cfg: cfg, log: cfg.Logger, roots: map[string]*rootEntry{}}
+	c := &Cache{cfg: cfg, log: cfg.Logger, roots: map[string]*rootEntry{}, layerBlobs: map[blob.Digest]bool{}}
 	if err := c.loadRoots(); err != nil {
 		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(cfg.Dir, "layers"))
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(cfg.Dir, "layers", e.Name())); err == nil {
+			if m, err := blob.ParseDigest(strings.TrimSpace(string(b))); err == nil {
+				c.layerBlobs[m] = true
+			}
+		}
 	}
 	return c, nil
 }
@@ -213,18 +226,27 @@ func (c *Cache) LayerBlob(d v1.Hash) (blob.Digest, bool) {
 	return m, true
 }
 
-// IsLayer tells whether blob manifest m holds a layer this node recorded
-// (so a peer that names the layer may read it).
-func (c *Cache) IsLayer(d v1.Hash, m blob.Digest) bool {
-	got, ok := c.LayerBlob(d)
-	return ok && got == m
+// IsLayerBlob tells whether blob manifest m holds an image layer this
+// node recorded: a peer may read it (a layer is asked for by the digest
+// its image's manifest names, which only those who may read the image
+// learn).
+func (c *Cache) IsLayerBlob(m blob.Digest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.layerBlobs[m]
 }
 
 func (c *Cache) layerPath(d v1.Hash) string { return filepath.Join(c.cfg.Dir, "layers", d.Hex) }
 
 // recordLayer notes that blob manifest m holds layer d.
 func (c *Cache) recordLayer(d v1.Hash, m blob.Digest) error {
-	return writeFileAtomic(c.layerPath(d), []byte(m.String()+"\n"))
+	if err := writeFileAtomic(c.layerPath(d), []byte(m.String()+"\n")); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.layerBlobs[m] = true
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *Cache) imagePath(ref string) string {
