@@ -25,7 +25,7 @@ var (
 )
 
 // imageJob builds testdata/imagejob as a static binary, once.
-func imageJob(t *testing.T) string {
+func imageJob(t testing.TB) string {
 	t.Helper()
 	imageJobOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "imagejob")
@@ -48,7 +48,7 @@ func imageJob(t *testing.T) string {
 }
 
 // containerized returns a sandbox executor that runs images, or skips.
-func containerized(t *testing.T, mut func(*Config)) *Executor {
+func containerized(t testing.TB, mut func(*Config)) *Executor {
 	t.Helper()
 	ex := sandboxed(t, func(c *Config) {
 		c.Runtime = RuntimeAuto
@@ -65,7 +65,7 @@ func containerized(t *testing.T, mut func(*Config)) *Executor {
 // testRootfs makes an image's root file system: the entrypoint at
 // /bin/job, an /etc/passwd with a user app (1000) in group video (44),
 // a /app directory, all owned by container root as an unpacked image is.
-func testRootfs(t *testing.T, base uint32) string {
+func testRootfs(t testing.TB, base uint32) string {
 	t.Helper()
 	root := t.TempDir()
 	bin := imageJob(t)

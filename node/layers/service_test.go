@@ -47,7 +47,7 @@ func (layerAuth) AllowPush(context.Context, peer.ID, blob.Digest) (string, error
 }
 
 // newLAN makes n nodes on an in-memory network, every one linked.
-func newLAN(t *testing.T, n int) []*lanNode {
+func newLAN(t testing.TB, n int) []*lanNode {
 	t.Helper()
 	mn := mocknet.New()
 	t.Cleanup(func() { mn.Close() })
