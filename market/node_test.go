@@ -2,6 +2,7 @@ package market_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,5 +380,40 @@ func TestRestartedRunnerKeepsItsEnds(t *testing.T) {
 	_ = n.Step(market.MessageReceived{Now: t0.Add(cfg.ReportTTL + 2*time.Second), Message: market.Message{From: "c3", To: "a", Payload: &market.RenewalAck{Job: "j1", Term: 3, Share: 0, Epoch: 1}}})
 	if got := ends(drain(n), "c3"); len(got) != 0 {
 		t.Errorf("a forgotten end is still told: %v", got)
+	}
+}
+
+// An acknowledged end that a successor asks about goes back to being
+// reported; the runner forgets it was kept, and acknowledging another end
+// afterwards keeps working. (The kept end's place in the expiry order
+// stayed behind: the next acknowledged end crashed the node, found by the
+// churn soak.)
+func TestAnEndReportedAgainLeavesTheKeptEnds(t *testing.T) {
+	cfg := market.DefaultConfig("a")
+	cfg.Cards = markettest.MustCards("a", "a100-80g:1")
+	kept := market.Attempt{Job: "j1", Share: 0, Epoch: 1, Term: 1, Coordinator: "c1", State: market.AttemptDone,
+		Cause: market.CauseExited, CardSeconds: 42, EndedAt: t0, Acked: true}
+	pending := kept
+	pending.Job, pending.Acked = "j2", false
+	cfg.EndedAttempts = []market.Attempt{kept, pending}
+	n, err := market.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	now := t0.Add(time.Second)
+	_ = n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c2", To: "a", Payload: &market.RenewalAck{Job: "j1", Term: 2, Share: 0, Epoch: 1}}})
+	_ = n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c1", To: "a", Payload: &market.EndAck{Job: "j2", Share: 0, Epoch: 1}}})
+	if err := n.Step(market.Tick{Now: now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	var to []string
+	for _, m := range drain(n).Messages {
+		if e, ok := m.Payload.(*market.AttemptEnded); ok && !slices.Contains(to, e.Job+"→"+m.To) {
+			to = append(to, e.Job+"→"+m.To)
+		}
+	}
+	if !slices.Equal(to, []string{"j1→c2"}) {
+		t.Fatalf("ends sent %v, want j1's to its successor c2 alone (j2's was acknowledged)", to)
 	}
 }

@@ -430,8 +430,9 @@ func (s *scenario) capture(kv map[string]string, f func()) string {
 }
 
 // addNodes handles "node ID... cards=SPEC [mtbf=DUR] [price=MODEL:P,...]
-// [region=R] [network=MAX] [count=N]": with count, IDs are ID01..IDN;
-// network is the most network the supplier's policy allows a job.
+// [region=R] [network=MAX] [count=N] [sim=1]": with count, IDs are
+// ID01..IDN; network is the most network the supplier's policy allows a
+// job; sim=1 makes the cards simulated (gpumesh node --sim).
 func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 	if n, ok := kv["count"]; ok {
 		count, err := strconv.Atoi(n)
@@ -449,6 +450,11 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		cards, err := markettest.Cards(id, kv["cards"])
 		if err != nil {
 			return err
+		}
+		if kv["sim"] == "1" {
+			for i := range cards {
+				cards[i].Backend = device.SimBackendName
+			}
 		}
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
@@ -545,6 +551,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		fmt.Fprintf(&b, "\n  share=%d epoch=%d %s [%s] %s price=%.2f bid=%.2f", p.Share, p.Epoch, p.Node, strings.Join(cards, " "), p.State, p.PriceCNY, p.BidCNY)
 		if slices.Contains(flags, "models") {
 			fmt.Fprintf(&b, " model=%s", p.Model)
+		}
+		if p.Simulated {
+			b.WriteString(" simulated")
 		}
 		if p.Region != "" {
 			fmt.Fprintf(&b, " region=%s", p.Region)

@@ -135,6 +135,13 @@ type JobSpec struct {
 	// gets an A100 and an RTX 4090 side by side). Shares on different
 	// nodes may differ either way: Models pins the model of all of them.
 	MixedModels bool `json:"mixed_models,omitempty"`
+	// AllowSimulated lets the job run on simulated cards (a supplier's
+	// `gpumesh node --sim`: catalog figures, no hardware behind them).
+	// Default false: a coordinator never asks a supplier to bid its
+	// simulated cards for the job, a supplier never bids or runs them for
+	// it, and a job only simulated cards could take waits in pending,
+	// saying so. Demos, benchmarks and tests set it.
+	AllowSimulated bool `json:"allow_simulated,omitempty"`
 	// MaxPriceCNY is the most the owner pays per card-hour. Required, > 0.
 	MaxPriceCNY float64 `json:"max_price_cny"`
 	// Kind is batch (default), preemptible or service.

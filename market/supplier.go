@@ -69,6 +69,7 @@ type reservation struct {
 	cards       []*cardState
 	withdrawn   []string // cards taken out of the lease (unhealthy, gone)
 	bid         *Bid
+	allowSim    bool // the request's filter allowed simulated cards
 }
 
 type attempt struct {
@@ -249,7 +250,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		} else if busy && (m.Filter.Preemptible || c.run.kind != KindPreemptible || c.run.stopCause != "" || c.run.end != nil) {
 			continue
 		}
-		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
+		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy, simulated: c.card.Simulated()}
 		if r := match.check(&facts); r != reasonPassed {
 			if misses == nil {
 				misses = cardMisses{}
@@ -278,7 +279,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 	s.leaseSeq++
 	r := &reservation{
 		id: "L" + strconv.FormatUint(s.leaseSeq, 10), job: m.Job, round: m.Round, coordinator: from,
-		until: now.Add(s.n.cfg.ReserveTTL),
+		until: now.Add(s.n.cfg.ReserveTTL), allowSim: m.Filter.AllowSimulated,
 	}
 	bid := &Bid{Job: m.Job, Round: m.Round, Lease: r.id, LeaseFor: Duration(s.n.cfg.ReserveTTL),
 		Availability: s.n.cfg.Availability, Region: s.n.cfg.Region}
@@ -286,7 +287,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		o.c.lease = r
 		r.cards = append(r.cards, o.c)
 		bid.Cards = append(bid.Cards, BidCard{ID: o.c.card.ID, Model: o.c.card.Model, Vendor: o.c.card.Vendor,
-			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
+			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts, Simulated: o.c.card.Simulated()})
 	}
 	r.bid = bid
 	if len(s.leases) == 0 || r.until.Before(s.nextExpiry) {
@@ -322,7 +323,7 @@ func (s *supplier) onAward(from string, m *Award) error {
 		s.release(r)
 		return reject(ErrStale, "the node is draining")
 	}
-	if reason := s.judgeAward(m); reason != "" {
+	if reason := s.judgeAward(m, r); reason != "" {
 		s.release(r)
 		return reject(ErrRefused, reason)
 	}
@@ -447,6 +448,7 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 			key := attemptKey{job, share, epoch}
 			if s.ended[key] == a {
 				delete(s.ended, key)
+				s.expiry = slices.DeleteFunc(s.expiry, func(k attemptKey) bool { return k == key })
 				s.attempts[key] = a
 			}
 			a.acked, a.rec.Acked = false, false

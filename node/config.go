@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // CoordinatorMode says whether a node coordinates jobs.
@@ -121,6 +122,18 @@ type Config struct {
 	// made on first start. Requests through the HTTP API act as the owner
 	// they authenticate as, never as this one.
 	Owner *owner.Key
+	// Verify says when this node, as a coordinator, requires a supplier to
+	// pass the verification probe (node/probe) before asking it to bid:
+	// market.VerifyNew, VerifyAlways or VerifyNever. Default: new on a mesh
+	// without a secret (Mesh.Secret), never in a private one.
+	Verify market.VerifyMode
+	// Probe configures the probe this node sends as a coordinator (its
+	// zero value: 1 s of work per card at catalog speed, a 10 s deadline).
+	Probe probe.Config
+	// ProbeBackend runs the probes this node answers as a supplier.
+	// Default: probe.NewCUDA() (NVIDIA cards through the CUDA driver;
+	// others answered as not probed).
+	ProbeBackend probe.Backend
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)

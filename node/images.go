@@ -44,6 +44,7 @@ func (n *Node) openImages() error {
 		Fetcher:  n.xfer,
 		Local:    layerLocal{n},
 		Members:  n.mesh.AlivePeers,
+		Dialable: n.dialable,
 		Logger:   n.log,
 	})
 	if err != nil {

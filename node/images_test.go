@@ -134,7 +134,7 @@ func TestJobRunsInItsImage(t *testing.T) {
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 1)
 	ctx := context.Background()
-	spec := market.JobSpec{ID: "in-image", Cards: 1, MaxPriceCNY: 50, Images: []market.ImageRef{{Vendor: "nvidia", Ref: ref}},
+	spec := market.JobSpec{AllowSimulated: true, ID: "in-image", Cards: 1, MaxPriceCNY: 50, Images: []market.ImageRef{{Vendor: "nvidia", Ref: ref}},
 		Command: []string{"report", "from-spec"}, Env: map[string]string{"FROM_JOB": "job"}}
 	if _, err := coord.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestJobWhoseImageIsMissingFails(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 1)
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "no-image", Cards: 1, MaxPriceCNY: 50, Images: []market.ImageRef{{Ref: ref}}}); err != nil {
+	if _, err := coord.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "no-image", Cards: 1, MaxPriceCNY: 50, Images: []market.ImageRef{{Ref: ref}}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, coord, "no-image", 90*time.Second, market.JobFailed, market.JobSucceeded)
@@ -189,6 +189,7 @@ func TestMeshPullsEachLayerOnce(t *testing.T) {
 	}
 	ref := reg.Push(t, "team/big:v1", img)
 	sm := newSimMesh(t, "", "", "")
+	sm.linkAll()
 	var wg sync.WaitGroup
 	errs := make([]error, len(sm.nodes))
 	for i, n := range sm.nodes {
@@ -251,10 +252,11 @@ func TestThreeSuppliersRunOneImage(t *testing.T) {
 	img := testImage(t, big)
 	ref := reg.Push(t, "team/job:v1", img)
 	sm := imageMesh(t, nil, "", "h100-sxm-80g:1", "h100-sxm-80g:1", "h100-sxm-80g:1")
+	sm.linkAll()
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 3)
-	spec := market.JobSpec{ID: "three", Cards: 3, MaxPriceCNY: 50, Images: []market.ImageRef{{Ref: ref}}, Command: []string{"report"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "three", Cards: 3, MaxPriceCNY: 50, Images: []market.ImageRef{{Ref: ref}}, Command: []string{"report"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +269,21 @@ func TestThreeSuppliersRunOneImage(t *testing.T) {
 		d, _ := l.Digest()
 		if n := reg.BlobGets()[d.String()]; n != 1 {
 			t.Errorf("the registry served layer %s %d times, want once", d.Hex[:12], n)
+		}
+	}
+}
+
+// linkAll connects every pair of nodes: the simulated network makes a
+// link on first contact through membership, which may not have happened
+// yet between two nodes that learned of each other by gossip (on a real
+// network the node dials the addresses membership gives).
+func (sm *simMesh) linkAll() {
+	sm.t.Helper()
+	for i, a := range sm.nodes {
+		for _, b := range sm.nodes[i+1:] {
+			if err := sm.net.Connect(a.ID(), b.ID()); err != nil {
+				sm.t.Fatal(err)
+			}
 		}
 	}
 }

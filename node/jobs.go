@@ -216,16 +216,8 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 	}
 	// The record reaches its replicas before the acknowledgement leaves:
 	// what is acknowledged survives the loss of this node.
-	if missing := n.replicateForAck(ctx, rec); len(missing) > 0 {
-		n.repl.missed(spec.ID) // the replicate loop goes on trying
-		names := make([]string, len(missing))
-		for i, id := range missing {
-			names[i] = id.ShortString()
-		}
-		n.log.Warn("job not acknowledged: replicas did not confirm its record", "job", spec.ID, "missing", names)
-		return market.JobRecord{}, api.Errorf(http.StatusServiceUnavailable,
-			"job %s: %d of its %s (%s) did not confirm its record within %v; it may have been recorded: submit it again with the same ID",
-			spec.ID, len(missing), text.Count(len(n.replicaTargets(spec.ID)), "replica"), strings.Join(names, ", "), replicaAckWait)
+	if err := n.durable(ctx, rec, "submission", "submit it again with the same ID"); err != nil {
+		return market.JobRecord{}, err
 	}
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
 	return rec, nil
@@ -436,7 +428,29 @@ func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, er
 	case stepErr != nil && !errors.Is(stepErr, market.ErrJobEnded):
 		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
 	}
-	return rec, nil
+	return rec, n.durable(ctx, rec, "cancel", "cancel it again")
+}
+
+// durable waits until the replicas of rec's job hold rec before a change
+// the owner asked for (a cancel, a scale) is acknowledged: a successor
+// adopts the record from them, and an acknowledged cancel that only this
+// node held would be undone by its loss, the job running on. The answer
+// when they do not confirm in time is a 503 that says what to do: the
+// request is idempotent, and the replicate loop goes on meanwhile.
+func (n *Node) durable(ctx context.Context, rec market.JobRecord, what, retry string) error {
+	missing := n.replicateForAck(ctx, rec)
+	if len(missing) == 0 {
+		return nil
+	}
+	n.repl.missed(rec.ID)
+	names := make([]string, len(missing))
+	for i, id := range missing {
+		names[i] = id.ShortString()
+	}
+	n.log.Warn("change not acknowledged: replicas did not confirm the record", "job", rec.ID, "change", what, "missing", names)
+	return api.Errorf(http.StatusServiceUnavailable,
+		"job %s: %d of its %s (%s) did not confirm the %s within %v; it may have taken effect: %s",
+		rec.ID, len(missing), text.Count(len(n.replicaTargets(rec.ID)), "replica"), strings.Join(names, ", "), what, replicaAckWait, retry)
 }
 
 // Scale implements api.Backend.
@@ -468,7 +482,7 @@ func (n *Node) scaleLocal(ctx context.Context, id string, cards int) (market.Job
 	case stepErr != nil:
 		return rec, api.Errorf(http.StatusConflict, "job %s: %v", id, stepErr)
 	}
-	return rec, nil
+	return rec, n.durable(ctx, rec, "scale", "scale it again")
 }
 
 // endedConflict is the 409 for a request an ended job cannot take: "job

@@ -25,7 +25,7 @@ func TestFollowingAnEndedJobReturns(t *testing.T) {
 	sm := newSimMesh(t, "a100-80g:1")
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
-	if _, err := n.Submit(context.Background(), market.JobSpec{ID: "done-already", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo first; echo last"}}); err != nil {
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "done-already", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo first; echo last"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, n, "done-already", 20*time.Second, market.JobSucceeded)
@@ -53,7 +53,7 @@ func TestLogsOfEarlierAttempts(t *testing.T) {
 	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
 	sm.waitBook(coord, 2)
 	ctx := context.Background()
-	spec := market.JobSpec{ID: "moved-logs", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo attempt $GPUMESH_EPOCH; sleep 300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "moved-logs", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo attempt $GPUMESH_EPOCH; sleep 300"}}
 	if _, err := coord.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +139,9 @@ func TestStartFailureIsInTheRecordAndTheStderr(t *testing.T) {
 		spec market.JobSpec
 		why  string
 	}{
-		{market.JobSpec{ID: "no-smi", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-smi-4711", "-L"}},
+		{market.JobSpec{AllowSimulated: true, ID: "no-smi", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-smi-4711", "-L"}},
 			"executable file not found in $PATH: no-such-smi-4711"},
-		{market.JobSpec{ID: "bad-payload", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &garbage},
+		{market.JobSpec{AllowSimulated: true, ID: "bad-payload", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &garbage},
 			"payload: "},
 	} {
 		if _, err := coord.Submit(ctx, c.spec); err != nil {

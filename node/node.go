@@ -79,6 +79,7 @@ type Node struct {
 	// Driver-owned (touched only on the driver goroutine).
 	mk       *market.Node
 	book     *book
+	trust    trust               // claims, receipts, probes (trust.go)
 	ledger   *ledger             // what this node's cards earned (earnings.go)
 	endsSent map[attemptKey]bool // attempts whose end was published (events.go)
 	runs     map[attemptKey]*runSlot
@@ -312,9 +313,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 
+	n.cfg.Market = n.trustMarket(n.cfg.Market)
 	if err := n.startMarket(cards); err != nil {
 		return nil, err
 	}
+	n.wireTrust()
 	if err := n.startTunnels(ingressLn); err != nil {
 		return nil, err
 	}

@@ -195,14 +195,24 @@ const (
 // that did not confirm, until every one has or replicaAckWait (or ctx) has
 // passed. It returns the replicas that never confirmed.
 func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
-	missing := n.replicaTargets(rec.ID)
 	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
 	defer cancel()
-	for len(missing) > 0 {
-		acked := n.replicateTo(ctx, rec, missing)
-		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return acked[t] })
+	confirmed := map[peer.ID]bool{}
+	for {
+		// The targets are asked again each round: a replica that crashed
+		// leaves the list once the mesh sees it dead, and the member
+		// after it takes its place (commit.go's rule is every replica
+		// of the list as it is when the record commits).
+		missing := slices.DeleteFunc(n.replicaTargets(rec.ID), func(t peer.ID) bool { return confirmed[t] })
 		if len(missing) == 0 {
 			break
+		}
+		for t := range n.replicateTo(ctx, rec, missing) {
+			confirmed[t] = true
+		}
+		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return confirmed[t] })
+		if len(missing) == 0 {
+			continue // the list may have changed meanwhile
 		}
 		select {
 		case <-ctx.Done():
@@ -211,7 +221,7 @@ func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer
 		}
 	}
 	n.committed(rec)
-	return missing
+	return nil
 }
 
 // replicateTo sends rec to targets, at once, each call bounded by

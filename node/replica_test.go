@@ -36,7 +36,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		return ok
 	}
 	spec := func(id string) market.JobSpec {
-		return market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+		return market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	}
 
 	// A normal submission: acknowledged, and on both replicas already.
@@ -187,7 +187,7 @@ func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
 	if len(group) != 3 || group[0] != coord.ID() {
 		t.Fatalf("the job's group is %v; want the coordinator and two standbys", group)
 	}
-	rec, err := runner.Submit(context.Background(), market.JobSpec{ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	rec, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -213,6 +214,10 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 			return reply(kindSuperseded, data)
 		}
 		return reply(kindAck, nil)
+	case probe.KindChallenge:
+		return n.serveProbe(ctx, req, reply)
+	case kindReceipts:
+		return n.serveReceipts(req, reply)
 	}
 	return fmt.Errorf("unknown call %q", req.Kind)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/internal/wireschema"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // testdata/wire/vN/ holds version N of the node's calls: schema.txt, the
@@ -44,12 +45,16 @@ func rpcSamples() map[string]any {
 		kindCheckpointOwner: &checkpointQuery{Job: "j1", Share: 0},
 		kindRelease:         &claimRequest{Job: "j1", Term: 3},
 		kindJobsList:        &jobsListRequest{},
+		kindReceipts:        ptr("j1"),
+		probe.KindChallenge: &probe.Challenge{Nonce: [32]byte{1, 2, 3}, Blocks: 4096,
+			Work: map[string]probe.Work{"h100-sxm-80g": {Words: 16 << 20, Rounds: 1000}}},
 	}
 }
 
 // rpcReplies are the reply frames' types.
 func rpcReplies() map[string]any {
-	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, "sealed-call": &sealedCall{}}
+	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, "sealed-call": &sealedCall{},
+		kindReceipts: &[][]byte{}, probe.KindAnswer: &probe.Answer{}}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -188,6 +188,9 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 	default:
 		line("COMMAND", "")
 	}
+	if j.Spec.AllowSimulated {
+		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
+	}
 	if cp := newestCheckpoint(j); cp != nil {
 		line("CHECKPOINT", fmt.Sprintf("share %d epoch %d, %s (%s new), on %s, %s",
 			cp.Share, cp.Epoch, text.Bytes(cp.Bytes), text.Bytes(cp.NewBytes), text.Count(len(cp.Holders), "node"), stamp(now, cp.At)))
@@ -218,6 +221,10 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		if why == "" {
 			why = string(p.Cause)
 		}
+		model := cell(p.Model)
+		if p.Simulated {
+			model += " (simulated)"
+		}
 		state := string(p.State)
 		if j.Spec.Service != nil && p.State == market.PlacementRunning && !p.Ready {
 			// A service's replica runs only once its readiness probe answers.
@@ -227,7 +234,7 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Share, p.Epoch, shortID(p.Node), len(p.Cards),
-			cell(p.Model), cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
+			model, cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
 	}
 	return tw.Flush()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -44,6 +45,7 @@ type nodeFlags struct {
 	noNAT       bool
 	reach       string
 	coordinator string
+	verify      string
 	isolation   string
 	keepDirs    bool
 	drain       time.Duration
@@ -189,6 +191,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
+	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
@@ -238,6 +241,11 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	}
 	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
 		return cfg, usagef("--coordinator: %v", err)
+	}
+	if f.verify != "" {
+		if cfg.Verify, err = market.ParseVerifyMode(f.verify); err != nil {
+			return cfg, usagef("--verify: %v", err)
+		}
 	}
 	if f.ckptEvery <= 0 {
 		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)

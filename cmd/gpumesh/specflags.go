@@ -24,6 +24,7 @@ type submitOptions struct {
 	perNode     int
 	oneNode     bool
 	mixedModels bool
+	allowSim    bool
 	maxPrice    float64
 	maxPriceSet bool // --max-price was given
 	preemptible bool
@@ -58,6 +59,7 @@ var specFlags = map[string]string{
 	"layout":             "--per-node/--one-node",
 	"layout.per_node":    "--per-node",
 	"mixed_models":       "--mixed-models",
+	"allow_simulated":    "--allow-simulated",
 	"max_price_cny":      "--max-price",
 	"kind":               "--preemptible/--service",
 	"replicas":           "--replicas",
@@ -87,7 +89,7 @@ var specFlags = map[string]string{
 // resolveImages); it is called last, once every other flag is known good,
 // and may be nil when no --image is given.
 func buildSpec(o submitOptions, cat *device.Catalog, resolve imageResolver) (spec market.JobSpec, defaultedPrice bool, err error) {
-	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, Command: o.command}
+	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, AllowSimulated: o.allowSim, Command: o.command}
 	if o.gpus == 0 {
 		return spec, false, usagef("--gpus: required: the number of cards, 1 to %d", market.MaxCards)
 	}

@@ -46,6 +46,9 @@ all cards on one node. The cards a job gets on one node (a share) are of
 one model, whatever --model allows; --mixed-models lets a share mix models
 (its placement's model then lists them, such as a100-80g+rtx4090-24g).
 Shares on different nodes may be of different models: --model pins them.
+Simulated cards (a supplier's gpumesh node --sim: catalog figures, no
+hardware) are never offered to a job unless it says --allow-simulated; a job
+only simulated cards could take waits in pending, saying so.
 
 Price: --max-price is the most paid per card-hour, in CNY. When it is not
 given, the default is the highest price suppliers ask by default (the
@@ -195,6 +198,7 @@ submitted.`,
 	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
 	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
 	f.BoolVar(&o.mixedModels, "mixed-models", false, "let one node's share hold cards of more than one model (default: one model per share)")
+	f.BoolVar(&o.allowSim, "allow-simulated", false, "let the job run on simulated cards (suppliers started with gpumesh node --sim); for demos and tests")
 	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
 	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
 	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")

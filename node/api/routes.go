@@ -32,6 +32,8 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
+	mux.HandleFunc("GET /v1/jobs/{id}/bill", h.bill)
+	mux.HandleFunc("GET /v1/earnings", h.earnings)
 	mux.HandleFunc("POST /v1/jobs/{id}/exec", h.tunnel(Tunneler.OpenExec))
 	mux.HandleFunc("POST /v1/jobs/{id}/forward", h.tunnel(Tunneler.OpenForward))
 	mux.HandleFunc("/v1/jobs/{id}/http", h.service)

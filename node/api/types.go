@@ -48,13 +48,16 @@ type Peer struct {
 	Self  bool   `json:"self,omitempty"`
 	State string `json:"state"` // alive, suspect, dead, left
 	// Addrs are full multiaddrs ending in /p2p/ID, usable with --join.
-	Addrs     []string  `json:"addrs"`
-	Region    string    `json:"region,omitempty"`
-	Cards     int       `json:"cards"`
-	FreeCards int       `json:"free_cards"`
-	Models    []string  `json:"models,omitempty"`
-	LastHeard time.Time `json:"last_heard,omitzero"`
-	RTTMillis float64   `json:"rtt_ms,omitempty"`
+	Addrs     []string `json:"addrs"`
+	Region    string   `json:"region,omitempty"`
+	Cards     int      `json:"cards"`
+	FreeCards int      `json:"free_cards"`
+	Models    []string `json:"models,omitempty"`
+	// SimulatedModels are the models among Models whose cards the peer's
+	// ad marks simulated (gpumesh node --sim).
+	SimulatedModels []string  `json:"simulated_models,omitempty"`
+	LastHeard       time.Time `json:"last_heard,omitzero"`
+	RTTMillis       float64   `json:"rtt_ms,omitempty"`
 	// Conn is how this node is connected to the peer now: "direct" (its
 	// own TCP or QUIC connection, perhaps hole-punched through NATs),
 	// "relayed" (only through a circuit relay) or "" (none open).
@@ -75,11 +78,13 @@ type PeerList struct {
 // Card is one of this node's cards and what it is doing.
 type Card struct {
 	device.Card
-	Healthy bool   `json:"healthy"`
-	State   string `json:"state"` // free, reserved, running
-	Job     string `json:"job,omitempty"`
-	Share   int    `json:"share,omitempty"`
-	Epoch   uint64 `json:"epoch,omitempty"`
+	// Simulated says the card is simulated (gpumesh node --sim).
+	Simulated bool   `json:"simulated,omitempty"`
+	Healthy   bool   `json:"healthy"`
+	State     string `json:"state"` // free, reserved, running
+	Job       string `json:"job,omitempty"`
+	Share     int    `json:"share,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
 }
 
 // CardList is the body of GET /v1/cards.

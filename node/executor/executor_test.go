@@ -420,3 +420,46 @@ func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
 		}
 	})
 }
+
+// While an attempt's checkpoint is being restored the run is listed (a
+// drain waits for it) but not started: what its checkpoint directory
+// holds then is part of an older checkpoint, which the node must not ship
+// as the attempt's own.
+func TestARunRestoringItsCheckpointIsNotStarted(t *testing.T) {
+	ex := newExecutor(t, IsolationProcess, time.Second)
+	restoring, release := make(chan *Run, 1), make(chan struct{})
+	a := Attempt{JobID: "job-1", Share: 0, Epoch: 2, Command: []string{"sh", "-c", `cat "$GPUMESH_CHECKPOINT_DIR/state"`}}
+	a.Checkpoint = func(dir string) error {
+		for _, r := range ex.Running() {
+			restoring <- r
+		}
+		<-release
+		return os.WriteFile(filepath.Join(dir, "state"), []byte("step 7"), 0o600)
+	}
+	started := make(chan *Run, 1)
+	go func() {
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- r
+	}()
+	r := <-restoring
+	if r.Started() {
+		t.Fatal("a run restoring its checkpoint says it started")
+	}
+	close(release)
+	r = <-started
+	if r == nil {
+		return
+	}
+	if !r.Started() {
+		t.Fatal("a run whose process started says it did not")
+	}
+	if res := waitDone(t, r, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("exit code %d", res.ExitCode)
+	}
+	if out := readAll(t, ex, a.Name(), Stdout); out != "step 7" {
+		t.Fatalf("the job read %q from its restored checkpoint, want %q", out, "step 7")
+	}
+}

@@ -129,6 +129,15 @@ func (r *Run) Process() (pgid int, cgroupDir string, ok bool) {
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
 
+// Started reports whether the attempt's process has started: until then
+// the run is being prepared (its payload unpacked, its checkpoint
+// restored), and its directories are not yet the job's.
+func (r *Run) Started() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
+}
+
 // Done is closed when the process has exited and its output is flushed.
 func (r *Run) Done() <-chan struct{} { return r.done }
 

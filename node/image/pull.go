@@ -38,6 +38,9 @@ type Peers interface {
 	Layer(ctx context.Context, d v1.Hash, size int64, lease string) (m blob.Digest, pulled func(blob.Digest, error), err error)
 }
 
+// ErrClosed is returned by Pull after Close.
+var ErrClosed = errors.New("image: cache closed")
+
 // ErrBadLayer is matched by the error of a layer whose bytes do not hash
 // to the digest the image's manifest names.
 var ErrBadLayer = errors.New("does not match its digest")
@@ -54,6 +57,12 @@ var ErrBadLayer = errors.New("does not match its digest")
 // this node's platform, a layer whose digest does not match (ErrBadLayer),
 // a store over its quota.
 func (c *Cache) Pull(ctx context.Context, ref string) (*Image, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
 	parsed, err := name.NewDigest(ref, name.StrictValidation)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: want repository@sha256:…: %v", ErrBadReference, ref, err)

@@ -43,6 +43,10 @@ type Config struct {
 	// Members are the peers a layer's tracker is chosen from (this node
 	// is counted whether or not they include it). Called once per layer.
 	Members func() []peer.ID
+	// Dialable, when set, is called before this node opens a stream to a
+	// peer (a tracker, a holder), so that the host knows its addresses
+	// (the node copies them from membership). It must not block long.
+	Dialable func(peer.ID)
 	// Timeout bounds each exchange with a tracker but an acquire's wait
 	// for a pull. Default 30 s.
 	Timeout time.Duration
@@ -188,6 +192,9 @@ func (s *Service) Layer(ctx context.Context, d v1.Hash, size int64, lease string
 	if len(holders) == 0 {
 		return blob.Digest{}, nil, fmt.Errorf("layer %s: tracker %s names no holder", d, tr.ShortString())
 	}
+	for _, h := range holders {
+		s.dialable(h)
+	}
 	if _, err := s.cfg.Fetcher.Fetch(ctx, m, holders, lease); err != nil {
 		return blob.Digest{}, nil, fmt.Errorf("layer %s from peers: %w", d, err)
 	}
@@ -231,6 +238,12 @@ func (s *Service) acquire(ctx context.Context, tr peer.ID, d v1.Hash) (answer, f
 	}, nil
 }
 
+func (s *Service) dialable(p peer.ID) {
+	if s.cfg.Dialable != nil {
+		s.cfg.Dialable(p)
+	}
+}
+
 // pulledRequest reports a pull's end: the manifest, or the error.
 func pulledRequest(d v1.Hash, m blob.Digest, err error) request {
 	if err != nil {
@@ -261,6 +274,7 @@ func (s *Service) report(tr peer.ID, d v1.Hash, m blob.Digest, err error) {
 // exchange sends one request on a new stream and reads its answer within
 // wait (and ctx); the stream is the caller's to close.
 func (s *Service) exchange(ctx context.Context, p peer.ID, q request, ans *answer, wait time.Duration) (network.Stream, error) {
+	s.dialable(p)
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	st, err := s.cfg.Host.NewStream(network.WithAllowLimitedConn(dctx, "layers"), p, s.cfg.Protocol)
 	cancel()

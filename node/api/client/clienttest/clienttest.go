@@ -58,6 +58,8 @@ type Backend struct {
 	now        func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
 	failSubmit error
+	bills      map[string]api.Bill
+	earnings   api.ReceiptEarnings
 }
 
 type jobEntry struct {
@@ -482,3 +484,40 @@ func (b *Backend) Drain(context.Context) error { return nil }
 
 // Metrics serves nothing (404).
 func (b *Backend) Metrics() http.Handler { return nil }
+
+// SetBill makes b the bill of its job.
+func (b *Backend) SetBill(bill api.Bill) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bills == nil {
+		b.bills = map[string]api.Bill{}
+	}
+	b.bills[bill.Job] = bill
+}
+
+// Bill implements api.BillReader.
+func (b *Backend) Bill(_ context.Context, id string) (api.Bill, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bill, ok := b.bills[id]
+	if !ok {
+		return api.Bill{}, api.Errorf(http.StatusNotFound, "no job %s", id)
+	}
+	return bill, nil
+}
+
+// SetEarnings sets what ReceiptEarnings answers.
+func (b *Backend) SetEarnings(e api.ReceiptEarnings) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.earnings = e
+}
+
+// ReceiptEarnings implements api.EarningsReader; it records since in Since.
+func (b *Backend) ReceiptEarnings(_ context.Context, since time.Time) (api.ReceiptEarnings, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.earnings
+	e.Since = since
+	return e, nil
+}
