@@ -119,6 +119,7 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	c.billReceipt(j, p, m.CardSeconds, m.Receipt)
 	code := m.ExitCode
 	p.ExitCode = &code
+	p.Outputs = m.Outputs
 	why := "" // the runner's word on it ("did not start: ..."), as ": why"
 	if m.Reason != "" {
 		why = ": " + m.Reason

@@ -186,6 +186,10 @@ type (
 		// Reason says why, for the owner (ExecutionExited.Reason), at
 		// most MaxEndReasonBytes; empty when the process simply exited.
 		Reason string `json:"reason,omitempty"`
+		// Outputs is the manifest digest of the attempt's working
+		// directory as it ended, kept by the runner
+		// (ExecutionExited.Outputs); empty when it keeps none.
+		Outputs string `json:"outputs,omitempty"`
 		// Receipt is the runner's signed statement of the final usage, as
 		// in Renewal.
 		Receipt []byte `json:"receipt,omitempty"`
@@ -239,6 +243,7 @@ type ExecSpec struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
+	Data    *DataSpec         `json:"data,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
 	Service *ServiceSpec      `json:"service,omitempty"`
 	Resources
@@ -246,7 +251,7 @@ type ExecSpec struct {
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Images: spec.Images, Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
+	return ExecSpec{Images: spec.Images, Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Data: spec.Data, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -618,6 +623,9 @@ func (m *AttemptEnded) validate() error {
 	}
 	if len(m.Reason) > MaxEndReasonBytes || !utf8.ValidString(m.Reason) {
 		return badf("reason: at most %d bytes of UTF-8, got %d", MaxEndReasonBytes, len(m.Reason))
+	}
+	if m.Outputs != "" && !sha256Digest.MatchString(m.Outputs) {
+		return badf("outputs %q: want \"sha256:\" and 64 lower-case hex digits", clipText(m.Outputs))
 	}
 	return checkReceiptBytes("receipt", m.Receipt)
 }

@@ -185,7 +185,7 @@ func (s *supplier) judgeAward(m *Award, r *reservation) string {
 		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
 	}
 	if !sameExec(m.Exec, ExecOf(spec)) {
-		return "the award's images, command, environment, payload, network, service or resources differ from the owner's signed spec"
+		return "the award's images, command, environment, payload, data, network, service or resources differ from the owner's signed spec"
 	}
 	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
 		return "policy: " + reason
@@ -205,7 +205,8 @@ func (s *supplier) simulatedIn(ids []string) int {
 }
 
 func sameExec(a, b ExecSpec) bool {
-	if !slices.Equal(a.Images, b.Images) || !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources || !sameService(a.Service, b.Service) {
+	if !slices.Equal(a.Images, b.Images) || !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources ||
+		!sameService(a.Service, b.Service) || !a.Data.Equal(b.Data) {
 		return false
 	}
 	for k, v := range a.Env {

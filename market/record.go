@@ -85,6 +85,11 @@ type Placement struct {
 	CardSeconds float64   `json:"card_seconds"`
 	CostCNY     float64   `json:"cost_cny"`
 	ExitCode    *int      `json:"exit_code,omitempty"`
+	// Outputs, for an attempt that ended, is the manifest digest of what
+	// it left in its working directory, which its node keeps for that
+	// node's --keep-outputs (24 h by default): `gpumesh cp JOB:PATH DEST`
+	// copies from it. Empty when the node keeps none.
+	Outputs string `json:"outputs,omitempty"`
 	// Receipt is the latest receipt of the attempt the coordinator billed
 	// (with Config.BillOnlyReceipts): the runner's signed statement of
 	// CardSeconds, countersigned (node/receipts). It travels with the

@@ -342,12 +342,14 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		n, _ := strconv.Atoi(pos[1])
 		return "", h.Step(h.Coordinator(pos[0]), market.ScaleJob{Now: h.Now, Job: pos[0], Cards: n})
 	case "exit":
-		// exit NODE JOB SHARE EPOCH CODE, then optionally the runner's
-		// reason on the next line (a process that did not start).
+		// exit NODE JOB SHARE EPOCH CODE [outputs=DIGEST], then
+		// optionally the runner's reason on the next line (a process that
+		// did not start); outputs names what the runner kept of the
+		// attempt's working directory.
 		share, _ := strconv.Atoi(pos[2])
 		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
 		code, _ := strconv.Atoi(pos[4])
-		return "", h.ExitWith(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"))
+		return "", h.ExitWithOutputs(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"), kv["outputs"])
 	case "notstarted":
 		// notstarted NODE JOB SHARE EPOCH, then the runner's reason on the
 		// next line: the node could not ready the attempt (its image).
@@ -566,6 +568,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		}
 		if p.CardSeconds > 0 {
 			fmt.Fprintf(&b, " usage=%.1fcs", p.CardSeconds)
+		}
+		if p.Outputs != "" {
+			fmt.Fprintf(&b, " outputs=%s…", p.Outputs[:min(len(p.Outputs), 15)])
 		}
 	}
 	if slices.Contains(flags, "checkpoints") {

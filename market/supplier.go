@@ -121,7 +121,7 @@ func (s *supplier) restore(ended []Attempt) {
 		}
 		a := &attempt{rec: rec, acked: rec.Acked, giveUpAt: rec.EndedAt.Add(s.n.cfg.ReportTTL)}
 		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds,
-			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes)}
+			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes), Outputs: rec.Outputs}
 		if a.acked {
 			s.keepEnded(key, a)
 		} else {
@@ -545,7 +545,7 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 	}
 	a.stopCause = cause
 	if !a.startSent {
-		s.finish(a, 0, "")
+		s.finish(a, 0, "", "")
 		return
 	}
 	a.rec.State = AttemptStopping
@@ -555,8 +555,8 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 
 // finish records the end of an attempt, frees its cards and reports to the
 // coordinator until acknowledged; reason (ExecutionExited.Reason) goes
-// with the report, cut to MaxEndReasonBytes.
-func (s *supplier) finish(a *attempt, exitCode int, reason string) {
+// with the report, cut to MaxEndReasonBytes, and so do outputs.
+func (s *supplier) finish(a *attempt, exitCode int, reason, outputs string) {
 	now := s.n.now
 	cause := a.stopCause
 	if cause == "" {
@@ -565,8 +565,9 @@ func (s *supplier) finish(a *attempt, exitCode int, reason string) {
 	a.rec.CardSeconds = s.usage(a)
 	a.rec.State, a.rec.Cause, a.rec.ExitCode, a.rec.EndedAt = AttemptDone, cause, exitCode, now
 	a.rec.Reason = oneLineCut(reason, MaxEndReasonBytes)
+	a.rec.Outputs = outputs
 	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds,
-		Reason: a.rec.Reason}
+		Reason: a.rec.Reason, Outputs: outputs}
 	a.nextResend = now.Add(s.n.cfg.RenewInterval)
 	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
 	s.touch(a)
@@ -625,7 +626,11 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if ev.NotStarted && a.stopCause == "" {
 		a.stopCause = CauseNotStarted
 	}
-	s.finish(a, ev.ExitCode, ev.Reason)
+	outputs := ev.Outputs
+	if !sha256Digest.MatchString(outputs) {
+		outputs = "" // not a digest: the node's mistake, not the owner's to see
+	}
+	s.finish(a, ev.ExitCode, ev.Reason, outputs)
 	return nil
 }
 

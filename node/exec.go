@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -31,8 +30,8 @@ func attemptName(job string, share int, epoch uint64) string {
 }
 
 // startExecution starts one share on this node's cards. Preparing it (the
-// payload may come from the coordinator) happens on a goroutine the node
-// owns, which then watches the process and reports its end.
+// payload may come from its holders) happens on a goroutine the node owns,
+// which then watches the process and reports its end.
 func (n *Node) startExecution(e market.Execution) {
 	key := attemptKey{e.Job, e.Share, e.Epoch}
 	if _, ok := n.runs[key]; ok {
@@ -72,11 +71,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
-	a, release, root, err := n.attemptOf(e, master)
+	secrets, err := n.fetchSecrets(e)
+	var a executor.Attempt
+	var root *image.Root
+	if err == nil {
+		a, root, err = n.attemptOf(e, master, secrets)
+	}
 	var run *executor.Run
 	if err == nil {
 		run, err = n.exec.Start(a)
-		release()
 		if err != nil && root != nil {
 			root.Release()
 		}
@@ -117,12 +120,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+	why := n.sendOutputs(log, e, secrets, run.WorkDir())
+	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()
 	fenced := n.disarm(key, res.EndedAt)
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)
 	n.postWait(func() {
 		delete(n.runs, key)
-		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced})
+		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced,
+			Reason: why, Outputs: outputs})
 	})
 }
 
@@ -163,11 +169,10 @@ func stopReason(c market.Cause) executor.StopReason {
 	return executor.StopCancelled
 }
 
-// attemptOf builds what the executor runs for an execution; release closes
-// its payload once the executor has unpacked it; root, for a job in an
+// attemptOf builds what the executor runs for an execution; secrets (the
+// job's, from their holder) join its environment; root, for a job in an
 // image, is its root file system, to release once the attempt is over.
-func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), root *image.Root, err error) {
-	release = func() {}
+func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]string) (a executor.Attempt, root *image.Root, err error) {
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
 	for _, c := range inventory {
@@ -177,7 +182,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 	for _, id := range e.Cards {
 		c, ok := byID[id]
 		if !ok {
-			return a, release, nil, fmt.Errorf("card %s is no longer on this node", id)
+			return a, nil, fmt.Errorf("card %s is no longer on this node", id)
 		}
 		cards = append(cards, c)
 	}
@@ -186,16 +191,16 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		Share:      e.Share,
 		Epoch:      e.Epoch,
 		Command:    e.Exec.Command,
-		Env:        e.Exec.Env,
+		Env:        withSecrets(e.Exec.Env, secrets),
 		DeviceEnv:  envMap(device.VisibleEnv(cards, inventory)),
 		LocalCards: len(cards),
 	}
 	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
-		return a, release, nil, err
+		return a, nil, err
 	}
 	if e.Gang != nil {
 		if master == "" {
-			return a, release, nil, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+			return a, nil, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
 		}
 		a.Gang = &executor.Gang{
 			NNodes:     e.Gang.NNodes,
@@ -205,23 +210,14 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			WorldSize:  e.World,
 		}
 	}
-	if p := e.Exec.Payload; p != nil {
-		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
-		defer cancel()
-		r, err := n.openPayload(ctx, e.Coordinator, *p)
-		if err != nil {
-			return a, release, nil, fmt.Errorf("payload %s: %w", p.Digest, err)
-		}
-		a.Payload, release = r, func() { r.Close() }
-	}
+	a.Work = n.workInto(e, secrets)
+	a.Checkpoint = n.restoreInto(e)
 	if len(e.Exec.Images) > 0 {
 		if a.Image, root, err = n.imageOf(e, cards); err != nil {
-			release()
-			return a, func() {}, nil, err
+			return a, nil, err
 		}
 	}
-	a.Checkpoint = n.restoreInto(e)
-	return a, release, root, nil
+	return a, root, nil
 }
 
 func envMap(kv []string) map[string]string {

@@ -124,25 +124,31 @@ func TestLogsOfEarlierAttempts(t *testing.T) {
 // A share whose command is not found never runs: the job fails with exit
 // status 127 and says why in its record, and its stderr, read through
 // another peer as `gpumesh logs ID --stderr` does, holds the same line;
-// the same for a payload that does not unpack.
+// the same for a payload the runner has no room for (its store is full).
 func TestStartFailureIsInTheRecordAndTheStderr(t *testing.T) {
-	sm := newSimMesh(t, "", "a100-80g:1")
+	sm := newSimMeshWith(t, withAPI(func(i int, c *Config) {
+		if i == 1 {
+			c.StoreMax = 1 << 20 // the runner's store cannot hold the payload
+		}
+	}), "", "a100-80g:1")
 	coord, runner := sm.nodes[0], sm.nodes[1]
 	sm.neverCoordinate(runner)
 	sm.waitBook(coord, 1)
 	ctx := context.Background()
-	garbage, err := coord.PutPayload(ctx, strings.NewReader("this is not a tar archive"))
+	dir, _ := payloadTree(t, 9, 2<<20)
+	up, err := upload(t, coord, testOwner(0), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	big := up.Ref
 	for _, c := range []struct {
 		spec market.JobSpec
 		why  string
 	}{
 		{market.JobSpec{AllowSimulated: true, ID: "no-smi", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-smi-4711", "-L"}},
 			"executable file not found in $PATH: no-such-smi-4711"},
-		{market.JobSpec{AllowSimulated: true, ID: "bad-payload", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &garbage},
-			"payload: "},
+		{market.JobSpec{AllowSimulated: true, ID: "no-room", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &big},
+			"payload " + big.Manifest + ": transfer: fetch " + big.Manifest + ": 3 chunks missing: blob: store full: "},
 	} {
 		if _, err := coord.Submit(ctx, c.spec); err != nil {
 			t.Fatal(err)

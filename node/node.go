@@ -63,7 +63,6 @@ type Node struct {
 	direct     *gossip.Direct
 	adv        *gossip.Advertiser
 	exec       *executor.Executor
-	payload    *payloads
 	server     *api.Server
 	tun        *tunnels // exec, port-forward, services (tunnels.go)
 
@@ -114,6 +113,9 @@ type Node struct {
 	xfer         *transfer.Service           // its transfers to and from peers
 	pushes       pushes                      // checkpoints this node agreed to hold
 	grants       grants                      // reads allowed for an owner's download
+	sizes        manifestSizes               // of payloads counted against owners' quotas (payloads.go)
+	uploads      uploads                     // chunk sizes of the payloads being uploaded
+	secrets      pendingSecrets              // secrets given to this node that no job names yet (secrets.go)
 	obs          *observer                   // driver-owned, but for its atomic status
 	resume       []market.JobRecord          // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
@@ -219,10 +221,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	closers = append(closers, func() { n.store.Close() })
 	if err := n.loadClaims(); err != nil {
 		return nil, fmt.Errorf("node: reading claims: %w", err)
-	}
-
-	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
-		return nil, err
 	}
 
 	mcfg := cfg.Mesh

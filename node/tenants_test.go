@@ -251,7 +251,7 @@ func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 		if !ok {
 			s = market.SignedSpec{Spec: spec}
 		}
-		req := submitRequest{Spec: s.Spec, Origin: entry.ID().String()}
+		req := submitRequest{Spec: s.Spec}
 		if s.Signed() {
 			req.Signature = &s.Signature
 		}

@@ -206,6 +206,9 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		}
 		line("SERVICE", fmt.Sprintf("port %d, ready on %s; reached at %s", sv.Port, probe, reach))
 	}
+	for _, p := range keptOutputs(j) {
+		line("OUTPUTS", fmt.Sprintf("share %d epoch %d, kept on %s: gpumesh cp %s:PATH DEST", p.Share, p.Epoch, shortID(p.Node), j.ID))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -309,4 +312,27 @@ func newestCheckpoint(j market.JobRecord) *market.Checkpoint {
 		}
 	}
 	return best
+}
+
+// keptOutputs are, for each share that no attempt runs, the newest ended
+// attempt whose node keeps what it left in its working directory.
+func keptOutputs(j market.JobRecord) []market.Placement {
+	newest := map[int]market.Placement{}
+	running := map[int]bool{}
+	for _, p := range j.Placements {
+		if p.State == market.PlacementRunning {
+			running[p.Share] = true
+		}
+		if b, ok := newest[p.Share]; p.Outputs != "" && (!ok || p.Epoch > b.Epoch) {
+			newest[p.Share] = p
+		}
+	}
+	var out []market.Placement
+	for share, p := range newest {
+		if !running[share] {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b market.Placement) int { return a.Share - b.Share })
+	return out
 }

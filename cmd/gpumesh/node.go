@@ -57,6 +57,8 @@ type nodeFlags struct {
 	mirrors     []string
 	imageCache  string
 	jobKinds    []string
+	maxPayload  string
+	ownerQuota  string
 	policy      policyFlags
 	log         *logFlags
 	configFile  string
@@ -197,7 +199,9 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
 	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
 	fl.StringVar(&f.storeMax, "store-max", "", "the most the content store (checkpoints, and what this node holds for others' jobs) may take: a `SIZE` such as 200GiB (default: half of what the data dir's file system could give it, at most a quarter of the disk)")
-	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints of a job that ended are kept")
+	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints, payload and outputs of a job that ended are kept")
+	fl.StringVar(&f.maxPayload, "max-payload", "", "the largest payload this node takes from an owner, or holds for a job it coordinates: a `SIZE` such as 50GiB (default: no limit but --store-max and --owner-quota)")
+	fl.StringVar(&f.ownerQuota, "owner-quota", "", "the most this node keeps of payloads for one owner: a `SIZE` such as 100GiB (default: half of --store-max)")
 	fl.StringArrayVar(&f.jobKinds, "job-kinds", nil, "the kinds of job this node runs: image (in an OCI image, under crun or runc), host (a command on this machine, in the sandbox) or image,host (default both)")
 	fl.StringVar(&f.ociRuntime, "oci-runtime", executor.RuntimeAuto, "the OCI runtime that runs jobs in images: auto (crun, else runc: the first that works here), a command or path, or none")
 	fl.StringArrayVar(&f.mirrors, "registry-mirror", nil, "pull a registry's images through a mirror first, `REGISTRY=URL` such as docker.io=https://mirror.example.com (repeatable; tried in order, then the registry)")
@@ -260,6 +264,19 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 			return cfg, usagef("--store-max %q: want a size such as 200GiB", f.storeMax)
 		}
 		cfg.StoreMax = n
+	}
+	for _, s := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--max-payload", f.maxPayload, &cfg.MaxPayload}, {"--owner-quota", f.ownerQuota, &cfg.OwnerQuota}} {
+		if s.v == "" {
+			continue
+		}
+		n, err := parseBytes(s.v)
+		if err != nil || n <= 0 {
+			return cfg, usagef("%s %q: want a size such as 50GiB", s.flag, s.v)
+		}
+		*s.to = n
 	}
 	if f.keepOutputs <= 0 {
 		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)

@@ -73,6 +73,8 @@ var specFlags = map[string]string{
 	"images":             "--image",
 	"env":                "--env",
 	"payload":            "--payload",
+	"data":               "--input/--output/--secret",
+	"data.secrets":       "--secret",
 	"network":            "--net",
 	"memory_bytes":       "--memory",
 	"pids":               "--pids",

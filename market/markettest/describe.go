@@ -49,6 +49,9 @@ func Describe(m market.Message) string {
 		if p.Reason != "" {
 			tail += fmt.Sprintf(" reason=%q", p.Reason)
 		}
+		if p.Outputs != "" {
+			tail += " outputs=" + p.Outputs[:min(len(p.Outputs), 15)] + "…"
+		}
 	case *market.EndAck:
 		tail = fmt.Sprintf("share=%d epoch=%d", p.Share, p.Epoch)
 	}

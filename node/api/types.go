@@ -38,9 +38,34 @@ type ScaleRequest struct {
 	Cards int `json:"cards"`
 }
 
-// PayloadRef is the body of a POST /v1/payloads answer: put it in the
-// spec's payload field.
+// SecretsRequest is the body of POST /v1/secrets: the values of a job's
+// secrets by variable name.
+type SecretsRequest struct {
+	Values map[string]string `json:"values"`
+}
+
+// MaxSecretsBytes bounds the body of POST /v1/secrets.
+const MaxSecretsBytes = 256 << 10
+
+// PayloadRef names a payload in a spec's payload field.
 type PayloadRef = market.PayloadRef
+
+// PayloadUpload is the body of a PUT /v1/payloads/{manifest} answer: the
+// node keeps the manifest for the owner until Expires (or, once a job
+// names it, while the job lives), and lacks the chunks Missing lists.
+type PayloadUpload struct {
+	// Ref is what to put in the spec's payload field.
+	Ref PayloadRef `json:"ref"`
+	// Missing are the digests of the manifest's chunks the node does not
+	// hold ("sha256:…", each once): PUT each to
+	// /v1/payloads/{manifest}/chunks/{digest}. Empty: the node holds the
+	// whole tree already.
+	Missing []string `json:"missing"`
+	// MissingBytes is their total size.
+	MissingBytes int64 `json:"missing_bytes"`
+	// Expires is when the node lets the upload go if no job names it.
+	Expires time.Time `json:"expires"`
+}
 
 // Peer is one member of the mesh as this node sees it.
 type Peer struct {

@@ -27,7 +27,7 @@ func (s *Store) PutFile(ctx context.Context, name string, r io.Reader, lease str
 	}
 	h := s.newHold()
 	defer s.release(h)
-	p := &putter{s: s, ctx: ctx, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
+	p := &putter{ctx: ctx, log: s.log, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
 	err := p.stream(name, 0o644, r)
 	if ierr := p.in.wait(); err == nil {
 		err = ierr
@@ -80,47 +80,21 @@ func (s *Store) OpenFile(m Digest, path string) (io.ReadCloser, int64, error) {
 		return nil, 0, err
 	}
 	e := man.Entries[i]
-	return &fileReader{s: s, h: h, chunks: e.Chunks}, e.Size, nil
+	return &heldReader{ReadCloser: s.FileReader(e), s: s, h: h}, e.Size, nil
 }
 
-// fileReader reads a stored file chunk by chunk, checking each.
-type fileReader struct {
-	s      *Store
-	h      *hold
-	chunks []ChunkRef
-	buf    []byte
-	cur    []byte // what is left of the current chunk
-	err    error
-	closed bool
+// heldReader is a FileReader whose manifest a hold keeps until Close.
+type heldReader struct {
+	io.ReadCloser
+	s    *Store
+	h    *hold
+	once bool
 }
 
-func (r *fileReader) Read(p []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if r.closed {
-			return 0, ErrClosed
-		}
-		if len(r.chunks) == 0 {
-			return 0, io.EOF
-		}
-		data, err := r.s.readChunk(r.chunks[0], &r.buf)
-		if err != nil {
-			r.err = err
-			return 0, err
-		}
-		r.chunks, r.cur = r.chunks[1:], data
-	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
-}
-
-func (r *fileReader) Close() error {
-	if !r.closed {
-		r.closed = true
+func (r *heldReader) Close() error {
+	if !r.once {
+		r.once = true
 		r.s.release(r.h)
 	}
-	return nil
+	return r.ReadCloser.Close()
 }
