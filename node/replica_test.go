@@ -239,7 +239,7 @@ func TestReplicaHoldingALaterVersionConfirmsAnEarlierOne(t *testing.T) {
 	for _, n := range sm.nodes {
 		sm.waitBook(n, 1)
 	}
-	submitted, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: "ends-at-once", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-command-4711"}})
+	submitted, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "ends-at-once", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-command-4711"}})
 	if err != nil {
 		t.Fatal(err)
 	}
