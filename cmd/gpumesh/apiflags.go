@@ -46,6 +46,14 @@ func (f *apiFlags) registerOwner(cmd *cobra.Command) {
 
 // client builds the API client from the flags and the environment. Bad
 // values are usage errors naming where they came from.
+// jobClient checks a job ID, then makes the client that asks about it.
+func (f *apiFlags) jobClient(e env, id string) (*client.Client, error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
+	return f.client(e)
+}
+
 func (f *apiFlags) client(e env) (*client.Client, error) {
 	addr, from := f.addr, "--api"
 	if addr == "" && f.flags != nil && f.flags.Changed("api") {
