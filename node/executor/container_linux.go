@@ -17,6 +17,7 @@ import (
 	"time"
 
 	runc "github.com/containerd/go-runc"
+	"github.com/creack/pty"
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -461,11 +462,13 @@ func defaultCaps() []string {
 func ptr[T any](v T) *T { return &v }
 
 // enter runs cmd in the container through the runtime's exec, as the
-// image's user. A terminal is not supported yet.
-func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
-	if tty {
-		return nil, errors.New("a terminal into a job in an image is not supported yet: run gpumesh exec without -t")
-	}
+// image's user. With tty the process gets a terminal of the container's
+// (on its devpts, of the size asked for before it starts), which the
+// runtime, run in the foreground on a terminal of the node's, relays to
+// and from that terminal, whose master is returned; a new size of it
+// reaches the container's (the runtime forwards SIGWINCH), and so do
+// signals to the runtime.
+func (j *containerJail) enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (_ *os.File, err error) {
 	j.mu.Lock()
 	finished := j.finished
 	j.mu.Unlock()
@@ -478,6 +481,27 @@ func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
 		Capabilities: &specs.LinuxCapabilities{Bounding: caps}}
 	if j.img.UID == 0 {
 		proc.Capabilities.Effective, proc.Capabilities.Permitted = caps, caps
+	}
+	var master, slave *os.File
+	if tty {
+		proc.Terminal = true
+		if rows > 0 && cols > 0 {
+			proc.ConsoleSize = &specs.Box{Height: uint(rows), Width: uint(cols)}
+		}
+		if master, slave, err = pty.Open(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				master.Close()
+			}
+		}()
+		if rows > 0 || cols > 0 {
+			if err := setTTYSize(master, rows, cols); err != nil {
+				slave.Close()
+				return nil, err
+			}
+		}
 	}
 	b, err := json.Marshal(proc)
 	if err != nil {
@@ -493,12 +517,21 @@ func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		if slave != nil {
+			slave.Close()
+		}
 		return nil, err
 	}
 	cmd.Path = j.rt.Command
 	cmd.Args = []string{j.rt.Command, "--root", j.rt.Root, "exec", "--process", f.Name(), j.id}
 	cmd.Dir = j.dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if tty {
+		if err := startOnTTY(cmd, slave, &unix.SysProcAttr{}); err != nil {
+			return nil, err
+		}
+		return master, nil
+	}
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	return nil, cmd.Start()
 }

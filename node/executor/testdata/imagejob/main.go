@@ -4,13 +4,17 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -42,6 +46,9 @@ func main() {
 	fmt.Printf("node-file %v\n", err == nil)
 	if len(os.Args) > 1 && os.Args[1] == "cards" {
 		cards(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == "tty" {
+		terminal()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sleep" {
 		time.Sleep(time.Hour)
@@ -108,6 +115,35 @@ func cards(dirs []string) {
 		fmt.Printf("open:%s %s\n", p, res)
 		return nil
 	})
+}
+
+// terminal reports whether stdin is a terminal and its size ("size 24
+// 80"), a new size on each SIGWINCH ("winch 40 120"), then echoes each
+// line it reads ("got LINE") until "exit" or the end of its input.
+func terminal() {
+	ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+	if err != nil {
+		fmt.Printf("tty false (%v)\n", err)
+		os.Exit(3)
+	}
+	fmt.Printf("tty true\nsize %d %d\n", ws.Row, ws.Col)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, unix.SIGWINCH)
+	go func() {
+		for range winch {
+			if ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ); err == nil {
+				fmt.Printf("winch %d %d\n", ws.Row, ws.Col)
+			}
+		}
+	}()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "exit" {
+			break
+		}
+		fmt.Printf("got %s\n", sc.Text())
+	}
+	os.Exit(0)
 }
 
 func errSuffix(err error) string {
