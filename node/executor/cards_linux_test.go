@@ -38,7 +38,7 @@ const noDriver = "no such device or address"
 // be to a user outside it) with their sysfs entries, and NVIDIA's driver
 // 550.54.14: two libraries under their names and links, and nvidia-smi
 // (the test entrypoint, so that it runs in the container).
-func driverTree(t *testing.T) string {
+func driverTree(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
 	node := func(name string, minor uint32, perm uint32) {
