@@ -138,9 +138,9 @@ func (n *Node) imageOf(e market.Execution, cards []device.Card) (*executor.Conta
 		env = append(env, k+"="+e.Exec.Env[k])
 	}
 	edits, err := n.cardEdits.For(cards, n.devices.Cards(), env)
-	if err != nil {
+	if err != nil { // this node's devices or specs: another may do
 		root.Release()
-		return nil, nil, fmt.Errorf("the cards in image %s: %w", ref, err)
+		return nil, nil, &notStartedError{fmt.Errorf("the cards in image %s: %w", ref, err)}
 	}
 	for _, p := range edits.Paths {
 		n.log.Debug("cards enter the image", "job", e.Job, "share", e.Share, "vendor", p.Vendor, "via", p.Via, "detail", p.Detail)
