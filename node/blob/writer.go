@@ -66,6 +66,9 @@ func (s *Store) writer(k Kind, d Digest, size int64, h *hold) (*Writer, error) {
 	return &Writer{s: s, kind: k, want: d, size: size, f: f, h: sha256.New(), hold: h}, nil
 }
 
+// Size is the size announced when the writer was opened.
+func (w *Writer) Size() int64 { return w.size }
+
 // Write appends p. Writing more than the announced size fails.
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.done {
