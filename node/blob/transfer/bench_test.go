@@ -76,7 +76,11 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 		}
 	}
 	rawStreams := measureStreams(b, put.Bytes, ha, hb, hc)
-	disk := measureDisk(b, put.Bytes, b.TempDir())
+	diskDir := b.TempDir()
+	disk := measureDisk(b, put.Bytes, diskDir)
+	if err := os.RemoveAll(diskDir); err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("tree %s, fetched from 2 holders, all in this process on %d CPUs", bench.Human(put.Bytes), runtime.NumCPU())
 	b.Logf("plain libp2p streams: %s", rawStreams)
 	b.Logf("disk, 1 MiB files:    %s (what a fetch writes, without the network)", disk)
@@ -84,7 +88,8 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 	var ofTCP, ofTCPByCPU, fetchMBps, tcpMBps, rss, heap []float64
 	for b.Loop() {
 		b.StopTimer()
-		st, err := blob.Open(blob.Config{Dir: filepath.Join(b.TempDir(), "fetched"), Limit: blob.NoLimit})
+		iter := b.TempDir() // emptied at the iteration's end: at 4 GiB, disk adds up
+		st, err := blob.Open(blob.Config{Dir: filepath.Join(iter, "fetched"), Limit: blob.NoLimit})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +109,7 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 			}
 		})
 		restore := measure(put.Bytes, func() {
-			if err := st.Restore(ctx, m, filepath.Join(b.TempDir(), "restored")); err != nil {
+			if err := st.Restore(ctx, m, filepath.Join(iter, "restored")); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -129,6 +134,9 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 			bench.Human(int64(peak.Heap)), bench.Human(int64(peak.RSS)))
 		svc.Close()
 		st.Close()
+		if err := os.RemoveAll(iter); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
 	b.ReportMetric(median(fetchMBps), "fetch-MB/s")
@@ -153,9 +161,13 @@ func median(xs []float64) float64 {
 
 // tcpHost is a libp2p host on loopback TCP with the node's security and
 // the default muxer (yamux).
-func tcpHost(b *testing.B) host.Host {
+func tcpHost(tb testing.TB) host.Host { return tcpHostOn(tb, "/ip4/127.0.0.1/tcp/0") }
+
+// tcpHostOn is a libp2p host listening on addr (TCP) with the node's
+// security and the default muxer (yamux).
+func tcpHostOn(tb testing.TB, addr string) host.Host {
 	h, err := libp2p.New(
-		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
+		libp2p.ListenAddrStrings(addr),
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Transport(tcp.NewTCPTransport),
@@ -163,9 +175,9 @@ func tcpHost(b *testing.B) host.Host {
 		libp2p.DisableMetrics(),
 	)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { h.Close() })
+	tb.Cleanup(func() { h.Close() })
 	return h
 }
 

@@ -274,54 +274,92 @@ func (f *fetch) holderErrors() map[peer.ID]error {
 }
 
 // getManifest asks holder h for the manifest on a stream of its own and
-// stores it. It reports whether h had it, or an error that drops h.
+// stores it. It reports whether h had it, or an error that drops h. Like
+// a chunk stream (work), it asks once more when the stream's connection
+// turns out to be dead.
 func (f *fetch) getManifest(ctx context.Context, h peer.ID) (bool, error) {
+	held, dead, err := f.askManifest(ctx, h)
+	if err != nil && dead && !f.ending(ctx) {
+		f.s.log.Debug("blob stream on a dead connection; opening another", "peer", h.ShortString(), "err", err)
+		held, _, err = f.askManifest(ctx, h)
+	}
+	return held, err
+}
+
+// askManifest is one try of getManifest; dead says its stream failed
+// because its connection is gone.
+func (f *fetch) askManifest(ctx context.Context, h peer.ID) (held, dead bool, err error) {
 	c, err := f.s.send(ctx, h, request{typ: frameGet, scope: f.m, digests: []blob.Digest{f.m}})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer c.reset() // after a clean end, a no-op
 	w, held, err := f.answer(ctx, c, h, blob.KindManifest, blob.ChunkRef{Digest: f.m}, make([]byte, MaxData))
 	if err != nil || !held {
-		return false, err
+		return false, err != nil && c.st.Conn().IsClosed(), err
 	}
 	c.close()
 	if w == nil {
-		return true, nil // stored meanwhile
+		return true, false, nil // stored meanwhile
 	}
 	res, drop := f.settle(h, blob.KindManifest, w.Size(), w.Commit())
 	switch {
 	case drop != nil:
-		return false, drop
+		return false, false, drop
 	case isCorrupt(res):
-		return false, nil // ask the next holder
+		return false, false, nil // ask the next holder
 	case res != nil:
-		return false, res // the fetch is ending
+		return false, false, res // the fetch is ending
 	}
-	return true, nil
+	return true, false, nil
 }
 
 // work is one stream's worth of a holder's share: it keeps up to
 // Pipeline requests in flight on one stream to h, and reads their
 // answers in order. It ends when h has nothing more to do, or fails
 // (then h is dropped), or hctx ends (h was dropped).
+//
+// A stream that fails before its first answer because its connection
+// is gone is opened once more: a link that was cut and healed leaves a
+// connection that died meanwhile, which the host learns of only when it
+// is used; the next stream goes over a fresh one.
 func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
 	var c *conn
 	var sent [][]*item // requests sent and not wholly answered, oldest first
-	defer func() {
+	requeue := func() {
 		for _, batch := range sent {
 			for _, it := range batch {
 				f.q.retry(it, "")
 			}
 		}
+		sent = nil
+	}
+	answered, redialed := false, false // on c; c was opened again
+	var lost error                     // why c was opened again, until it answers
+	defer func() {
+		requeue()
 		if c != nil {
 			c.reset() // after a clean end, a no-op
 		}
+		if lost != nil && !f.ending(ctx) {
+			f.dropHolder(h, lost) // no stream to h worked since
+		}
 	}()
-	fail := func(err error) {
+	// fail drops h for err, unless c is worth opening again: it reports
+	// whether work goes on.
+	fail := func(err error) bool {
+		if !answered && !redialed && c != nil && c.st.Conn().IsClosed() && !f.ending(ctx) && hctx.Err() == nil {
+			f.s.log.Debug("blob stream on a dead connection; opening another", "peer", h.ShortString(), "err", err)
+			requeue()
+			c.reset()
+			c, redialed, lost = nil, true, err
+			return true
+		}
+		lost = nil // dropped for err instead
 		if !f.ending(ctx) {
 			f.dropHolder(h, err)
 		}
+		return false
 	}
 	buf := make([]byte, MaxData)
 	for {
@@ -346,13 +384,16 @@ func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
 					fail(err)
 					return
 				}
+				answered = false
 			}
 			ds := make([]blob.Digest, len(batch))
 			for i, it := range batch {
 				ds[i] = it.ref.Digest
 			}
 			if err := c.request(request{typ: frameGet, scope: f.m, digests: ds}); err != nil {
-				fail(err)
+				if fail(err) {
+					continue
+				}
 				return
 			}
 		}
@@ -366,9 +407,12 @@ func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
 			it := sent[0][0]
 			w, held, err := f.answer(hctx, c, h, blob.KindChunk, it.ref, buf)
 			if err != nil {
-				fail(err)
+				if fail(err) {
+					break
+				}
 				return
 			}
+			answered, lost = true, nil
 			sent[0] = sent[0][1:]
 			switch {
 			case !held:
@@ -379,7 +423,9 @@ func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
 				f.commits <- commit{w: w, h: h, it: it}
 			}
 		}
-		sent = sent[1:]
+		if len(sent) > 0 { // not requeued
+			sent = sent[1:]
+		}
 	}
 }
 

@@ -197,6 +197,10 @@ func (s *Service) open(ctx context.Context, p peer.ID) (network.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), err)
 	}
+	if st.Conn().IsClosed() { // a connection closing as it was picked
+		st.Reset()
+		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), network.ErrReset)
+	}
 	if err := st.Scope().SetService(ServiceName); err != nil {
 		st.Reset()
 		return nil, fmt.Errorf("transfer: stream to %s: %w", p.ShortString(), err)
