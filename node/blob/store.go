@@ -283,7 +283,7 @@ func (s *Store) Stat(k Kind, d Digest) (int64, bool) {
 // Reader opens a stored object for reading and returns its size. The
 // bytes are those that were checked against the digest when they were
 // written; a reader that needs them checked again hashes them (Restore
-// does). Reader fails with ErrNotFound for an object the store does not
+// does, for the chunks the store did not hash since it opened). Reader fails with ErrNotFound for an object the store does not
 // hold. An object that no lease or hold keeps may be collected while it
 // is open: where the system allows, the open reader still reads it whole.
 func (s *Store) Reader(k Kind, d Digest) (io.ReadCloser, int64, error) {
