@@ -120,7 +120,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	<-run.Done() // the executor stops every run when the node closes
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
-	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+	n.shipCheckpoint(run)
 	why := n.sendOutputs(log, e, secrets, run.WorkDir())
 	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()
