@@ -170,6 +170,11 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 	if err := checkSpec(&spec); err != nil {
 		return market.JobRecord{}, err
 	}
+	release, err := n.admit(spec.ID)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	defer release()
 	if err := n.checkSubmission(&signed, time.Now()); err != nil {
 		return market.JobRecord{}, err
 	}
@@ -193,7 +198,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 	}
 	var rec market.JobRecord
 	var stepErr error
-	err := n.do(ctx, func() {
+	err = n.do(ctx, func() {
 		stepErr = n.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec, Signature: &signed.Signature})
 		n.drain() // persisted before the acknowledgement leaves
 		rec, _ = n.mk.Job(spec.ID)

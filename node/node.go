@@ -102,7 +102,8 @@ type Node struct {
 	// its record's commit is dropped (commit.go).
 	awardTimeout time.Duration
 	keeper       *fence.Keeper
-	adopting     adopting // jobs this node is claiming now (claim.go)
+	adopting     adopting  // jobs this node is claiming now (claim.go)
+	admitted     admission // submissions coordinated now (admission.go)
 	ship         *shipper
 	blobs        *blob.Store        // the content store (blobs.go)
 	xfer         *transfer.Service  // its transfers to and from peers

@@ -46,7 +46,8 @@ func (f *apiFlags) registerOwner(cmd *cobra.Command) {
 
 // client builds the API client from the flags and the environment. Bad
 // values are usage errors naming where they came from.
-func (f *apiFlags) client(e env) (*client.Client, error) {
+// extra are options for the client beyond the flags' (submit's retries).
+func (f *apiFlags) client(e env, extra ...client.Option) (*client.Client, error) {
 	addr, from := f.addr, "--api"
 	if addr == "" && f.flags != nil && f.flags.Changed("api") {
 		return nil, usagef("--api: empty address: want host:port, such as %s", api.DefaultAddr)
@@ -81,7 +82,7 @@ func (f *apiFlags) client(e env) (*client.Client, error) {
 	if f.owner && key == nil && token == "" {
 		return nil, fmt.Errorf("no owner key at %s: your jobs belong to your key; make one with `gpumesh key create` (or give --key, $%s, or an owner token)", keyPath, envKey)
 	}
-	var opts []client.Option
+	opts := extra
 	if key != nil {
 		opts = append(opts, client.WithOwnerKey(*key))
 	}

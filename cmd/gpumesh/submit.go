@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,11 +17,12 @@ import (
 
 func newSubmitCommand(e env) *cobra.Command {
 	var (
-		o       submitOptions
-		af      apiFlags
-		payload string
-		wait    bool
-		asJSON  bool
+		o        submitOptions
+		af       apiFlags
+		payload  string
+		wait     bool
+		asJSON   bool
+		retryFor time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "submit --gpus N [flags] -- COMMAND [ARGS...]",
@@ -72,6 +74,10 @@ most 64 MiB packed) and unpacks it into the job's working directory.
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.
+A node that answers 429 (saturated: it says when to come back) or 503 (the
+job's coordinator or replicas did not answer in time) gets the same
+submission again, with the same ID, for --retry-for (default 30s; 0: never),
+each time said on stderr.
 
 --wait waits for the job to end and exits with its status: 0 when it
 succeeded, the job's exit code when it failed with one, 1 when it failed
@@ -130,7 +136,12 @@ submitted.`,
 			if err != nil {
 				return err
 			}
-			c, err := af.client(e)
+			if retryFor < 0 {
+				return usagef("--retry-for %v: want 0 (never) or more", retryFor)
+			}
+			c, err := af.client(e, client.WithSubmitRetry(retryFor, func(n client.RetryNote) {
+				fmt.Fprintf(e.stderr, "gpumesh: %s\n", n)
+			}))
 			if err != nil {
 				return err
 			}
@@ -194,6 +205,7 @@ submitted.`,
 	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
+	f.DurationVar(&retryFor, "retry-for", client.DefaultSubmitRetry, "submit again with the same ID while the node answers 429 or 503, for at most this long (0: never)")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
 	af.registerOwner(cmd)
 	return cmd

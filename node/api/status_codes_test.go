@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
@@ -196,6 +197,38 @@ func TestOversizeBodyIs413InMiB(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || err != nil || e.Error != tc.want {
 			t.Errorf("POST %s of %d bytes: %d %q (%v), want 413 %q", tc.path, tc.size, resp.StatusCode, e.Error, err, tc.want)
+		}
+	}
+}
+
+// busyNode is a Backend whose submissions are refused as a saturated
+// node refuses them.
+type busyNode struct{ Backend }
+
+func (busyNode) Submit(context.Context, market.JobSpec) (market.JobRecord, error) {
+	return market.JobRecord{}, Busy(1500*time.Millisecond, "job j1: node X is saturated")
+}
+
+// A saturated node answers 429 with a Retry-After in whole seconds,
+// rounded up, and the JSON error.
+func TestBusyIs429WithRetryAfter(t *testing.T) {
+	srv := httptest.NewServer(Handler(Config{}, busyNode{}, nil))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/jobs", "application/json", strings.NewReader(`{"id":"j1","cards":1,"max_price_cny":5,"command":["true"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e Error
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" || e.Error != "job j1: node X is saturated" {
+		t.Errorf("%d Retry-After %q %q; want 429, 2, the error", resp.StatusCode, resp.Header.Get("Retry-After"), e.Error)
+	}
+	for d, want := range map[time.Duration]string{time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", time.Minute: "60"} {
+		if got := RetryAfterSeconds(d); got != want {
+			t.Errorf("RetryAfterSeconds(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -159,7 +159,9 @@ func TestEventMetrics(t *testing.T) {
 	m.CountLeaseRenewal(RoleRunner)
 	m.CountLeaseRenewal(RoleRunner)
 	m.CountLeaseMiss(RoleCoordinator)
+	m.CountBusy()
 
+	wantSample(t, m, 1, "gpumesh_submissions_busy_total")
 	wantSample(t, m, 2, "gpumesh_placement_duration_seconds")
 	wantSample(t, m, 1, "gpumesh_reroute_duration_seconds")
 	wantSample(t, m, 2, "gpumesh_auctions_total", "outcome", "cleared")
