@@ -85,13 +85,16 @@ type Machine struct {
 
 // Results are what a run measured. Their JSON form is results.json.
 type Results struct {
-	Started   time.Time `json:"started"`
-	Took      float64   `json:"took_s"`
-	Machine   Machine   `json:"machine"`
-	Config    Config    `json:"config"`
-	Scenarios []string  `json:"scenarios"` // those that ran to the end without failing
-	Rows      []Row     `json:"rows"`
-	Plots     []Plot    `json:"plots,omitempty"`
+	Started time.Time `json:"started"`
+	Took    float64   `json:"took_s"`
+	Machine Machine   `json:"machine"`
+	Config  Config    `json:"config"`
+	// Setup says what ran where Config does not (the processes scenario:
+	// "5 node processes × 64 cards, 32 submitters, 300 jobs").
+	Setup     string   `json:"setup,omitempty"`
+	Scenarios []string `json:"scenarios"` // those that ran to the end without failing
+	Rows      []Row    `json:"rows"`
+	Plots     []Plot   `json:"plots,omitempty"`
 	// Notes say what a reader must know to read the rows (a mesh smaller
 	// than asked, a scenario cut short).
 	Notes []string `json:"notes,omitempty"`
