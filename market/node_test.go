@@ -381,3 +381,49 @@ func TestRestartedRunnerKeepsItsEnds(t *testing.T) {
 		t.Errorf("a forgotten end is still told: %v", got)
 	}
 }
+
+// An acknowledged end that a successor takes over goes back to the
+// attempts reported until acknowledged; another end acknowledged
+// meanwhile is kept beside it (the runner crashed here in a 5-process
+// bench: a nil dereference in keepEnded), and both are forgotten in turn.
+func TestEndTakenOverWhileAnotherIsAcknowledged(t *testing.T) {
+	cfg := market.DefaultConfig("a")
+	cfg.Cards = markettest.MustCards("a", "a100-80g:2")
+	end := func(job string, acked bool, at time.Time) market.Attempt {
+		return market.Attempt{Job: job, Share: 0, Epoch: 1, Term: 1, Coordinator: "c1", State: market.AttemptDone,
+			Cause: market.CauseExited, ExitCode: 0, EndedAt: at, Acked: acked}
+	}
+	cfg.EndedAttempts = []market.Attempt{end("j1", true, t0), end("j2", false, t0.Add(time.Second)), end("j3", true, t0.Add(2*time.Second))}
+	n, err := market.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	now := t0.Add(time.Minute)
+	// A successor takes j1 over: its end is reported to it again.
+	_ = n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c2", To: "a", Payload: &market.RenewalAck{Job: "j1", Term: 2, Share: 0, Epoch: 1}}})
+	drain(n)
+	// j2's end is acknowledged by its coordinator meanwhile.
+	if err := n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c1", To: "a", Payload: &market.EndAck{Job: "j2", Share: 0, Epoch: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	if err := n.Step(market.MessageReceived{Now: now, Message: market.Message{From: "c2", To: "a", Payload: &market.EndAck{Job: "j1", Share: 0, Epoch: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	if err := n.Step(market.Tick{Now: t0.Add(cfg.ReportTTL + 3*time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	closed := map[string]int{}
+	for _, a := range drain(n).Attempts {
+		if a.State == market.AttemptClosed {
+			closed[a.Job]++
+		}
+	}
+	for _, j := range []string{"j1", "j2", "j3"} {
+		if closed[j] != 1 {
+			t.Errorf("past ReportTTL, %s closed %d times, want once (%v)", j, closed[j], closed)
+		}
+	}
+}

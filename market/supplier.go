@@ -439,6 +439,9 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 			key := attemptKey{job, share, epoch}
 			if s.ended[key] == a {
 				delete(s.ended, key)
+				// keepEnded keeps expiry sorted by the ends it holds:
+				// a key left behind has no end to be sorted by.
+				s.expiry = slices.DeleteFunc(s.expiry, func(k attemptKey) bool { return k == key })
 				s.attempts[key] = a
 			}
 			a.acked, a.rec.Acked = false, false

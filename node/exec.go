@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -71,11 +72,13 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
+	startAt := time.Now()
 	a, release, err := n.attemptOf(e, master)
 	var run *executor.Run
 	if err == nil {
 		run, err = n.exec.Start(a)
 		release()
+		n.stages.since(metrics.StageStart, startAt)
 	}
 	if err != nil {
 		// The owner reads why in the job's stderr and in its record, not

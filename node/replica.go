@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,11 +43,44 @@ type replicator struct {
 	pending  map[string]market.JobRecord
 	inflight map[string]bool
 	failed   map[string]bool
-	wake     chan struct{}
+	// acks is the newest record of each job each replica acknowledged:
+	// what a submission waiting for its replicas names when some did not.
+	acks map[string]map[peer.ID]mark
+	wake chan struct{}
 }
 
 func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{},
+		acks: map[string]map[peer.ID]mark{}, wake: make(chan struct{}, 1)}
+}
+
+// acked notes that replica t holds job's record at m.
+func (r *replicator) acked(job string, t peer.ID, m mark) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	by := r.acks[job]
+	if by == nil {
+		by = map[peer.ID]mark{}
+		r.acks[job] = by
+	}
+	if m.atLeast(by[t]) {
+		by[t] = m
+	}
+}
+
+// holds reports whether replica t acknowledged job's record at m or later.
+func (r *replicator) holds(job string, t peer.ID, m mark) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got, ok := r.acks[job][t]
+	return ok && got.atLeast(m)
+}
+
+// forget drops what is known of job's replicas (it is over here).
+func (r *replicator) forget(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.acks, job)
 }
 
 func (r *replicator) enqueue(rec market.JobRecord) {
@@ -122,8 +154,9 @@ func (r *replicator) takeFailed() []string {
 // replica that refused a dial for a moment answers again.
 const replicaRetry = 250 * time.Millisecond
 
-// maxReplications bounds the replications in flight at once.
-const maxReplications = 32
+// maxReplications bounds the replications in flight at once: one per job,
+// each to every replica of the job at once.
+const maxReplications = 128
 
 // replicateLoop sends queued records to their replicas until the node
 // closes — each job's newest, one at a time per job, up to
@@ -182,35 +215,43 @@ func (n *Node) replicaTargets(job string) []peer.ID {
 
 // replicaAckWait bounds how long a submission waits for its record to
 // reach every replica (replicateForAck) before it is answered 503.
-// replicaAckPause is the pause before a replica that failed at once (a
-// refused dial, a reset stream) is asked again within that time.
-const (
-	replicaAckWait  = 3 * time.Second
-	replicaAckPause = 100 * time.Millisecond
-)
+const replicaAckWait = 3 * time.Second
 
-// replicateForAck sends rec to the job's replicas — the members after this
-// node in its HRW list when the call starts; fewer when the mesh has fewer
-// coordinator-eligible members than Config.Replicas — and asks again those
-// that did not confirm, until every one has or replicaAckWait (or ctx) has
-// passed. It returns the replicas that never confirmed.
+// replicateForAck waits until rec's job's replicas — the members after
+// this node in its HRW list; fewer when the mesh has fewer
+// coordinator-eligible members than Config.Replicas — hold rec or a later
+// record of the job (it commits), or replicaAckWait (or ctx) passes. The
+// replicate loop sends it, with the records of every other job in
+// flight, and again every replicaRetry to a replica that missed it;
+// waiting for its commit rather than sending rec once more here halves
+// what a submission costs the replicas. It returns the replicas that did
+// not confirm.
 func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
-	missing := n.replicaTargets(rec.ID)
+	need := markOf(rec)
+	committed := n.gate.await(rec.ID, need) // persist queued rec (or a later record) for the loop
 	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
 	defer cancel()
-	for len(missing) > 0 {
-		acked := n.replicateTo(ctx, rec, missing)
-		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return acked[t] })
-		if len(missing) == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return missing
-		case <-time.After(replicaAckPause):
+	select {
+	case <-committed:
+		return nil
+	case <-ctx.Done():
+	}
+	var missing []peer.ID
+	for _, t := range n.replicaTargets(rec.ID) {
+		if !n.repl.holds(rec.ID, t, need) {
+			missing = append(missing, t)
 		}
 	}
-	n.committed(rec)
+	select {
+	case <-committed: // it committed as the wait ended
+		return nil
+	default:
+	}
+	if len(missing) == 0 {
+		// Each confirmed, but not in one round: the loop commits it on
+		// its next round, which asks them all again.
+		missing = n.replicaTargets(rec.ID)
+	}
 	return missing
 }
 
@@ -238,6 +279,7 @@ func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []
 					mu.Lock()
 					acked[t] = true
 					mu.Unlock()
+					n.repl.acked(rec.ID, t, markOf(rec))
 					return nil
 				case kindSuperseded:
 					return n.onSuperseding(t, rec, m.Data)
@@ -281,7 +323,12 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 		// here to answer with; it tries again meanwhile.
 		return nil, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
-	n.postWait(func() { n.yieldTo(rec) })
+	if own, ok := n.view.job(rec.ID); ok && own.Coordinator == n.id.String() && settling(own) {
+		// This node coordinates the job too, at a lower term (outranking
+		// let rec through): it yields, on its driver. Otherwise the
+		// replica needs nothing of the driver, whose queue may be long.
+		n.postWait(func() { n.yieldTo(rec) })
+	}
 	if !n.view.putNewer(rec) {
 		// The same record again, or an older version of it (a retry
 		// overtaken by the next change): this node holds one at least as
@@ -303,16 +350,16 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 // effect there (commit.go) must not be overwritten by an older
 // coordinator's, and the sender lets the job go (onSuperseding) to the
 // succession that the holders of the newer record run.
+//
+// This node's own coordination is read from the view, where the driver
+// puts each record it persists in the turn that decided it: a replica is
+// stored without waiting behind the driver's queue, which under load is
+// the longest wait a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
-	var own market.JobRecord
-	var mine bool
-	if err := n.do(n.ctx, func() { own, mine = n.mk.Job(rec.ID) }); err != nil {
-		return market.JobRecord{}, false
-	}
-	if mine && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
-		return own, true
-	}
 	held, ok := n.view.job(rec.ID)
+	if ok && held.Coordinator == n.id.String() && settling(held) && market.Outranks(held.Term, n.id.String(), rec.Term, rec.Coordinator) {
+		return held, true
+	}
 	switch {
 	case !ok, ended(rec) && !ended(held):
 		return market.JobRecord{}, false // an end is never refused

@@ -27,6 +27,7 @@ type benchFlags struct {
 	cards      int
 	submitters int
 	jobs       int
+	profile    string
 	flags      *pflag.FlagSet // to tell a flag given from its default
 }
 
@@ -102,6 +103,7 @@ client's retries, the CPU of all node processes per placed job (Linux
 	fl.IntVar(&f.cards, "cards", procbench.DefaultCards, "processes: simulated cards per node")
 	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
+	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile of the load's first 10 s to `DIR`")
 	f.flags = fl
 	return cmd
 }
@@ -117,7 +119,7 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 		}
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
 	}
-	for _, name := range []string{"cards", "submitters", "jobs"} {
+	for _, name := range []string{"cards", "submitters", "jobs", "profile"} {
 		if f.flags != nil && f.flags.Changed(name) {
 			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procbench.Scenario)
 		}
@@ -251,7 +253,7 @@ func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 		return fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
 	}
 	start := time.Now()
-	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs,
+	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile,
 		Progress: func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }}
 	if err := cfg.Validate(); err != nil {
 		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {

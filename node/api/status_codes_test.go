@@ -232,3 +232,45 @@ func TestBusyIs429WithRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// Go's profiles are the admin's: served with the node's API token, refused
+// to an owner token (403) and by a node without a token (404).
+func TestProfilesNeedTheAdminToken(t *testing.T) {
+	const ownerTok = "alice-owner-token-0123"
+	k, err := owner.KeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := Handler(Config{OwnerTokens: map[string]owner.Key{ownerTok: k}}, backendless{}, nil)
+	guarded := Handler(Config{Token: "admin-s3cret", OwnerTokens: map[string]owner.Key{ownerTok: k}}, backendless{}, nil)
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		path   string
+		auth   string
+		status int
+		want   string
+	}{
+		{"no token on the node", open, "/debug/pprof/", "", 404, "only by a node with an API token"},
+		{"owner token on a node without one", open, "/debug/pprof/heap", "Bearer " + ownerTok, 404, "only by a node with an API token"},
+		{"owner token", guarded, "/debug/pprof/", "Bearer " + ownerTok, 403, "not an owner's"},
+		{"no token", guarded, "/debug/pprof/", "", 401, "missing or wrong API token"},
+		{"admin token: the index", guarded, "/debug/pprof/", "Bearer admin-s3cret", 200, "goroutine"},
+		{"admin token: a heap profile", guarded, "/debug/pprof/heap?debug=1", "Bearer admin-s3cret", 200, "heap profile"},
+		{"admin token: the command line", guarded, "/debug/pprof/cmdline", "Bearer admin-s3cret", 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := do(t, tc.h, "GET", tc.path, tc.auth)
+			if a.status != tc.status {
+				t.Fatalf("status %d, want %d: %.200s", a.status, tc.status, a.body)
+			}
+			got := a.error
+			if tc.status == 200 {
+				got = a.body
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("%.200q does not say %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -33,6 +33,7 @@ type Metrics struct {
 	renewals, misses       *prometheus.CounterVec
 	billedCNY, billedCards *prometheus.CounterVec
 	busy                   prometheus.Counter
+	stages                 *prometheus.HistogramVec
 
 	mu         sync.Mutex // guards the windows and rates below
 	placements *Window
@@ -137,6 +138,7 @@ func New(cfg Config) (*Metrics, error) {
 			Name: "gpumesh_submissions_busy_total",
 			Help: "Submissions this node refused as their coordinator with 429 (Retry-After) because it was saturated; the clients send them again.",
 		}),
+		stages:     newStageHistogram(),
 		placements: NewWindow(cfg.PlacementWindow, cfg.WindowSamples),
 		reroutes:   NewWindow(cfg.RerouteWindow, cfg.WindowSamples),
 		msgs:       NewRate(cfg.RateWindow),
@@ -153,6 +155,9 @@ func New(cfg Config) (*Metrics, error) {
 		m.renewals.WithLabelValues(string(r))
 		m.misses.WithLabelValues(string(r))
 	}
+	for _, st := range Stages() {
+		m.stages.WithLabelValues(string(st))
+	}
 	for _, s := range []Side{SideCharged, SideEarned} {
 		m.billedCNY.WithLabelValues(string(s))
 		m.billedCards.WithLabelValues(string(s))
@@ -164,7 +169,7 @@ func New(cfg Config) (*Metrics, error) {
 	})
 	buildInfo.Set(1)
 	cs := []prometheus.Collector{
-		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards, m.busy,
+		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards, m.busy, m.stages,
 		statusCollector{m: m},
 	}
 	if cfg.Gossip != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -40,7 +41,8 @@ type proc struct {
 type cluster struct {
 	cfg   Config
 	dir   string
-	token string
+	token string // the owner token every submission carries
+	admin string // the nodes' API token: it alone opens their profiles
 	procs []*proc
 	hc    *http.Client
 }
@@ -95,7 +97,14 @@ func (c *cluster) writeOwner() error {
 		return err
 	}
 	c.token = "bench-" + hex.EncodeToString(b)
-	return os.WriteFile(filepath.Join(c.dir, "owner-tokens"), []byte(c.token+" "+keyPath+"\n"), 0o600)
+	if err := os.WriteFile(filepath.Join(c.dir, "owner-tokens"), []byte(c.token+" "+keyPath+"\n"), 0o600); err != nil {
+		return err
+	}
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	c.admin = "admin-" + hex.EncodeToString(b)
+	return os.WriteFile(filepath.Join(c.dir, "api-token"), []byte(c.admin+"\n"), 0o600)
 }
 
 // freePort returns a TCP port free on loopback now.
@@ -132,6 +141,7 @@ func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
 		"--isolation", "process",
 		"--sim", fmt.Sprintf("%s:%d", c.cfg.Model, c.cfg.Cards),
 		"--owner-tokens", filepath.Join(c.dir, "owner-tokens"),
+		"--api-token-file", filepath.Join(c.dir, "api-token"),
 		"--log-level", "warn",
 	}
 	if i > 0 {
@@ -298,4 +308,50 @@ func logTail(path string, n int) string {
 		return "(empty log)"
 	}
 	return s
+}
+
+// profile writes each node's CPU profile of the next d to dir, as
+// node-N.cpu.pprof, at once for every node; it returns when all are
+// written.
+func (c *cluster) profile(ctx context.Context, dir string, d time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: d + 30*time.Second}
+	errs := make([]error, len(c.procs))
+	var wg sync.WaitGroup
+	for i, p := range c.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.api, int(d.Seconds()))
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Authorization", "Bearer "+c.admin)
+				resp, err := hc.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+					return fmt.Errorf("%s: profile: %s: %s", p.name, resp.Status, bytes.TrimSpace(b))
+				}
+				f, err := os.Create(filepath.Join(dir, p.name+".cpu.pprof"))
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(f, resp.Body); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -61,6 +61,12 @@ type Config struct {
 	// Drain bounds the wait for the jobs to run and end after the last
 	// acknowledgement. Default 1 min.
 	Drain time.Duration
+	// ProfileDir, when set, receives each node's CPU profile
+	// (node-N.cpu.pprof, from its /debug/pprof/) of the first
+	// ProfileFor of the load. Default: none.
+	ProfileDir string
+	// ProfileFor is how long the profiles cover. Default 10 s.
+	ProfileFor time.Duration
 	// SkipCoordinatorWait starts the load as soon as every node sees
 	// every other alive, without waiting (30 s) until they coordinate:
 	// standbys hold the records meanwhile. For tests.
@@ -99,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.ProfileFor <= 0 {
+		c.ProfileFor = 10 * time.Second
 	}
 	if c.Progress == nil {
 		c.Progress = func(string) {}

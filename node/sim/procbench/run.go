@@ -16,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/gpumesh/gpumesh/node/sim/bench"
 )
 
@@ -182,6 +183,16 @@ func (r *run) run(ctx context.Context) (err error) {
 		return err
 	}
 	cfg.Progress(fmt.Sprintf("%s submit %s", text.Count(cfg.Submitters, "submitter"), text.Count(cfg.Jobs, "job")))
+	var profiled sync.WaitGroup
+	if cfg.ProfileDir != "" {
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			if err := c.profile(ctx, cfg.ProfileDir, cfg.ProfileFor); err != nil && ctx.Err() == nil {
+				r.note("profiles: %v", err)
+			}
+		}()
+	}
 	samples, retried := r.submit(ctx, c)
 	var accepted []string
 	lastAck := time.Time{}
@@ -201,6 +212,10 @@ func (r *run) run(ctx context.Context) (err error) {
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
+	profiled.Wait()
+	if cfg.ProfileDir != "" && ctx.Err() == nil {
+		r.note("CPU profiles of the load's first %v: %s/node-N.cpu.pprof (go tool pprof -top BINARY FILE)", cfg.ProfileFor, cfg.ProfileDir)
+	}
 	placedHeard, endedHeard := w.counts(accepted)
 	// The records say when each job ran, as its coordinator saw it; a
 	// Ctrl-C skips them (they take a request each).
@@ -215,6 +230,13 @@ func (r *run) run(ctx context.Context) (err error) {
 		w.mu.Unlock()
 	}
 	r.loadRows(samples, retried, before, after)
+	if ctx.Err() == nil {
+		if st, err := c.stages(ctx); err != nil {
+			r.note("stage timings: %v", err)
+		} else {
+			r.stageRows(st)
+		}
+	}
 	if placedHeard < len(accepted) || endedHeard < len(accepted) {
 		r.note("events heard: %d of %d accepted jobs placed, %d ended (the rest were read from their records, or had not run yet)", placedHeard, len(accepted), endedHeard)
 	}
@@ -525,4 +547,18 @@ func processes(n int) string {
 		return "1 node process"
 	}
 	return fmt.Sprintf("%d node processes", n)
+}
+
+// stageRows reports the median of each stage of the jobs' way, from the
+// nodes' gpumesh_job_stage_seconds (summed over the nodes; estimated
+// within the histogram's buckets, as Prometheus does).
+func (r *run) stageRows(st map[string]*stageHist) {
+	for _, s := range metrics.Stages() {
+		h := st[string(s)]
+		if h == nil || h.count == 0 {
+			continue
+		}
+		r.row(bench.Row{Case: "stage " + string(s), Clock: bench.ClockReal, Metric: "p50", Value: 1000 * h.quantile(0.5), Unit: "ms", N: int(h.count),
+			Note: fmt.Sprintf("mean %.2f ms; gpumesh_job_stage_seconds, all nodes", 1000*h.sum/h.count)})
+	}
 }
