@@ -393,6 +393,14 @@ func (n *Node) Close() error {
 	return nil
 }
 
+// Halt stops the node as Close does, but without leaving the mesh
+// gracefully (each leave waits up to the mesh's LeaveTimeout): its peers
+// find it dead, as after a crash. For a process being interrupted.
+func (n *Node) Halt() error {
+	n.mesh.Halt()
+	return n.Close()
+}
+
 // do runs f on the driver goroutine and waits for it, or for ctx or the
 // node to end. Either f ran to its end before do returns nil, or it never
 // runs and do returns the error: a caller that gives up may read what f

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gpumesh/gpumesh/node/sim"
 	"github.com/gpumesh/gpumesh/node/sim/bench"
 	"github.com/gpumesh/gpumesh/node/sim/procbench"
 )
@@ -28,6 +30,7 @@ type benchFlags struct {
 	submitters int
 	jobs       int
 	profile    string
+	maxStart   time.Duration
 	flags      *pflag.FlagSet // to tell a flag given from its default
 }
 
@@ -90,7 +93,14 @@ client's retries, the CPU of all node processes per placed job (Linux
 				}
 				return runErr
 			}
-			return f.report(e, res, runErr)
+			err = f.report(e, res, runErr)
+			// After Ctrl-C the nodes halt in the background; the process
+			// ends with them stopped or a second later.
+			select {
+			case <-res.Stopped():
+			case <-time.After(time.Second):
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()
@@ -100,6 +110,7 @@ client's retries, the CPU of all node processes per placed job (Linux
 	fl.BoolVar(&f.json, "json", false, "print results.json on stdout instead of the table")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the suppliers, prices and workloads")
 	fl.StringVar(&f.logFile, "log-file", "", "write the nodes' logs to this file")
+	fl.DurationVar(&f.maxStart, "max-start", 3*time.Minute, "refuse an in-process mesh estimated to take longer to start and form (0: no limit)")
 	fl.IntVar(&f.cards, "cards", procbench.DefaultCards, "processes: simulated cards per node")
 	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
@@ -133,6 +144,13 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	}
 	if err := bench.CheckMemory(cfg); err != nil {
 		return cfg, noop, usagef("--nodes %d: %v", f.nodes, err)
+	}
+	if f.maxStart < 0 {
+		return cfg, noop, usagef("--max-start %v: want 0 (no limit) or more", f.maxStart)
+	}
+	if est := sim.EstimateStart(f.nodes); f.maxStart > 0 && est > f.maxStart && usesFullMesh(scenarios) {
+		return cfg, noop, usagef("--nodes %d: %d full nodes in one process take about %v to start and form on %d CPUs (measured on 2 CPUs: 50 in 5 s, 100 in 14 s, growing as nodes^1.5); at most about %d start within --max-start %v: ask for fewer, or raise --max-start",
+			f.nodes, f.nodes, est.Round(10*time.Second), runtime.NumCPU(), sim.MaxNodesWithin(f.maxStart), f.maxStart)
 	}
 	if f.out != "" {
 		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
@@ -269,4 +287,16 @@ func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 		return runErr
 	}
 	return f.report(e, res, runErr)
+}
+
+// usesFullMesh reports whether a scenario of the run starts the in-process
+// mesh of full nodes (gossip and quality do not).
+func usesFullMesh(scenarios []string) bool {
+	for _, s := range scenarios {
+		switch s {
+		case bench.ScenarioPlacement, bench.ScenarioThroughput, bench.ScenarioScaleup, bench.ScenarioFailover:
+			return true
+		}
+	}
+	return false
 }

@@ -53,6 +53,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--scenario", "processes,placement"}, "--scenario processes runs alone"},
 		{[]string{"--scenario", "throughput", "--jobs", "10"}, "--jobs applies to --scenario processes only"},
 		{[]string{"--scenario", "nope"}, "and processes, which runs alone"},
+		{[]string{"--max-start", "-1s"}, "--max-start -1s: want 0 (no limit) or more"},
 	} {
 		start := time.Now()
 		code, stdout, stderr := runBench(t, c.args...)
@@ -67,6 +68,12 @@ func TestBenchBadInput(t *testing.T) {
 		_, _, stderr := runBench(t, "--scenario", "processes", "--nodes", "499")
 		if !strings.Contains(stderr, "MiB is available") || !strings.Contains(stderr, "nodes fit here") {
 			t.Errorf("the processes memory refusal gives no estimate: %q", stderr)
+		}
+	}
+	if m := bench.ThisMachine(); m.AvailMiB > 1000*bench.FullNodeMiB*5/4+200 {
+		code, _, stderr := runBench(t, "--scenario", "placement", "--nodes", "1000")
+		if code != exitUsage || !strings.Contains(stderr, "to start and form on") || !strings.Contains(stderr, "raise --max-start") {
+			t.Errorf("1000 in-process nodes: exit %d, %q; want 2 and the time it would take", code, stderr)
 		}
 	}
 	if bench.ThisMachine().AvailMiB > 0 {

@@ -100,6 +100,22 @@ type Results struct {
 	Notes []string `json:"notes,omitempty"`
 	// Interrupted: the run was stopped (Ctrl-C) before every scenario ended.
 	Interrupted bool `json:"interrupted,omitempty"`
+
+	// stopped is closed once every node of the run has stopped (Stopped).
+	stopped chan struct{}
+}
+
+// Stopped is closed once every node of the run has stopped. Run returns
+// with it closed, except after an interrupt: then it returns what was
+// measured at once, and the nodes stop (as after a power cut, not
+// leaving one by one) in the background.
+func (r *Results) Stopped() <-chan struct{} {
+	if r.stopped == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return r.stopped
 }
 
 // WriteJSON writes r as indented JSON.

@@ -51,11 +51,15 @@ type cluster struct {
 // joining it, and waits until every one sees every other alive (and, unless
 // SkipCoordinatorWait, coordinating) and every supplier's ad in its book.
 // On error the processes started are killed.
-func startCluster(ctx context.Context, cfg Config, dir string) (c *cluster, err error) {
-	c = &cluster{cfg: cfg, dir: dir, hc: &http.Client{Timeout: 10 * time.Second}}
+func startCluster(ctx context.Context, cfg Config, dir string) (_ *cluster, err error) {
+	c := &cluster{cfg: cfg, dir: dir, hc: &http.Client{Timeout: 10 * time.Second}}
 	defer func() {
 		if err != nil {
-			c.stop(time.Second)
+			grace := time.Second
+			if ctx.Err() != nil {
+				grace = 500 * time.Millisecond // Ctrl-C: be gone within a second
+			}
+			c.stop(grace) // the processes started so far
 		}
 	}()
 	if err := c.writeOwner(); err != nil {

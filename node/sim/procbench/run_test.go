@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -124,5 +125,38 @@ func TestRunStopsWithinTwoSecondsWhenInterrupted(t *testing.T) {
 		if ents, _ := os.ReadDir(dir); len(ents) > 0 {
 			t.Errorf("the run's directory still holds %d entries", len(ents))
 		}
+	}
+}
+
+// Ctrl-C while the node processes start (the mesh waits for its
+// coordinators): Run is back within 2 s, and the processes it started are
+// gone.
+func TestRunInterruptedWhileStarting(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	stopped := make(chan time.Time, 1)
+	dir := t.TempDir()
+	res, err := Run(ctx, Config{Binary: binary, Nodes: 3, Cards: 1, Dir: dir, Progress: func(s string) {
+		if strings.HasPrefix(s, "waiting until") { // every process answers; the mesh forms next
+			once.Do(func() { stopped <- time.Now(); cancel() })
+		}
+	}})
+	took := time.Since(<-stopped)
+	if !errors.Is(err, context.Canceled) || res == nil || !res.Interrupted {
+		t.Fatalf("err %v, results %+v", err, res)
+	}
+	if took > 2*time.Second {
+		t.Errorf("back %v after the interrupt, want within 2 s", took)
+	}
+	if !strings.Contains(strings.Join(res.Notes, "\n"), "stopped while the node processes started") {
+		t.Errorf("notes %q do not say the run stopped while starting", res.Notes)
+	}
+	out, _ := exec.Command("pgrep", "-f", dir).Output()
+	if len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("node processes left running: %s", out)
 	}
 }
