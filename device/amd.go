@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // AMD Instinct cards are read with amd-smi, or with rocm-smi where amd-smi is
@@ -161,9 +163,42 @@ func parseAMDSMIStatic(data []byte) ([]Card, error) {
 			MemoryMiB:     mem,
 			MemoryFreeMiB: mem,
 			Arch:          text(asic["target_graphics_version"]),
+			Evidence:      amdEvidence(asic, board),
 		})
 	}
 	return cards, nil
+}
+
+// amdEvidence is the hardware evidence in amd-smi static's asic and board
+// sections: the board's serial (else the ASIC's), its model number, and
+// the PCI device, vendor and subsystem vendor IDs in NVML's form (device
+// ID above the vendor ID); nil when it has none.
+func amdEvidence(asic, board map[string]any) *Evidence {
+	known := func(s string) string {
+		if s == "N/A" || s == "n/a" {
+			return ""
+		}
+		return s
+	}
+	hex := func(s string) uint32 {
+		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(known(s)), "0x"), 16, 16)
+		if err != nil {
+			return 0
+		}
+		return uint32(v)
+	}
+	e := Evidence{Serial: known(text(board["product_serial"])), BoardPartNumber: known(text(board["model_number"]))}
+	if e.Serial == "" {
+		e.Serial = known(text(asic["asic_serial"]))
+	}
+	if dev, vendor := hex(text(asic["device_id"])), hex(text(asic["vendor_id"])); dev != 0 && vendor != 0 {
+		e.PCIDeviceID = dev<<16 | vendor
+	}
+	e.PCISubsystemID = hex(text(asic["subvendor_id"]))
+	if e.IsZero() {
+		return nil
+	}
+	return &e
 }
 
 // amdListEntry is what `amd-smi list --json` says of one GPU.

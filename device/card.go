@@ -59,6 +59,9 @@ type Card struct {
 
 	Telemetry Telemetry `json:"telemetry"`
 	Health    Health    `json:"health"`
+	// Evidence is the hardware facts the backend reports (serial, board
+	// part number, PCI IDs, driver, clocks); nil when it reports none.
+	Evidence *Evidence `json:"evidence,omitempty"`
 }
 
 // Telemetry is a card's last sampled load. Zero values mean "not reported".
@@ -82,6 +85,12 @@ func Healthy() Health { return Health{Healthy: true} }
 func Unhealthy(format string, args ...any) Health {
 	return Health{Healthy: false, Reason: fmt.Sprintf(format, args...)}
 }
+
+// Simulated reports whether the card is simulated (the Sim backend, `gpumesh
+// node --sim`): it has the catalog's figures and no hardware behind them.
+// Its node marks it so in capacity ads, and jobs that do not allow
+// simulated cards never get it.
+func (c Card) Simulated() bool { return c.Backend == SimBackendName }
 
 // MemoryGiB returns the card's memory rounded to whole GiB.
 func (c Card) MemoryGiB() uint64 { return (c.MemoryMiB + 512) / 1024 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,6 +23,7 @@ type NVML interface {
 	DeviceGetCount() (int, nvml.Return)
 	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
 	EventSetCreate() (nvml.EventSet, nvml.Return)
+	SystemGetDriverVersion() (string, nvml.Return)
 }
 
 var _ NVML = nvml.Interface(nil)
@@ -38,6 +40,7 @@ type NVIDIA struct {
 	lib         NVML
 	cat         *Catalog
 	waitTimeout time.Duration
+	driver      string // the driver's version, as the latest Cards read it
 }
 
 var _ Backend = (*NVIDIA)(nil)
@@ -83,6 +86,10 @@ func (n *NVIDIA) Cards(ctx context.Context) ([]Card, error) {
 	}
 	if count == 0 {
 		return nil, fmt.Errorf("%w: NVML lists no devices", ErrAbsent)
+	}
+	n.driver = ""
+	if v, ret := n.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		n.driver = strings.TrimSpace(v)
 	}
 	cards := make([]Card, 0, count)
 	for i := range count {
@@ -133,8 +140,28 @@ func (n *NVIDIA) readDevice(i int) Card {
 	} else {
 		fail("GetMemoryInfo", ret)
 	}
+	var ev Evidence
 	if pci, ret := d.GetPciInfo(); optional("GetPciInfo", ret) {
 		c.PCIBusID = CanonicalBusID(pciBusID(pci))
+		ev.PCIDeviceID, ev.PCISubsystemID = pci.PciDeviceId, pci.PciSubSystemId
+	}
+	// Hardware evidence for the capacity ad (consumer cards report no
+	// serial or part number).
+	if s, ret := d.GetSerial(); optional("GetSerial", ret) {
+		ev.Serial = strings.TrimSpace(s)
+	}
+	if s, ret := d.GetBoardPartNumber(); optional("GetBoardPartNumber", ret) {
+		ev.BoardPartNumber = strings.TrimSpace(s)
+	}
+	if mhz, ret := d.GetMaxClockInfo(nvml.CLOCK_SM); optional("GetMaxClockInfo", ret) {
+		ev.MaxSMClockMHz = mhz
+	}
+	if mhz, ret := d.GetMaxClockInfo(nvml.CLOCK_MEM); optional("GetMaxClockInfo", ret) {
+		ev.MaxMemClockMHz = mhz
+	}
+	ev.DriverVersion = n.driver
+	if !ev.IsZero() {
+		c.Evidence = &ev
 	}
 	if major, minor, ret := d.GetCudaComputeCapability(); optional("GetCudaComputeCapability", ret) {
 		c.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)

@@ -70,11 +70,19 @@ func newMockNode(t *testing.T, s *server.Server) *mockNode {
 		dev := d.(*server.Device)
 		bus := fmt.Sprintf("00000000:%s:00.0", dgxBusIDs[i%len(dgxBusIDs)])
 		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-			p := nvml.PciInfo{PciDeviceId: dev.Config.PciDeviceId}
+			p := nvml.PciInfo{PciDeviceId: dev.Config.PciDeviceId, PciSubSystemId: 0x16c110de}
 			for j := range bus {
 				p.BusId[j] = int8(bus[j])
 			}
 			return p, nvml.SUCCESS
+		}
+		dev.GetSerialFunc = func() (string, nvml.Return) { return fmt.Sprintf("16549220%05d", i), nvml.SUCCESS }
+		dev.GetBoardPartNumberFunc = func() (string, nvml.Return) { return "692-2G520-0200-000", nvml.SUCCESS }
+		dev.GetMaxClockInfoFunc = func(t nvml.ClockType) (uint32, nvml.Return) {
+			if t == nvml.CLOCK_MEM {
+				return 2619, nvml.SUCCESS
+			}
+			return 1980, nvml.SUCCESS
 		}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			return nvml.Utilization{Gpu: uint32(10 * i), Memory: 5}, nvml.SUCCESS
@@ -135,6 +143,10 @@ func TestNVMLDGXServers(t *testing.T) {
 					Telemetry: Telemetry{UtilizationPct: uint32(10 * i), TemperatureC: uint32(30 + i), PowerW: 100 + 1.5*float64(i)},
 					Health:    Healthy(),
 				}
+				if c.Evidence == nil || c.Evidence.Serial == "" {
+					t.Errorf("card %d: no evidence (%+v)", i, c.Evidence)
+				}
+				c.Evidence = nil // TestNVIDIAReportsHardwareEvidence checks it
 				if c != want {
 					t.Errorf("card %d:\n got %+v\nwant %+v", i, c, want)
 				}
@@ -339,4 +351,24 @@ func findCard(cards []Card, id string) Card {
 		}
 	}
 	return Card{}
+}
+
+func TestNVIDIAReportsHardwareEvidence(t *testing.T) {
+	node := newMockNode(t, dgxh100.New())
+	cards, err := NewNVIDIA(node, DefaultCatalog()).Cards(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serials := map[string]bool{}
+	for i, c := range cards {
+		e := c.Evidence
+		if e == nil {
+			t.Fatalf("card %d: no evidence", i)
+		}
+		if e.Serial == "" || serials[e.Serial] || e.BoardPartNumber != "692-2G520-0200-000" || e.PCIDeviceID != 0x233010de ||
+			e.PCISubsystemID != 0x16c110de || e.MaxSMClockMHz != 1980 || e.MaxMemClockMHz != 2619 || e.DriverVersion == "" {
+			t.Errorf("card %d evidence %+v", i, *e)
+		}
+		serials[e.Serial] = true
+	}
 }

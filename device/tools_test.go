@@ -439,3 +439,18 @@ func FuzzParseXPUSMIMachine(f *testing.F) {
 		checkParsed(t, cards, err)
 	})
 }
+
+func TestAMDReportsHardwareEvidence(t *testing.T) {
+	data, err := os.ReadFile("testdata/amd-smi/static-list.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, err := parseAMDSMIStatic(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cards[0].Evidence
+	if e == nil || e.Serial != "692251001124" || e.BoardPartNumber != "102-G30211-00" || e.PCIDeviceID != 0x74a11002 || e.PCISubsystemID != 0x1002 {
+		t.Fatalf("evidence %+v", e)
+	}
+}

@@ -26,7 +26,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		p := procs[i%len(procs)]
 		start := time.Now()
-		rec := p.submit(market.JobSpec{Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "60"}})
+		rec := p.submit(market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "60"}})
 		var got market.JobRecord
 		for {
 			r, err := p.job(rec.ID)

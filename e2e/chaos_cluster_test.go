@@ -314,7 +314,8 @@ func (c *cluster) byID(id string) *proc {
 // batch is a spec of one card for seconds of work, exiting with exit.
 func (c *cluster) batch(seconds float64, exit int) market.JobSpec {
 	return market.JobSpec{
-		Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", batchScript},
+		AllowSimulated: true,
+		Cards:          1, MaxPriceCNY: 50, Command: []string{"sh", "-c", batchScript},
 		Env: map[string]string{envMarks: c.marks, envRun: fmt.Sprint(seconds), envExit: fmt.Sprint(exit)},
 	}
 }
@@ -322,7 +323,8 @@ func (c *cluster) batch(seconds float64, exit int) market.JobSpec {
 // stepper is a checkpointing spec of steps 100 ms steps and kb of ballast.
 func (c *cluster) stepper(steps, kb int) market.JobSpec {
 	return market.JobSpec{
-		Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", stepScript},
+		AllowSimulated: true,
+		Cards:          1, MaxPriceCNY: 50, Command: []string{"sh", "-c", stepScript},
 		Env: map[string]string{envMarks: c.marks, envSteps: fmt.Sprint(steps), envCkpt: fmt.Sprint(kb)},
 	}
 }
@@ -330,7 +332,8 @@ func (c *cluster) stepper(steps, kb int) market.JobSpec {
 // service is a service spec of replicas one-card replicas.
 func (c *cluster) service(replicas int) market.JobSpec {
 	return market.JobSpec{
-		Cards: 1, MaxPriceCNY: 50, Kind: market.KindService, Replicas: replicas,
+		AllowSimulated: true,
+		Cards:          1, MaxPriceCNY: 50, Kind: market.KindService, Replicas: replicas,
 		Command: []string{"sh", "-c", serviceScript},
 		Env:     map[string]string{envMarks: c.marks},
 	}

@@ -85,6 +85,8 @@ type proc struct {
 	// httpc reaches the API where the test's own network cannot (a node
 	// behind a lab NAT); nil: client.
 	httpc *http.Client
+	// env is the process's environment; nil: the test's.
+	env []string
 }
 
 // syncBuffer is a log sink the test can read while the process writes.
@@ -147,6 +149,7 @@ func (p *proc) start() {
 	argv := append(append(append([]string{}, p.prefix...), binary), p.args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.Env = p.env
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

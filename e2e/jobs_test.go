@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,9 @@ func fourNodes(t *testing.T) []*proc {
 	// policy allows host network (the default allows egress at most).
 	b := startNode(t, "b", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
 	c := startNode(t, "c", "--sim", "h100-sxm-80g:4", "--join", a.joinAddr(), "--job-network", "host")
-	d := startNode(t, "d", "--sim", "l40s-48g:2", "--join", a.joinAddr())
+	// d supplies and never coordinates: a job that runs on it is billed
+	// by another node, from the receipts d signs.
+	d := startNode(t, "d", "--sim", "l40s-48g:2", "--join", a.joinAddr(), "--coordinator", "never")
 	procs := []*proc{a, b, c, d}
 	waitAllSee(t, procs, 4, 12)
 	return procs
@@ -35,7 +39,8 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 	// A 2-card L40S job submitted to a lands on d; its logs are read
 	// through c; its bill grows while it runs; its exit code comes back.
 	rec := a.submit(market.JobSpec{
-		Cards: 2, Models: []string{"l40s-*"}, MaxPriceCNY: 20,
+		AllowSimulated: true,
+		Cards:          2, Models: []string{"l40s-*"}, MaxPriceCNY: 20,
 		Command: []string{"sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES; sleep 2; exit 3"},
 	})
 	running := c.waitJob(rec.ID, 20*time.Second, market.JobRunning)
@@ -59,10 +64,33 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 	if err != nil || !strings.HasPrefix(logs, "visible=GPU-") || strings.Count(logs, "GPU-") != 2 {
 		t.Fatalf("logs through c: %q, %v", logs, err)
 	}
+	// Its bill, asked of a node that neither coordinated nor ran it,
+	// verifies from the signed receipts alone, and they add up to the
+	// card-seconds the record bills.
+	key := filepath.Join(t.TempDir(), "owner.key")
+	text, err := testOwner().MarshalText()
+	if err != nil || os.WriteFile(key, text, 0o600) != nil {
+		t.Fatalf("owner key: %v", err)
+	}
+	asker := a
+	for _, p := range procs {
+		if p.peerID != ended.Coordinator && p.peerID != d.peerID {
+			asker = p
+		}
+	}
+	if ended.Coordinator == d.peerID {
+		t.Fatalf("the job was coordinated by its runner d, which never coordinates")
+	}
+	code, out, errOut := runCLIStatus(t, "bill", rec.ID, "--verify", "--api", asker.apiAddr, "--key", key)
+	sum := fmt.Sprintf(": the bill is the sum of its receipts (%.2f CNY, %.1f card-seconds)", ended.CostCNY, ended.CardSeconds)
+	if code != 0 || !strings.Contains(out, "\nVERIFIED ") || !strings.Contains(out, sum) {
+		t.Fatalf("gpumesh bill --verify through %s: exit %d, want %q\n%s%s", asker.name, code, sum, out, errOut)
+	}
 
 	// An 8-card gang job with 4 per node spans b and c.
 	gang := d.submit(market.JobSpec{
-		Cards: 8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 30,
+		AllowSimulated: true,
+		Cards:          8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 30,
 		Command: []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR world=$WORLD_SIZE local=$GPUMESH_LOCAL_CARDS"},
 	})
 	done := a.waitJob(gang.ID, 30*time.Second, market.JobSucceeded, market.JobFailed)
@@ -96,7 +124,7 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 func TestCancelStopsAllSharesWithinGrace(t *testing.T) {
 	procs := fourNodes(t)
 	a, b := procs[0], procs[1]
-	rec := a.submit(market.JobSpec{Cards: 8, Models: []string{"h100-*"}, MaxPriceCNY: 30, Command: []string{"sleep", "600"}})
+	rec := a.submit(market.JobSpec{AllowSimulated: true, Cards: 8, Models: []string{"h100-*"}, MaxPriceCNY: 30, Command: []string{"sleep", "600"}})
 	a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 	start := time.Now()
 	resp, err := b.do(http.MethodDelete, "/v1/jobs/"+rec.ID)
@@ -129,7 +157,7 @@ func TestCancelStopsAllSharesWithinGrace(t *testing.T) {
 func TestCoordinatorRestartLosesNothing(t *testing.T) {
 	procs := fourNodes(t)
 	a := procs[0]
-	rec := a.submit(market.JobSpec{Cards: 1, Models: []string{"rtx4090-*"}, MaxPriceCNY: 5, Command: []string{"sleep", "600"}})
+	rec := a.submit(market.JobSpec{AllowSimulated: true, Cards: 1, Models: []string{"rtx4090-*"}, MaxPriceCNY: 5, Command: []string{"sleep", "600"}})
 	running := a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 	var coord *proc
 	for _, p := range procs {

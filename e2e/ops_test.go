@@ -20,7 +20,7 @@ import (
 
 func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 	a, b, c := threeNodes(t)
-	rec := b.submit(market.JobSpec{Cards: 2, Models: []string{"a100-*"}, MaxPriceCNY: 20, Command: []string{"sleep", "30"}})
+	rec := b.submit(market.JobSpec{AllowSimulated: true, Cards: 2, Models: []string{"a100-*"}, MaxPriceCNY: 20, Command: []string{"sleep", "30"}})
 	a.waitJob(rec.ID, 20*time.Second, market.JobRunning)
 
 	var st api.Status

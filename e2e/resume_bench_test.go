@@ -41,14 +41,14 @@ func BenchmarkResumeFromCheckpoint(b *testing.B) {
 	c := newCluster(b, nil, chaosSeed(b), []string{"a100-80g:1", "a100-80g:1", "a100-80g:1", "a100-80g:1"}, nil)
 	script := checkTwice + `
 d=$GPUMESH_CHECKPOINT_DIR
-if [ -s $d/state.bin ]; then echo $$ > $m.resumed; else cp ` + src + ` $d/state.bin.tmp && mv $d/state.bin.tmp $d/state.bin && touch $d/.ready; fi
+if [ -s $d/state.bin ]; then echo $$ > $m.resumed; else cp ` + src + ` $HOME/state.bin.tmp && mv $HOME/state.bin.tmp $d/state.bin && touch $d/.ready; fi
 echo $$ > $m.start
 exec sleep 100000`
 	var peak peakRSS
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		spec := market.JobSpec{Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", script}, Env: map[string]string{envMarks: c.marks}}
+		spec := market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 50, Command: []string{"sh", "-c", script}, Env: map[string]string{envMarks: c.marks}}
 		j := c.submit(c.any(), spec)
 		watch := peak.watch(c)
 		rec := c.waitRecord(j.id, 10*time.Minute, "a checkpoint of "+strconv.FormatInt(size>>20, 10)+" MiB in the record", func(r market.JobRecord) bool {
@@ -66,7 +66,7 @@ exec sleep 100000`
 		killed := time.Now()
 		c.crash(c.byID(old.Node), "runner of "+j.id)
 		var resumed time.Time
-		eventually(b, 10*time.Minute, "the next attempt runs with the checkpoint restored", func() bool {
+		eventually(b, 2*time.Minute, "the next attempt runs with the checkpoint restored", func() bool {
 			ents, _ := os.ReadDir(c.marks)
 			for _, e := range ents {
 				if strings.HasPrefix(e.Name(), j.id+".") && strings.HasSuffix(e.Name(), ".resumed") {

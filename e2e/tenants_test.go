@@ -21,7 +21,7 @@ func TestOwnersAreKeptApartAcrossProcesses(t *testing.T) {
 			t.Fatalf("key create: %v: %s", err, out)
 		}
 	}
-	out, err := runCLI(t, "submit", "--api", b.apiAddr, "--key", alice, "--gpus", "1", "--model", "a100-*", "--max-price", "20",
+	out, err := runCLI(t, "submit", "--api", b.apiAddr, "--key", alice, "--gpus", "1", "--model", "a100-*", "--max-price", "20", "--allow-simulated",
 		"--", "sh", "-c", "echo alice-secret; sleep 60")
 	if err != nil {
 		t.Fatalf("alice's submit: %v: %s", err, out)

@@ -110,7 +110,7 @@ func BenchmarkMeshHop(b *testing.B) {
 		r := startNode(b, "b", "--sim", "h100-sxm-80g:1", "--join", a.joinAddr())
 		waitAllSee(b, []*proc{a, r}, 2, 1)
 		port := freePort(b)
-		rec := a.submit(market.JobSpec{Cards: 1, MaxPriceCNY: 30, Kind: market.KindService,
+		rec := a.submit(market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 30, Kind: market.KindService,
 			Command: []string{replicaBinary, "serve", strconv.Itoa(port)}, Service: &market.ServiceSpec{Port: port, Public: true}})
 		eventually(b, 30*time.Second, "the replica is ready", func() bool {
 			r, err := a.job(rec.ID)

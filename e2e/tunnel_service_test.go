@@ -50,7 +50,7 @@ func newServiceMesh(t testing.TB) *serviceMesh {
 func (m *serviceMesh) submitService(t testing.TB) market.JobRecord {
 	t.Helper()
 	ref := payloadOf(t, m.ingress, map[string]string{"replica": replicaBinary})
-	rec := m.ingress.submit(market.JobSpec{Cards: 1, MaxPriceCNY: 30, Kind: market.KindService, Replicas: 3,
+	rec := m.ingress.submit(market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 30, Kind: market.KindService, Replicas: 3,
 		Payload: &ref, Command: []string{"./replica", "serve", "8000"},
 		Service: &market.ServiceSpec{Port: 8000, ReadyPath: "/healthz", Public: true}})
 	return m.waitReady(t, rec.ID, 3)

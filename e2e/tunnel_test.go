@@ -50,7 +50,7 @@ func tunnelOwners(t testing.TB) (alice, bob string) {
 // cliJob submits a job with the CLI as key and waits until it runs.
 func cliJob(t testing.TB, api, key string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"submit", "--api", api, "--key", key, "--gpus", "1", "--max-price", "30"}, extra...)
+	args := append([]string{"submit", "--api", api, "--key", key, "--gpus", "1", "--max-price", "30", "--allow-simulated"}, extra...)
 	out, err := runCLI(t, args...)
 	if err != nil {
 		t.Fatalf("submit: %v: %s", err, out)

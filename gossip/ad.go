@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -32,6 +33,59 @@ type CardGroup struct {
 	Reserved     int
 	Busy         int
 	PriceCNY     float64 // per card-hour
+	// Simulated says the group's cards are simulated (gpumesh node --sim).
+	Simulated bool
+	// Evidence is the hardware its cards' backend reports, one entry per
+	// card that has any, sorted by UUID then serial; at most Total().
+	Evidence []CardEvidence
+}
+
+// CardEvidence is one card's hardware as its vendor's library or tool
+// reports it (device.Evidence, with the card's UUID and memory). An entry
+// names a UUID or a serial, or both.
+type CardEvidence struct {
+	UUID string
+	device.Evidence
+	MemoryMiB uint64
+}
+
+// Claims returns the hardware identities the evidence claims, as keys
+// ("uuid:GPU-…", "serial:1654922004567"), without duplicates: two peers
+// that claim one key claim one card.
+func (a Ad) Claims() []string {
+	var out []string
+	for _, g := range a.Cards {
+		for _, e := range g.Evidence {
+			out = append(out, e.claims()...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// claims are the keys of one entry.
+func (e CardEvidence) claims() []string {
+	var out []string
+	if e.UUID != "" {
+		out = append(out, "uuid:"+strings.ToLower(e.UUID))
+	}
+	if e.Serial != "" {
+		out = append(out, "serial:"+e.Serial)
+	}
+	return out
+}
+
+// CardClaims returns the claims a node's own ad makes for cards, as
+// Ad.Claims does for a peer's.
+func CardClaims(cards []device.Card) []string {
+	var out []string
+	for _, c := range cards {
+		if e, ok := evidenceOf(c); ok && c.Health.Healthy {
+			out = append(out, e.claims()...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Total is the number of cards in the group, whatever their state.
@@ -72,6 +126,18 @@ func (a Ad) Models() []string {
 	return out
 }
 
+// SimulatedModels lists the model keys of the ad's simulated groups, in
+// order; nil when none.
+func (a Ad) SimulatedModels() []string {
+	var out []string
+	for _, g := range a.Cards {
+		if g.Simulated {
+			out = append(out, g.Model)
+		}
+	}
+	return out
+}
+
 // Group returns the ad's group of the given model.
 func (a Ad) Group(model string) (CardGroup, bool) {
 	i, ok := slices.BinarySearchFunc(a.Cards, model, func(g CardGroup, m string) int {
@@ -95,5 +161,8 @@ func (a Ad) Expired(now time.Time) bool { return !now.Before(a.ExpiresAt) }
 // clone returns a copy of a that shares no memory with it.
 func (a Ad) clone() Ad {
 	a.Cards = slices.Clone(a.Cards)
+	for i := range a.Cards {
+		a.Cards[i].Evidence = slices.Clone(a.Cards[i].Evidence)
+	}
 	return a
 }

@@ -361,6 +361,10 @@ func (a *Advertiser) build(s Supply, now time.Time, seq uint64, refresh time.Dur
 		}
 		g := &ad.Cards[i]
 		g.MemoryMiB = min(g.MemoryMiB, c.MemoryMiB)
+		g.Simulated = g.Simulated || c.Simulated() // a group with one simulated card is simulated
+		if e, ok := evidenceOf(c); ok {
+			g.Evidence = append(g.Evidence, e)
+		}
 		switch sc.State {
 		case CardFree:
 			g.Free++
@@ -373,6 +377,7 @@ func (a *Advertiser) build(s Supply, now time.Time, seq uint64, refresh time.Dur
 		}
 	}
 	sortGroups(ad.Cards)
+	tidyEvidence(ad.Cards)
 	for model := range s.Prices {
 		if _, ok := byModel[model]; !ok && !a.knownModel(model) {
 			return Ad{}, fmt.Errorf("gossip: supply: price for model %q: no such model in the catalog or among the cards", model)

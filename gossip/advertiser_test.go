@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -119,7 +120,7 @@ func TestAdvertiserPublishesTheSupplyAtOnce(t *testing.T) {
 		{Model: "rtx4090-48g", Vendor: device.VendorNVIDIA, MemoryMiB: 48*1024 - 300, ComputeUnits: s.Cards[4].Card.ComputeUnits,
 			Reserved: 1, PriceCNY: 2.5},
 	}
-	if len(ad.Cards) != 2 || ad.Cards[0] != want[0] || ad.Cards[1] != want[1] {
+	if !reflect.DeepEqual(ad.Cards, want) {
 		t.Fatalf("groups %+v\nwant   %+v", ad.Cards, want)
 	}
 	if ad.Region != "cn-east" || ad.Availability != (Availability{Uptime: time.Hour, MTBF: 36 * time.Hour, Sessions: 3}) {

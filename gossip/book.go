@@ -194,11 +194,13 @@ func (b *Book) Len(now time.Time) int {
 
 // PeerSummary is one peer's line in `gpumesh peers`.
 type PeerSummary struct {
-	Peer         peer.ID
-	Region       string
-	Cards        int      // all states
-	FreeCards    int      // free only
-	Models       []string // model keys, sorted
+	Peer      peer.ID
+	Region    string
+	Cards     int      // all states
+	FreeCards int      // free only
+	Models    []string // model keys, sorted
+	// Simulated are the models whose cards the ad marks simulated.
+	Simulated    []string
 	Seq          uint64
 	LastHeard    time.Time // receiver's clock
 	ExpiresAt    time.Time
@@ -220,6 +222,7 @@ func (b *Book) Snapshot(now time.Time) []PeerSummary {
 			Cards:        e.ad.TotalCards(),
 			FreeCards:    e.ad.FreeCards(),
 			Models:       e.ad.Models(),
+			Simulated:    e.ad.SimulatedModels(),
 			Seq:          e.ad.Seq,
 			LastHeard:    e.lastHeard,
 			ExpiresAt:    e.ad.ExpiresAt,

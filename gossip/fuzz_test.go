@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -187,9 +188,20 @@ func fuzzSeeds() [][]byte {
 	for i := range MaxCardGroups {
 		big.Cards = append(big.Cards, CardGroup{Model: fmt.Sprintf("m%02d", i), Vendor: "v", MemoryMiB: 1, Free: 1, PriceCNY: 1})
 	}
+	withEvidence := good
+	withEvidence.Cards = slices.Clone(good.Cards)
+	withEvidence.Cards[0].Evidence = []CardEvidence{
+		{UUID: "GPU-1", Evidence: device.Evidence{Serial: "1654922000001", BoardPartNumber: "692-2G520-0200-000", PCIDeviceID: 0x233010de, DriverVersion: "550.54.15", MaxSMClockMHz: 1980}, MemoryMiB: 81559},
+		{UUID: "GPU-2", MemoryMiB: 81559},
+	}
+	simulated := good
+	simulated.Cards = slices.Clone(good.Cards)
+	simulated.Cards[1].Simulated = true
 	return [][]byte{
 		enc(good, nil),
 		enc(big, nil),
+		enc(withEvidence, nil),
+		enc(simulated, nil),
 		nil,
 		[]byte("garbage"),
 		enc(good, nil)[:40],

@@ -55,13 +55,13 @@ func TestAdsReachEveryBook(t *testing.T) {
 			t.Fatalf("node %d holds %+v", i, ad)
 		}
 		st := g.Stats()
-		// Each of the n-1 other ads was taken once: from gossip, or from
-		// the book sync a connection starts (which can run after the
-		// publish, under load); the copy that came second is ignored as
-		// a duplicate, never rejected.
+		// Each of the n-1 other ads was taken from gossip or from the
+		// book sync a connection starts (which can run after the publish,
+		// under load, and then race the gossip copy); a copy that comes
+		// second is ignored as a duplicate, never rejected.
 		s := st.Topics[g.Topics().Capacity]
 		dup := s.Ignored[ReasonDuplicate.String()]
-		if s.Published != 1 || s.Accepted+st.Sync.Applied != n-1 || s.Rejects() != 0 || s.Ignores() != dup || dup > st.Sync.Applied || s.MeshPeers == 0 {
+		if s.Published != 1 || s.Accepted+st.Sync.Applied < n-1 || s.Accepted+dup > n-1 || s.Rejects() != 0 || s.Ignores() != dup || s.MeshPeers == 0 {
 			t.Fatalf("node %d stats %+v, sync %+v", i, s, st.Sync)
 		}
 		// Every node received the n-1 other ads, each well over 150 bytes.

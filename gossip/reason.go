@@ -73,6 +73,10 @@ const (
 	// Ignore: gossipsub dropped the message before validation because its
 	// validation queue was full, or the peer or author is blacklisted.
 	ReasonThrottled
+	// Reject: the hardware evidence of a card group does not parse (an
+	// entry without a UUID or serial, a label too long, a UUID twice,
+	// more entries than cards).
+	ReasonBadEvidence
 
 	numReasons
 )
@@ -94,6 +98,7 @@ var reasonNames = [numReasons]string{
 	ReasonStale:          "stale seq",
 	ReasonDuplicate:      "duplicate seq",
 	ReasonThrottled:      "throttled",
+	ReasonBadEvidence:    "bad evidence",
 }
 
 func (r Reason) String() string {
@@ -150,6 +155,7 @@ var (
 	ErrFuture         = &MessageError{Reason: ReasonFuture}
 	ErrStale          = &MessageError{Reason: ReasonStale}
 	ErrDuplicate      = &MessageError{Reason: ReasonDuplicate}
+	ErrBadEvidence    = &MessageError{Reason: ReasonBadEvidence}
 )
 
 // ReasonOf returns the reason carried by err, ReasonNone for nil and

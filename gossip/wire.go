@@ -85,6 +85,8 @@ func envelopeOf(ad Ad, nonce []byte) *gossippb.Envelope {
 			Reserved:        uint32(g.Reserved),
 			Busy:            uint32(g.Busy),
 			PriceCnyPerHour: g.PriceCNY,
+			Simulated:       g.Simulated,
+			Evidence:        evidenceToPB(g.Evidence),
 		}
 	}
 	return &gossippb.Envelope{
@@ -220,7 +222,12 @@ func adFromPB(env *gossippb.Envelope, c *gossippb.CapacityAd) (Ad, error) {
 			Reserved:     int(g.GetReserved()),
 			Busy:         int(g.GetBusy()),
 			PriceCNY:     g.GetPriceCnyPerHour(),
+			Simulated:    g.GetSimulated(),
 		}
+		if n := len(g.GetEvidence()); n > MaxEvidencePerAd {
+			return Ad{}, msgErr(ReasonBadEvidence, "cards[%d] (%q): %d evidence entries, limit %d per ad", i, g.GetModel(), n, MaxEvidencePerAd)
+		}
+		ad.Cards[i].Evidence = evidenceFromPB(g.GetEvidence())
 		cards += ad.Cards[i].Total()
 	}
 	if cards > MaxCardsPerAd {
@@ -267,6 +274,9 @@ func checkAdFields(ad Ad) error {
 		return msgErr(ReasonBadField, "availability: %d sessions, want within [0, %d]", ad.Availability.Sessions, MaxSessions)
 	}
 	cards := 0
+	if err := checkEvidence(ad.Cards); err != nil {
+		return err
+	}
 	for i, g := range ad.Cards {
 		if err := checkGroup(g); err != nil {
 			return msgErr(ReasonBadField, "cards[%d] (%q): %s", i, g.Model, err.(*MessageError).Detail)

@@ -41,6 +41,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	p.Model = shareModel(lot, w.cards)
 	for i, ci := range w.cards {
 		p.Cards = append(p.Cards, lot.Cards[ci].ID)
+		p.Simulated = p.Simulated || lot.Cards[ci].Simulated
 		p.PriceCNY += w.pay[i]
 		p.BidCNY += lot.Cards[ci].PriceCNY
 	}

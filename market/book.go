@@ -39,6 +39,14 @@ type Offer struct {
 	PriceCNY            float64      `json:"price_cny"`
 	PreemptiblePriceCNY float64      `json:"preemptible_price_cny"`
 	Availability        Availability `json:"availability"`
+	// Simulated says the cards are simulated (`gpumesh node --sim`, marked
+	// in the node's signed ad): only jobs that allow simulated cards are
+	// offered them.
+	Simulated bool `json:"simulated,omitempty"`
+	// HeldBack, when not empty, says why the coordinator asks the node for
+	// no bid at all: a card it claims is claimed by another peer too
+	// (node fills it in from the ads' hardware evidence).
+	HeldBack string `json:"held_back,omitempty"`
 }
 
 // floorPrice is the lower of the offer's two prices: the sort key of the

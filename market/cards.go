@@ -33,6 +33,9 @@ func (s *supplier) ad() []Offer {
 		}
 		o := &out[i]
 		o.Total++
+		// A model's group is simulated if any of its cards is: a node
+		// never passes simulated cards off as real ones.
+		o.Simulated = o.Simulated || c.card.Simulated()
 		switch {
 		case c.lease != nil || c.draining != nil:
 		case c.run == nil:

@@ -46,8 +46,9 @@ type clearInput struct {
 	match   *matcher
 	scorer  *scorer
 	seed    uint64
-	exclude map[string]bool // nodes that may not win (they hold a share that must be apart)
-	avoid   map[string]bool // nodes that win only when nothing else will do
+	exclude map[string]bool    // nodes that may not win (they hold a share that must be apart)
+	held    map[string]heldLot // nodes held back whatever they bid (heldback.go)
+	avoid   map[string]bool    // nodes that win only when nothing else will do
 	// spread, when not nil, spreads slot winners over regions (service
 	// replicas, spread.go); the regions in it hold a replica already.
 	spread   map[string]bool
@@ -155,6 +156,10 @@ func feasibleCards(in clearInput) ([]candidate, []int) {
 		case in.exclude[lot.Node]:
 			in.explainGroup(lot, ReasonExcluded, len(lot.Cards), "the node already runs a share of this job")
 			continue
+		case in.held[lot.Node].reason != reasonPassed:
+			h := in.held[lot.Node]
+			in.explainGroup(lot, h.reason, len(lot.Cards), h.detail)
+			continue
 		}
 		p := in.scorer.survival(lot.Node, lot.Availability)
 		avoid := in.avoid[lot.Node]
@@ -162,7 +167,7 @@ func feasibleCards(in clearInput) ([]candidate, []int) {
 		var firstFail map[Reason]cardFacts
 		for ci := range lot.Cards {
 			c := &lot.Cards[ci]
-			facts := cardFacts{model: c.Model, vendor: c.Vendor, memMiB: c.MemoryMiB, cu: c.ComputeUnits, price: c.PriceCNY, preempts: c.Preempts}
+			facts := cardFacts{model: c.Model, vendor: c.Vendor, memMiB: c.MemoryMiB, cu: c.ComputeUnits, price: c.PriceCNY, preempts: c.Preempts, simulated: c.Simulated}
 			if r := in.match.check(&facts); r != reasonPassed {
 				if in.explain != nil {
 					if failed == nil {
@@ -470,8 +475,12 @@ func (in *clearInput) explainWinners(res *clearing, won []candidate) {
 		for _, p := range w.pay {
 			mean += p
 		}
+		sim := false
+		for _, ci := range w.cards {
+			sim = sim || lot.Cards[ci].Simulated
+		}
 		in.explain.add(ExplainEntry{Stage: "bid", Node: lot.Node, Model: lot.Cards[w.cards[0]].Model, Cards: len(w.cards),
-			Reason: ReasonWon, Score: best[w.lot], pay: mean / float64(len(w.pay))})
+			Reason: ReasonWon, Score: best[w.lot], pay: mean / float64(len(w.pay)), simulated: sim})
 	}
 }
 

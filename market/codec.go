@@ -47,6 +47,7 @@ var payloads = map[string]func() Payload{
 	"end_ack":       func() Payload { return &EndAck{} },
 	"superseded":    func() Payload { return &Superseded{} },
 	"moving":        func() Payload { return &Moving{} },
+	"probe_request": func() Payload { return &ProbeRequest{} },
 }
 
 // newPayload returns an empty payload of the named type.

@@ -92,6 +92,7 @@ func TestDecodeMessageRefusesBadInput(t *testing.T) {
 		"bad cause":     `{"from":"a","to":"b","type":"attempt_ended","payload":{"job":"j1","share":0,"epoch":1,"cause":"bored"}}`,
 		"long reason": `{"from":"a","to":"b","type":"attempt_ended","payload":{"job":"j1","share":0,"epoch":1,"cause":"exited","reason":"` +
 			strings.Repeat("x", market.MaxEndReasonBytes+1) + `"}}`,
+		"bad outputs": `{"from":"a","to":"b","type":"attempt_ended","payload":{"job":"j1","share":0,"epoch":1,"cause":"exited","outputs":"sha256:../../etc"}}`,
 	} {
 		if _, err := market.DecodeMessage([]byte(in)); !errors.Is(err, market.ErrBadMessage) {
 			t.Errorf("%s: err = %v, want ErrBadMessage", name, err)

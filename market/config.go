@@ -46,6 +46,16 @@ type Config struct {
 	// Network is the mesh's name: owners sign their specs for it (see
 	// SignSpec). Default "" (tests); node sets the mesh's name.
 	Network string
+	// Verify says when this coordinator requires a supplier to pass a
+	// verification probe before it asks the supplier to bid (verify.go).
+	// Default VerifyNever; node sets gpumesh node --verify.
+	Verify VerifyMode
+	// BillOnlyReceipts makes the coordinator bill only usage that comes
+	// with a receipt (Renewal.Receipt, AttemptEnded.Receipt, which node
+	// checks and countersigns before they reach the market): a job's bill
+	// is then exactly the sum of its receipts. Default false (tests); node
+	// turns it on.
+	BillOnlyReceipts bool
 	// RequireSigned makes the node refuse, as coordinator, a job whose
 	// spec is not signed by its owner for Network (JobSubmitted,
 	// JobAdopted), and, as supplier, an award that does not carry the
@@ -223,6 +233,8 @@ func (c *Config) Validate() error {
 		return bad("ExplainEntries", "must not be negative, got %d", c.ExplainEntries)
 	case c.CheckpointKeep < 1 || c.CheckpointKeep > 100:
 		return bad("CheckpointKeep", "must be between 1 and 100, got %d", c.CheckpointKeep)
+	case c.Verify != "" && c.Verify != VerifyNever && c.Verify != VerifyNew && c.Verify != VerifyAlways:
+		return bad("Verify", "must be new, always or never, got %q", c.Verify)
 	case c.TrackRecordLimit < 0 || c.TrackRecordLimit > maxTrackRecords:
 		return bad("TrackRecordLimit", "must be between 0 and %d, got %d", maxTrackRecords, c.TrackRecordLimit)
 	case !(c.Prices.PreemptibleFactor > 0) || c.Prices.PreemptibleFactor > 1:

@@ -17,8 +17,11 @@ type coordinator struct {
 	active map[string]*job // jobs with something left to do
 	order  []string        // tick's scratch: the active jobs by ID
 
-	track    *trackBook // what this node saw of each supplier (track.go)
-	lastTick time.Time  // the previous Tick
+	track *trackBook // what this node saw of each supplier (track.go)
+	// probeAsked is when each supplier was last asked for a verification
+	// probe whose verdict has not come (verify.go).
+	probeAsked map[string]time.Time
+	lastTick   time.Time // the previous Tick
 	// resumedAt is the Tick that ended a gap of FenceAfter/2 since the one
 	// before (this node was frozen): losses of attempts not heard from
 	// since are not charged to their suppliers.
@@ -31,7 +34,7 @@ type coordinator struct {
 }
 
 func newCoordinator(n *Node) *coordinator {
-	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}, track: newTrackBook(n)}
+	return &coordinator{n: n, jobs: map[string]*job{}, active: map[string]*job{}, clearX: explainer{cards: map[Reason]int{}}, track: newTrackBook(n), probeAsked: map[string]time.Time{}}
 }
 
 type shareEpoch struct {
@@ -66,10 +69,11 @@ type job struct {
 	live       map[int]*placement // share → its live attempt
 	nextShare  int
 
-	needCards     int   // LayoutAny: cards still to place
-	freeShares    []int // LayoutAny: numbers of lost shares, for their replacements
-	needSlots     []int // slot layouts: shares still to place
-	shrinkPending bool  // a scale-down waits for the open round to end
+	needCards     int        // LayoutAny: cards still to place
+	freeShares    []int      // LayoutAny: numbers of lost shares, for their replacements
+	needSlots     []int      // slot layouts: shares still to place
+	shrinkPending bool       // a scale-down waits for the open round to end
+	held          heldOffers // what the latest round passed over whatever its price (heldback.go)
 	avoid         map[string]bool
 	replaces      map[int]*placement // new share → the draining replica it replaces
 

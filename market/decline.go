@@ -43,6 +43,8 @@ func declineText(f *Filter, matched, usable, min int, misses cardMisses) string 
 		return fmt.Sprintf("no free card with the job's %.2f compute units", f.MinComputeUnits)
 	case ReasonPrice:
 		return fmt.Sprintf("the free cards ask more than the job's %.2f CNY per card-hour", f.MaxPriceCNY)
+	case ReasonSimulated:
+		return "the free cards are " + SimulatedDetail
 	case ReasonPreempt:
 		return "the free cards run preemptible work, which a preemptible job may not preempt"
 	}
@@ -50,6 +52,6 @@ func declineText(f *Filter, matched, usable, min int, misses cardMisses) string 
 }
 
 // checkOrder is the order the feasibility checks run in (matcher.check).
-func checkOrder() [6]Reason {
-	return [...]Reason{ReasonModel, ReasonVendor, ReasonMemory, ReasonCompute, ReasonPrice, ReasonPreempt}
+func checkOrder() [7]Reason {
+	return [...]Reason{ReasonModel, ReasonVendor, ReasonMemory, ReasonCompute, ReasonSimulated, ReasonPrice, ReasonPreempt}
 }

@@ -143,6 +143,11 @@ type (
 		// AttemptEnded, cut to MaxEndReasonBytes, and becomes the
 		// placement's reason (and the job's, when the job fails by it).
 		Reason string
+		// Outputs, when not empty, is the digest of the manifest of what
+		// the attempt left in its working directory, which its runner
+		// keeps for a while (node --keep-outputs): it travels in the
+		// AttemptEnded and becomes the placement's Outputs.
+		Outputs string
 	}
 )
 

@@ -57,6 +57,7 @@ type ExplainEntry struct {
 	// Figures for a Detail written only if the entry is kept (most of a
 	// big round's entries are dropped).
 	pay, priceCU float64
+	simulated    bool // a winner's cards are simulated
 }
 
 // detail writes the Detail of an entry that has none from its figures.
@@ -67,6 +68,9 @@ func (e *ExplainEntry) detail() {
 	switch e.Reason {
 	case ReasonWon:
 		e.Detail = fmt.Sprintf("paid %.2f CNY per card-hour", e.pay)
+		if e.simulated {
+			e.Detail += "; simulated cards (gpumesh node --sim), as the job allows"
+		}
 	case ReasonOutbid:
 		e.Detail = fmt.Sprintf("effective %.4f CNY per CU-hour; cleared at %.4f", e.Score, e.priceCU)
 	case ReasonAvoided:

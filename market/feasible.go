@@ -17,27 +17,31 @@ type Reason string
 
 // The reasons a candidate loses, in the order the pipeline applies them.
 const (
-	ReasonModel     Reason = "model_not_allowed"  // model not in spec.models
-	ReasonVendor    Reason = "vendor_not_allowed" // vendor not in spec.vendors
-	ReasonMemory    Reason = "memory_too_small"   // below spec.min_memory_mib
-	ReasonCompute   Reason = "compute_too_small"  // below spec.min_compute_units (or unknown)
-	ReasonPrice     Reason = "price_above_max"    // asks more than spec.max_price_cny
-	ReasonPreempt   Reason = "would_preempt"      // a preemptible job may not preempt
-	ReasonNoFree    Reason = "no_free_cards"      // book: nothing free on the node
-	ReasonExcluded  Reason = "node_has_share"     // node already runs a share that must be apart
-	ReasonLayout    Reason = "layout_unsatisfied" // too few feasible cards on the node for the layout
-	ReasonLease     Reason = "lease_expired"      // the bid's reservation lapsed before clearing
-	ReasonOutbid    Reason = "outbid"             // feasible, but cheaper candidates filled the job
-	ReasonNotNeeded Reason = "not_needed"         // the node won; the layout takes no more of its cards
-	ReasonNotAsked  Reason = "not_asked"          // book: enough better candidates were asked
-	ReasonDeclined  Reason = "declined"           // the supplier declined the bid request
-	ReasonSilent    Reason = "no_reply"           // the supplier did not answer within the window
-	ReasonAvoided   Reason = "avoided"            // node lost a share of this job; used only as a last resort
-	ReasonRegion    Reason = "region_has_replica" // a service's replica runs in the node's region; one elsewhere won
-	ReasonWon       Reason = "won"                // not a loss: the candidate won
-	ReasonRejected  Reason = "award_rejected"     // the supplier rejected the award
-	ReasonTimedOut  Reason = "award_timed_out"    // the supplier did not answer the award
-	reasonPassed    Reason = ""                   // passed every check
+	ReasonModel      Reason = "model_not_allowed"  // model not in spec.models
+	ReasonVendor     Reason = "vendor_not_allowed" // vendor not in spec.vendors
+	ReasonMemory     Reason = "memory_too_small"   // below spec.min_memory_mib
+	ReasonCompute    Reason = "compute_too_small"  // below spec.min_compute_units (or unknown)
+	ReasonPrice      Reason = "price_above_max"    // asks more than spec.max_price_cny
+	ReasonPreempt    Reason = "would_preempt"      // a preemptible job may not preempt
+	ReasonNoFree     Reason = "no_free_cards"      // book: nothing free on the node
+	ReasonExcluded   Reason = "node_has_share"     // node already runs a share that must be apart
+	ReasonLayout     Reason = "layout_unsatisfied" // too few feasible cards on the node for the layout
+	ReasonLease      Reason = "lease_expired"      // the bid's reservation lapsed before clearing
+	ReasonOutbid     Reason = "outbid"             // feasible, but cheaper candidates filled the job
+	ReasonNotNeeded  Reason = "not_needed"         // the node won; the layout takes no more of its cards
+	ReasonNotAsked   Reason = "not_asked"          // book: enough better candidates were asked
+	ReasonDeclined   Reason = "declined"           // the supplier declined the bid request
+	ReasonSilent     Reason = "no_reply"           // the supplier did not answer within the window
+	ReasonAvoided    Reason = "avoided"            // node lost a share of this job; used only as a last resort
+	ReasonRegion     Reason = "region_has_replica" // a service's replica runs in the node's region; one elsewhere won
+	ReasonSimulated  Reason = "simulated_cards"    // the cards are simulated and the job does not allow them
+	ReasonDuplicate  Reason = "duplicate_card"     // book: a card of the node is claimed by another peer too
+	ReasonUnverified Reason = "unverified"         // book: the node has not passed this coordinator's verification probe yet
+	ReasonProbe      Reason = "probe_failed"       // book: the node's cards failed this coordinator's verification probe
+	ReasonWon        Reason = "won"                // not a loss: the candidate won
+	ReasonRejected   Reason = "award_rejected"     // the supplier rejected the award
+	ReasonTimedOut   Reason = "award_timed_out"    // the supplier did not answer the award
+	reasonPassed     Reason = ""                   // passed every check
 )
 
 // Filter is the part of a job spec that decides whether one card may serve
@@ -51,6 +55,8 @@ type Filter struct {
 	MaxPriceCNY     float64         `json:"max_price_cny"`
 	// Preemptible: the job pays preemptible prices and may not preempt.
 	Preemptible bool `json:"preemptible,omitempty"`
+	// AllowSimulated admits simulated cards (JobSpec.AllowSimulated).
+	AllowSimulated bool `json:"allow_simulated,omitempty"`
 }
 
 // FilterOf returns the filter of a spec.
@@ -62,6 +68,7 @@ func FilterOf(s *JobSpec) Filter {
 		MinComputeUnits: s.MinComputeUnits,
 		MaxPriceCNY:     s.MaxPriceCNY,
 		Preemptible:     s.KindOrDefault() == KindPreemptible,
+		AllowSimulated:  s.AllowSimulated,
 	}
 }
 
@@ -113,12 +120,13 @@ func (m *matcher) modelAllowed(key string) bool {
 
 // cardFacts is what the checks look at: one card, or one offer's cards.
 type cardFacts struct {
-	model    string
-	vendor   device.Vendor
-	memMiB   uint64
-	cu       float64
-	price    float64 // asked for this job, per card-hour
-	preempts bool
+	model     string
+	vendor    device.Vendor
+	memMiB    uint64
+	cu        float64
+	price     float64 // asked for this job, per card-hour
+	preempts  bool
+	simulated bool
 }
 
 // check runs the feasibility checks in order and returns the first reason
@@ -133,6 +141,8 @@ func (m *matcher) check(c *cardFacts) Reason {
 		return ReasonMemory
 	case m.f.MinComputeUnits > 0 && c.cu < m.f.MinComputeUnits:
 		return ReasonCompute
+	case c.simulated && !m.f.AllowSimulated:
+		return ReasonSimulated
 	case c.price > m.f.MaxPriceCNY || !(c.price >= 0):
 		return ReasonPrice
 	case c.preempts && m.f.Preemptible:
@@ -159,9 +169,15 @@ func (m *matcher) detail(r Reason, c *cardFacts) string {
 		return fmt.Sprintf("asks %.2f CNY per card-hour, job pays at most %.2f", c.price, m.f.MaxPriceCNY)
 	case ReasonPreempt:
 		return "the card runs preemptible work and this job is preemptible too"
+	case ReasonSimulated:
+		return SimulatedDetail
 	}
 	return string(r)
 }
+
+// SimulatedDetail says why simulated cards lost, in explanations and
+// declines.
+const SimulatedDetail = "simulated cards (gpumesh node --sim); the job does not allow simulated cards (gpumesh submit --allow-simulated)"
 
 // usableCards counts the cards of a bid that pass the job's checks and
 // may form one share: all of them when the job lets a share mix models
@@ -171,7 +187,7 @@ func usableCards(m *matcher, cards []BidCard, mixed bool) int {
 	most, all := 0, 0
 	for i := range cards {
 		bc := &cards[i]
-		f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts}
+		f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts, simulated: bc.Simulated}
 		if m.check(&f) != reasonPassed {
 			continue
 		}

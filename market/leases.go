@@ -34,7 +34,7 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	switch p.State {
 	case PlacementAccepted, PlacementRunning:
 	case PlacementStopping:
-		c.bill(j, p, m.CardSeconds)
+		c.billReceipt(j, p, m.CardSeconds, m.Receipt)
 		return stop(p.Reason)
 	default:
 		return stop(fmt.Sprintf("the attempt is %s", p.State))
@@ -44,7 +44,7 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 	}
 	p.watched = true
 	p.lastHeard, p.suspectSince = c.n.now, time.Time{}
-	c.bill(j, p, m.CardSeconds)
+	c.billReceipt(j, p, m.CardSeconds, m.Receipt)
 	if m.Started && p.StartedAt.IsZero() {
 		p.StartedAt = c.n.now
 		c.touch(j)
@@ -64,17 +64,33 @@ func (c *coordinator) onRenewal(from string, m *Renewal) error {
 // a runner may report (the two clocks differ; reports travel).
 const usageSlack = time.Minute
 
+// billReceipt bills usage reported with receipt: all of it, or, with
+// Config.BillOnlyReceipts, only when the report carries a receipt (or
+// comes from this node's own cards), which then becomes the placement's
+// latest (if the usage was billed whole).
+func (c *coordinator) billReceipt(j *job, p *placement, cardSeconds float64, receipt []byte) {
+	if c.n.cfg.BillOnlyReceipts && len(receipt) == 0 && p.Node != c.n.cfg.ID {
+		return // (a share on the coordinator's own cards has no one to sign for it but itself)
+	}
+	c.bill(j, p, cardSeconds)
+	if len(receipt) > 0 && p.CardSeconds == cardSeconds {
+		p.Receipt = receipt
+		c.touch(j)
+	}
+}
+
 // bill accepts an attempt's cumulative usage: only the rise since the last
 // report counts, at the attempt's price, and never more than its cards could
 // have run since the award (a runner cannot bill time that did not pass).
 func (c *coordinator) bill(j *job, p *placement, cardSeconds float64) {
 	limit := float64(len(p.Cards)) * (c.n.now.Sub(p.AwardedAt) + usageSlack).Seconds()
-	delta := min(cardSeconds, limit) - p.CardSeconds
+	total := min(cardSeconds, limit)
+	delta := total - p.CardSeconds
 	if delta <= 0 {
 		return
 	}
 	cost := delta * p.PriceCNY / 3600
-	p.CardSeconds += delta
+	p.CardSeconds = total // exactly the report: a receipt's figure
 	p.CostCNY += cost
 	j.cardSeconds += delta
 	j.cost += cost
@@ -94,15 +110,16 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	if p.State == PlacementAwarded {
 		if m.Cause != CauseExited && m.Cause != CauseStopped {
 			// It ended before its Accept arrived: as good as a rejected award.
-			c.bill(j, p, m.CardSeconds)
+			c.billReceipt(j, p, m.CardSeconds, m.Receipt)
 			c.awardFailed(j, p, ReasonRejected, "ended before its accept arrived: "+string(m.Cause))
 			return nil
 		}
 		c.accepted(j, p)
 	}
-	c.bill(j, p, m.CardSeconds)
+	c.billReceipt(j, p, m.CardSeconds, m.Receipt)
 	code := m.ExitCode
 	p.ExitCode = &code
+	p.Outputs = m.Outputs
 	why := "" // the runner's word on it ("did not start: ..."), as ": why"
 	if m.Reason != "" {
 		why = ": " + m.Reason

@@ -142,16 +142,24 @@ type (
 		Epoch       uint64  `json:"epoch"`
 		Started     bool    `json:"started"`
 		CardSeconds float64 `json:"card_seconds"`
+		// Receipt is the runner's signed statement of CardSeconds (node
+		// signs it every few seconds, node/receipts; opaque here). With
+		// Config.BillOnlyReceipts only a renewal that carries one is
+		// billed.
+		Receipt []byte `json:"receipt,omitempty"`
 		// Ready says a service replica's readiness probe answers (see
 		// ServiceSpec).
 		Ready bool `json:"ready,omitempty"`
 	}
-	// RenewalAck extends a runner's lease.
+	// RenewalAck extends a runner's lease. Countersig, when set, is the
+	// coordinator's countersignature of the receipt the renewal carried
+	// (node sets it; opaque here).
 	RenewalAck struct {
-		Job   string `json:"job"`
-		Term  uint64 `json:"term"`
-		Share int    `json:"share"`
-		Epoch uint64 `json:"epoch"`
+		Job        string `json:"job"`
+		Term       uint64 `json:"term"`
+		Share      int    `json:"share"`
+		Epoch      uint64 `json:"epoch"`
+		Countersig []byte `json:"countersig,omitempty"`
 	}
 	// Stop tells a runner to stop an attempt (cancelled, scaled down,
 	// superseded by a later epoch, or unknown to the coordinator).
@@ -175,12 +183,20 @@ type (
 		// Reason says why, for the owner (ExecutionExited.Reason), at
 		// most MaxEndReasonBytes; empty when the process simply exited.
 		Reason string `json:"reason,omitempty"`
+		// Outputs is the manifest digest of the attempt's working
+		// directory as it ended, kept by the runner
+		// (ExecutionExited.Outputs); empty when it keeps none.
+		Outputs string `json:"outputs,omitempty"`
+		// Receipt is the runner's signed statement of the final usage, as
+		// in Renewal.
+		Receipt []byte `json:"receipt,omitempty"`
 	}
-	// EndAck acknowledges an AttemptEnded.
+	// EndAck acknowledges an AttemptEnded; Countersig as in RenewalAck.
 	EndAck struct {
-		Job   string `json:"job"`
-		Share int    `json:"share"`
-		Epoch uint64 `json:"epoch"`
+		Job        string `json:"job"`
+		Share      int    `json:"share"`
+		Epoch      uint64 `json:"epoch"`
+		Countersig []byte `json:"countersig,omitempty"`
 	}
 	// Superseded tells a coordinator that a coordinator of a higher term
 	// holds the job now (a runner answers a stale coordinator with it): the
@@ -212,6 +228,8 @@ type BidCard struct {
 	PriceCNY float64 `json:"price_cny"`
 	// Preempts says that taking this card stops preemptible work on it.
 	Preempts bool `json:"preempts,omitempty"`
+	// Simulated says the card is simulated (device.Card.Simulated).
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // ExecSpec is what an executor needs of the job's spec to run a share.
@@ -221,6 +239,7 @@ type ExecSpec struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
+	Data    *DataSpec         `json:"data,omitempty"`
 	Network JobNetwork        `json:"network,omitempty"`
 	Service *ServiceSpec      `json:"service,omitempty"`
 	Resources
@@ -228,7 +247,7 @@ type ExecSpec struct {
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
+	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Data: spec.Data, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -550,10 +569,25 @@ func (m *Renewal) validate() error {
 	if math.IsNaN(m.CardSeconds) || math.IsInf(m.CardSeconds, 0) || m.CardSeconds < 0 {
 		return badf("card_seconds %v out of range", m.CardSeconds)
 	}
-	return nil
+	return checkReceiptBytes("receipt", m.Receipt)
 }
 
-func (m *RenewalAck) validate() error { return checkAttempt(m.Job, m.Share, m.Epoch) }
+func (m *RenewalAck) validate() error {
+	if err := checkAttempt(m.Job, m.Share, m.Epoch); err != nil {
+		return err
+	}
+	return checkReceiptBytes("countersig", m.Countersig)
+}
+
+// MaxReceiptBytes bounds the receipt bytes a message carries.
+const MaxReceiptBytes = 4096
+
+func checkReceiptBytes(field string, b []byte) error {
+	if len(b) > MaxReceiptBytes {
+		return badf("%s: %d bytes, at most %d", field, len(b), MaxReceiptBytes)
+	}
+	return nil
+}
 
 func (m *Stop) validate() error {
 	if err := checkAttempt(m.Job, m.Share, m.Epoch); err != nil {
@@ -580,10 +614,18 @@ func (m *AttemptEnded) validate() error {
 	if len(m.Reason) > MaxEndReasonBytes || !utf8.ValidString(m.Reason) {
 		return badf("reason: at most %d bytes of UTF-8, got %d", MaxEndReasonBytes, len(m.Reason))
 	}
-	return nil
+	if m.Outputs != "" && !sha256Digest.MatchString(m.Outputs) {
+		return badf("outputs %q: want \"sha256:\" and 64 lower-case hex digits", clipText(m.Outputs))
+	}
+	return checkReceiptBytes("receipt", m.Receipt)
 }
 
-func (m *EndAck) validate() error { return checkAttempt(m.Job, m.Share, m.Epoch) }
+func (m *EndAck) validate() error {
+	if err := checkAttempt(m.Job, m.Share, m.Epoch); err != nil {
+		return err
+	}
+	return checkReceiptBytes("countersig", m.Countersig)
+}
 
 // JobID implements Payload.
 func (m *Superseded) JobID() string { return m.Job }

@@ -107,6 +107,8 @@ func (n *Node) Step(ev Event) error {
 		err = n.sup.onExecutionReady(e)
 	case CheckpointTaken:
 		err = n.coord.checkpoint(e)
+	case ProbeResult:
+		err = n.coord.onProbeResult(e)
 	default:
 		return fmt.Errorf("%w: unknown event %T", ErrBadEvent, ev)
 	}
@@ -204,6 +206,8 @@ func (n *Node) handle(m Message) error {
 		return n.coord.onSuperseded(m.From, p)
 	case *Moving:
 		return n.coord.onMoving(m.From, p)
+	case *ProbeRequest:
+		return fmt.Errorf("%w: a probe request from %s: node answers those, not the market", ErrRefused, m.From)
 	}
 	return fmt.Errorf("%w: unknown payload %T", ErrBadMessage, m.Payload)
 }
@@ -382,3 +386,34 @@ func (n *Node) Attempts() []Attempt {
 	})
 	return out
 }
+
+// Attempt returns the attempt this node runs (or ran, until its end is
+// forgotten) of job's share under epoch.
+func (n *Node) Attempt(job string, share int, epoch uint64) (Attempt, bool) {
+	k := attemptKey{job, share, epoch}
+	if a := n.sup.attempts[k]; a != nil {
+		return a.rec, true
+	}
+	if a := n.sup.ended[k]; a != nil {
+		return a.rec, true
+	}
+	return Attempt{}, false
+}
+
+// Placement returns the placement of job's share under epoch and the
+// job's owner, for a job this node coordinates.
+func (n *Node) Placement(job string, share int, epoch uint64) (p Placement, owner string, ok bool) {
+	j := n.coord.jobs[job]
+	if j == nil {
+		return Placement{}, "", false
+	}
+	pl := j.byAttempt[shareEpoch{share, epoch}]
+	if pl == nil {
+		return Placement{}, "", false
+	}
+	return pl.Placement, j.spec.Owner, true
+}
+
+// SetBillOnlyReceipts changes Config.BillOnlyReceipts (node turns it off
+// when it cannot sign receipts).
+func (n *Node) SetBillOnlyReceipts(on bool) { n.cfg.BillOnlyReceipts = on }

@@ -105,10 +105,13 @@ func (p *Policy) validate() error {
 
 // judgeAward checks an award against what this supplier requires: the
 // owner's signed spec when Config.RequireSigned, verified, matching the
-// award, and admitted by the Policy. It returns the reason to reject, or
-// "".
-func (s *supplier) judgeAward(m *Award) string {
+// award, and admitted by the Policy, and simulated cards only for a job
+// that allows them. It returns the reason to reject, or "".
+func (s *supplier) judgeAward(m *Award, r *reservation) string {
 	cfg := &s.n.cfg
+	if sim := s.simulatedIn(m.Cards); sim > 0 && (m.Signed == nil && !r.allowSim || m.Signed != nil && !m.Signed.Spec.AllowSimulated) {
+		return fmt.Sprintf("%d of the awarded cards are %s", sim, SimulatedDetail)
+	}
 	if m.Signed == nil {
 		if cfg.RequireSigned {
 			return "the award carries no signed spec: " + ErrUnsigned.Error()
@@ -123,7 +126,7 @@ func (s *supplier) judgeAward(m *Award) string {
 		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
 	}
 	if !sameExec(m.Exec, ExecOf(spec)) {
-		return "the award's command, environment, payload, network, service or resources differ from the owner's signed spec"
+		return "the award's command, environment, payload, data, network, service or resources differ from the owner's signed spec"
 	}
 	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
 		return "policy: " + reason
@@ -131,8 +134,20 @@ func (s *supplier) judgeAward(m *Award) string {
 	return ""
 }
 
+// simulatedIn counts the simulated cards among ids.
+func (s *supplier) simulatedIn(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if c := s.byID[id]; c != nil && c.card.Simulated() {
+			n++
+		}
+	}
+	return n
+}
+
 func sameExec(a, b ExecSpec) bool {
-	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources || !sameService(a.Service, b.Service) {
+	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources ||
+		!sameService(a.Service, b.Service) || !a.Data.Equal(b.Data) {
 		return false
 	}
 	for k, v := range a.Env {

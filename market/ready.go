@@ -104,6 +104,9 @@ type Attempt struct {
 	Acked   bool      `json:"acked,omitempty"`
 	// Reason says why it ended, for the owner (ExecutionExited.Reason).
 	Reason string `json:"reason,omitempty"`
+	// Outputs is the manifest of what it left in its working directory
+	// (ExecutionExited.Outputs).
+	Outputs string `json:"outputs,omitempty"`
 	// Owner is the job's owner and Service its service spec, from the
 	// owner's signed spec in the award ("" and nil for an unsigned one).
 	Owner   string       `json:"owner,omitempty"`

@@ -65,10 +65,13 @@ type Placement struct {
 	Node  string `json:"node"`
 	// Region is the node's region as its bid said ("" unknown): a
 	// service's replicas are spread over regions by it.
-	Region string         `json:"region,omitempty"`
-	Cards  []string       `json:"cards"`
-	Model  string         `json:"model"` // of its cards; several joined by "+" when the job mixes models (JobSpec.MixedModels)
-	State  PlacementState `json:"state"`
+	Region string   `json:"region,omitempty"`
+	Cards  []string `json:"cards"`
+	Model  string   `json:"model"` // of its cards; several joined by "+" when the job mixes models (JobSpec.MixedModels)
+	// Simulated says the cards are simulated (`gpumesh node --sim`): only
+	// a job that allows simulated cards is placed on them.
+	Simulated bool           `json:"simulated,omitempty"`
+	State     PlacementState `json:"state"`
 	// Cause says why an attempt that is over ended.
 	Cause  Cause  `json:"cause,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -82,6 +85,16 @@ type Placement struct {
 	CardSeconds float64   `json:"card_seconds"`
 	CostCNY     float64   `json:"cost_cny"`
 	ExitCode    *int      `json:"exit_code,omitempty"`
+	// Outputs, for an attempt that ended, is the manifest digest of what
+	// it left in its working directory, which its node keeps for that
+	// node's --keep-outputs (24 h by default): `gpumesh cp JOB:PATH DEST`
+	// copies from it. Empty when the node keeps none.
+	Outputs string `json:"outputs,omitempty"`
+	// Receipt is the latest receipt of the attempt the coordinator billed
+	// (with Config.BillOnlyReceipts): the runner's signed statement of
+	// CardSeconds, countersigned (node/receipts). It travels with the
+	// record, so a successor coordinator's bill still proves it.
+	Receipt []byte `json:"receipt,omitempty"`
 	// Ready says a service replica's readiness probe answers, as its
 	// runner last said (see ServiceSpec); a replica of a service with a
 	// port counts as running only while it does.

@@ -59,6 +59,8 @@ type lotMeta struct {
 	expires  time.Time // by the coordinator's clock, with LeaseMargin taken off
 	used     bool      // awarded or released
 	feasible int       // cards that pass the job's checks and may form one share (usableCards)
+	held     Reason    // the node is held back whatever it bids (heldback.go)
+	heldWhy  string
 }
 
 func (c *coordinator) startRound(j *job) {
@@ -81,6 +83,7 @@ func (c *coordinator) startRound(j *job) {
 	}
 	r.expl = Explanation{Round: r.id, Need: r.need.String()}
 	j.round = r
+	j.held = heldOffers{}
 	asks, enough := c.selectCandidates(j, r.need, r.exclude, r.x, 1, 0)
 	if r.need.Slots > 0 {
 		// Nodes still stopping this job's attempts (a gang restarting) hold
@@ -175,7 +178,11 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	lot := Lot{Node: from, Region: m.Region, Availability: m.Availability, Cards: m.Cards}
 	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
-	if !r.exclude[from] {
+	if why, detail := c.nodeHeld(from); why != reasonPassed {
+		meta.held, meta.heldWhy = why, detail // a broadcast reached it: it may not win
+	} else if why, detail := c.probeAdjust(j, from, lot.Cards); why != reasonPassed {
+		meta.held, meta.heldWhy = why, detail
+	} else if !r.exclude[from] {
 		meta.feasible = usableCards(j.match, m.Cards, j.spec.MixedModels)
 	}
 	r.lotBy[from] = len(r.lots)
@@ -244,9 +251,18 @@ func (c *coordinator) expireLots(r *round) {
 }
 
 func (c *coordinator) clearInput(j *job, r *round, lots []Lot, need Need, x *explainer) clearInput {
+	var held map[string]heldLot
+	for i := range r.lots {
+		if m := &r.meta[i]; m.held != reasonPassed {
+			if held == nil {
+				held = map[string]heldLot{}
+			}
+			held[r.lots[i].Node] = heldLot{m.held, m.heldWhy}
+		}
+	}
 	return clearInput{lots: lots, need: need, match: j.match, scorer: j.scorer, seed: j.seed ^ r.id,
 		exclude: r.exclude, avoid: j.avoid, spread: j.spreadRegions(), maxPrice: j.spec.MaxPriceCNY, explain: x,
-		mixed: j.spec.MixedModels}
+		mixed: j.spec.MixedModels, held: held}
 }
 
 func (c *coordinator) closeBidding(j *job, r *round) {

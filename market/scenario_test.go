@@ -342,12 +342,14 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		n, _ := strconv.Atoi(pos[1])
 		return "", h.Step(h.Coordinator(pos[0]), market.ScaleJob{Now: h.Now, Job: pos[0], Cards: n})
 	case "exit":
-		// exit NODE JOB SHARE EPOCH CODE, then optionally the runner's
-		// reason on the next line (a process that did not start).
+		// exit NODE JOB SHARE EPOCH CODE [outputs=DIGEST], then
+		// optionally the runner's reason on the next line (a process that
+		// did not start); outputs names what the runner kept of the
+		// attempt's working directory.
 		share, _ := strconv.Atoi(pos[2])
 		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
 		code, _ := strconv.Atoi(pos[4])
-		return "", h.ExitWith(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"))
+		return "", h.ExitWithOutputs(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"), kv["outputs"])
 	case "unhealthy":
 		// unhealthy NODE CARD...: those cards report unhealthy from now on.
 		p := h.Peer(pos[0])
@@ -424,8 +426,9 @@ func (s *scenario) capture(kv map[string]string, f func()) string {
 }
 
 // addNodes handles "node ID... cards=SPEC [mtbf=DUR] [price=MODEL:P,...]
-// [region=R] [network=MAX] [count=N]": with count, IDs are ID01..IDN;
-// network is the most network the supplier's policy allows a job.
+// [region=R] [network=MAX] [count=N] [sim=1]": with count, IDs are
+// ID01..IDN; network is the most network the supplier's policy allows a
+// job; sim=1 makes the cards simulated (gpumesh node --sim).
 func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 	if n, ok := kv["count"]; ok {
 		count, err := strconv.Atoi(n)
@@ -443,6 +446,11 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		cards, err := markettest.Cards(id, kv["cards"])
 		if err != nil {
 			return err
+		}
+		if kv["sim"] == "1" {
+			for i := range cards {
+				cards[i].Backend = device.SimBackendName
+			}
 		}
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
@@ -532,6 +540,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		if slices.Contains(flags, "models") {
 			fmt.Fprintf(&b, " model=%s", p.Model)
 		}
+		if p.Simulated {
+			b.WriteString(" simulated")
+		}
 		if p.Region != "" {
 			fmt.Fprintf(&b, " region=%s", p.Region)
 		}
@@ -543,6 +554,9 @@ func formatJob(r market.JobRecord, flags []string) string {
 		}
 		if p.CardSeconds > 0 {
 			fmt.Fprintf(&b, " usage=%.1fcs", p.CardSeconds)
+		}
+		if p.Outputs != "" {
+			fmt.Fprintf(&b, " outputs=%s…", p.Outputs[:min(len(p.Outputs), 15)])
 		}
 	}
 	if slices.Contains(flags, "checkpoints") {

@@ -226,6 +226,17 @@ func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool,
 			if avail <= 0 {
 				continue
 			}
+			r, detail, treatedCU := c.held(j, o)
+			if r != reasonPassed {
+				if len(skip) == 0 || !skip[o.Node] {
+					c.noteHeld(j, l.offers[0].Model, o, r, detail, avail, x)
+				}
+				continue
+			}
+			cu := o.ComputeUnits
+			if treatedCU > 0 {
+				cu = treatedCU // its probe: the cards perform like another model
+			}
 			if price > j.spec.MaxPriceCNY {
 				if len(skip) == 0 || !skip[o.Node] {
 					dear += avail
@@ -246,7 +257,7 @@ func (c *coordinator) walkBook(j *job, cards, perNode int, skip map[string]bool,
 			if perNode > 0 {
 				take = min(avail, perNode)
 			}
-			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Node, o.Availability), o.ComputeUnits)})
+			best.push(scoredOffer{offer: o, avail: avail, take: take, score: j.scorer.score(price, j.scorer.survival(o.Node, o.Availability), cu)})
 			if early {
 				best.trim(spareCards)
 			}

@@ -53,7 +53,14 @@ func (c *coordinator) shortfall(j *job, r *round, short string) string {
 			unusable[why]++
 		}
 	}
+	held := heldText(j.held, asked == 0)
 	if len(declines) == 0 && len(unusable) == 0 && silent == 0 {
+		if held != "" && asked == 0 {
+			return "waiting for capacity: " + held
+		}
+		if held != "" {
+			return "waiting for capacity: " + short + "; " + held
+		}
 		return "waiting for capacity: " + short
 	}
 	var parts []string
@@ -69,6 +76,9 @@ func (c *coordinator) shortfall(j *job, r *round, short string) string {
 	if usable > 0 {
 		parts = append(parts, short) // some bids helped, not enough
 	}
+	if held != "" {
+		parts = append(parts, held)
+	}
 	return "waiting for capacity: " + strings.Join(parts, "; ")
 }
 
@@ -81,6 +91,8 @@ func (c *coordinator) lotUse(j *job, r *round, i int) string {
 		return "the reservation lapsed before the round cleared"
 	case r.exclude[lot.Node]:
 		return "the node already runs a share of this job"
+	case meta.held != reasonPassed:
+		return "the node is held back: " + meta.heldWhy
 	case meta.feasible >= r.minCards():
 		return ""
 	case meta.feasible > 0:
@@ -88,7 +100,7 @@ func (c *coordinator) lotUse(j *job, r *round, i int) string {
 	}
 	for k := range lot.Cards {
 		bc := &lot.Cards[k]
-		f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts}
+		f := cardFacts{model: bc.Model, vendor: bc.Vendor, memMiB: bc.MemoryMiB, cu: bc.ComputeUnits, price: bc.PriceCNY, preempts: bc.Preempts, simulated: bc.Simulated}
 		if why := j.match.check(&f); why != reasonPassed {
 			return "no card bid passes the job's checks: " + j.match.detail(why, &f)
 		}

@@ -60,9 +60,6 @@ const (
 	MaxReplicas = 256
 	// MaxExpectedDuration is the longest expected duration a spec may name.
 	MaxExpectedDuration = 365 * 24 * time.Hour
-	// MaxPayloadBytes is the largest payload a job may carry (it travels by
-	// stream, never by gossip).
-	MaxPayloadBytes = 64 << 20
 	// maxCommandArgs, maxArgBytes, maxEnv and maxEnvBytes bound the command
 	// and environment a record carries.
 	maxCommandArgs = 256
@@ -88,13 +85,25 @@ type Elastic struct {
 	Max int `json:"max"`
 }
 
-// PayloadRef names the job's payload (an archive the executor unpacks into
-// the work directory). It travels by digest; the bytes move by stream.
+// PayloadRef names the job's payload: a tree of files in the nodes'
+// content stores (node/blob), restored into each share's work directory
+// before its command starts. The owner's signature covers the manifest's
+// digest, so a share runs only the bytes its owner signed; the bytes move
+// between nodes as chunks, by stream, never by gossip.
 type PayloadRef struct {
-	// Digest is "sha256:" and 64 lower-case hex digits.
-	Digest string `json:"digest"`
-	// Size is the payload's length in bytes, 1 to MaxPayloadBytes.
+	// Manifest is the digest of the tree's manifest: "sha256:" and 64
+	// lower-case hex digits.
+	Manifest string `json:"manifest"`
+	// Size is the size of the tree's files in bytes (0 for a tree of
+	// empty files and directories).
 	Size int64 `json:"size"`
+	// Holder is the node the owner uploaded the tree to (its peer ID): it
+	// keeps the tree while the job lives, and the job's coordinator and
+	// runners fetch it from there.
+	Holder string `json:"holder"`
+	// Path is where in the work directory the tree goes ("" or "." for
+	// the directory itself; see WorkPath).
+	Path string `json:"path,omitempty"`
 }
 
 // JobSpec is what a job owner asks for. Its JSON form is what the API and
@@ -135,6 +144,13 @@ type JobSpec struct {
 	// gets an A100 and an RTX 4090 side by side). Shares on different
 	// nodes may differ either way: Models pins the model of all of them.
 	MixedModels bool `json:"mixed_models,omitempty"`
+	// AllowSimulated lets the job run on simulated cards (a supplier's
+	// `gpumesh node --sim`: catalog figures, no hardware behind them).
+	// Default false: a coordinator never asks a supplier to bid its
+	// simulated cards for the job, a supplier never bids or runs them for
+	// it, and a job only simulated cards could take waits in pending,
+	// saying so. Demos, benchmarks and tests set it.
+	AllowSimulated bool `json:"allow_simulated,omitempty"`
 	// MaxPriceCNY is the most the owner pays per card-hour. Required, > 0.
 	MaxPriceCNY float64 `json:"max_price_cny"`
 	// Kind is batch (default), preemptible or service.
@@ -155,8 +171,13 @@ type JobSpec struct {
 	// Env is extra environment for the job. Names starting with GPUMESH_ are
 	// reserved for what the executor sets.
 	Env map[string]string `json:"env,omitempty"`
-	// Payload names an archive unpacked into the job's work directory.
+	// Payload names a tree of files restored into the job's work
+	// directory before it starts.
 	Payload *PayloadRef `json:"payload,omitempty"`
+	// Data names inputs staged from object storage before the command
+	// starts, outputs sent there after it ends, and the secrets (such as
+	// the storage's credentials) only the job's runners receive.
+	Data *DataSpec `json:"data,omitempty"`
 	// Network is the network the job needs where it runs: none, egress (the
 	// public internet only) or host (the supplier's own network). Empty
 	// means host for a per_node job across nodes (its ranks reach each
@@ -281,11 +302,24 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 		return err
 	}
 	if p := s.Payload; p != nil {
-		if !sha256Digest.MatchString(p.Digest) {
-			return specErr("payload.digest", "want \"sha256:\" and 64 lower-case hex digits, got %q", p.Digest)
+		if !sha256Digest.MatchString(p.Manifest) {
+			return specErr("payload.manifest", "want \"sha256:\" and 64 lower-case hex digits, got %q", clipText(p.Manifest))
 		}
-		if p.Size < 1 || p.Size > MaxPayloadBytes {
-			return specErr("payload.size", "must be between 1 byte and %s, got %s", text.Bytes(MaxPayloadBytes), text.Bytes(p.Size))
+		if p.Size < 0 {
+			return specErr("payload.size", "must not be negative, got %d", p.Size)
+		}
+		if p.Holder == "" || len(p.Holder) > maxIDLen || strings.ContainsFunc(p.Holder, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return specErr("payload.holder", "want the peer ID of the node that holds the payload, got %q", clipText(p.Holder))
+		}
+		if p.Path != "" {
+			if _, err := WorkPath(p.Path); err != nil {
+				return specErr("payload.path", "%v", err)
+			}
+		}
+	}
+	if s.Data != nil {
+		if err := s.Data.validate(s.Env); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -500,4 +534,13 @@ func joinVendors(vs []device.Vendor) string {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// clipText shortens s for an error message.
+func clipText(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }

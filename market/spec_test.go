@@ -28,11 +28,17 @@ func TestValidateAcceptsGoodSpecs(t *testing.T) {
 		"elastic gang": func(s *JobSpec) {
 			s.Layout, s.Elastic = Layout{Mode: LayoutPerNode, PerNode: 4}, &Elastic{Min: 4, Max: 64}
 		},
-		"memory":         func(s *JobSpec) { s.MinMemoryMiB = 24 * 1024; s.Models = []string{"rtx4090-24g"} },
-		"compute":        func(s *JobSpec) { s.MinComputeUnits = 3 },
-		"duration":       func(s *JobSpec) { s.ExpectedDuration = Duration(6 * time.Hour) },
-		"payload":        func(s *JobSpec) { s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("ab", 32), Size: 1 << 20} },
-		"env":            func(s *JobSpec) { s.Env = map[string]string{"NCCL_DEBUG": "INFO"} },
+		"memory":   func(s *JobSpec) { s.MinMemoryMiB = 24 * 1024; s.Models = []string{"rtx4090-24g"} },
+		"compute":  func(s *JobSpec) { s.MinComputeUnits = 3 },
+		"duration": func(s *JobSpec) { s.ExpectedDuration = Duration(6 * time.Hour) },
+		"payload": func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("ab", 32), Size: 45 << 30, Holder: "12D3KooWholder"}
+		},
+		"env": func(s *JobSpec) { s.Env = map[string]string{"NCCL_DEBUG": "INFO"} },
+		"data": func(s *JobSpec) {
+			s.Data = dataSpec(DataInput{From: "s3://datasets/imagenet/", To: "/data"}, DataInput{From: "s3://my.bucket", To: "."})
+			s.Data.Outputs = []DataOutput{{From: "out", To: "s3://results/run-1"}}
+		},
 		"4096 cards":     func(s *JobSpec) { s.Cards = 4096 },
 		"derived vendor": func(s *JobSpec) { s.Models = []string{"x-*"}; s.Vendors = []device.Vendor{device.VendorAMD} },
 		"resources":      func(s *JobSpec) { s.Resources = Resources{MemoryBytes: 64 << 30, Pids: 20000, CPUWeight: 500} },
@@ -113,10 +119,39 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"NUL in arg", func(s *JobSpec) { s.Command = []string{"a", "b\x00"} }, "command[1]", "NUL"},
 		{"bad env name", func(s *JobSpec) { s.Env = map[string]string{"A-B": "1"} }, "env", "bad variable name"},
 		{"reserved env", func(s *JobSpec) { s.Env = map[string]string{"GPUMESH_EPOCH": "1"} }, "env", "set by the executor"},
-		{"bad digest", func(s *JobSpec) { s.Payload = &PayloadRef{Digest: "md5:x", Size: 1} }, "payload.digest", "sha256"},
-		{"huge payload", func(s *JobSpec) {
-			s.Payload = &PayloadRef{Digest: "sha256:" + strings.Repeat("0", 64), Size: 65<<20 + 1}
-		}, "payload.size", "between 1 byte and 64 MiB, got 65.0 MiB"},
+		{"bad digest", func(s *JobSpec) { s.Payload = &PayloadRef{Manifest: "md5:x", Size: 1, Holder: "h"} }, "payload.manifest", "sha256"},
+		{"negative payload", func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("0", 64), Size: -1, Holder: "h"}
+		}, "payload.size", "must not be negative"},
+		{"payload without holder", func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("0", 64), Size: 1}
+		}, "payload.holder", "peer ID"},
+		{"payload path out", func(s *JobSpec) {
+			s.Payload = &PayloadRef{Manifest: "sha256:" + strings.Repeat("0", 64), Size: 1, Holder: "h", Path: "../x"}
+		}, "payload.path", "leaves the working directory"},
+		{"s3 without bucket", func(s *JobSpec) { s.Data = dataSpec(DataInput{From: "s3:///prefix", To: "/data"}) }, "data.inputs[0].from", `"s3:///prefix" has no bucket`},
+		{"not s3", func(s *JobSpec) { s.Data = dataSpec(DataInput{From: "gs://b/p", To: "/data"}) }, "data.inputs[0].from", "want s3://BUCKET/PREFIX"},
+		{"bad bucket", func(s *JobSpec) { s.Data = dataSpec(DataInput{From: "s3://Bad_Bucket/p", To: "/data"}) }, "data.inputs[0].from", "not a bucket name"},
+		{"input out of the dir", func(s *JobSpec) { s.Data = dataSpec(DataInput{From: "s3://bkt/p", To: "../../etc"}) }, "data.inputs[0].to", "leaves the working directory"},
+		{"prefix climbs", func(s *JobSpec) {
+			s.Data = dataSpec()
+			s.Data.Outputs = []DataOutput{{From: "out", To: "s3://bkt/a/../b"}}
+		}, "data.outputs[0].to", `".." element`},
+		{"no credentials", func(s *JobSpec) {
+			s.Data = dataSpec(DataInput{From: "s3://bkt/p", To: "/data"})
+			s.Data.Secrets.Names = []string{"HF_TOKEN"}
+		}, "data.secrets", "give the secrets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
+		{"no secrets", func(s *JobSpec) {
+			s.Data = dataSpec(DataInput{From: "s3://bkt/p", To: "/data"})
+			s.Data.Secrets = nil
+		}, "data.secrets", "needs credentials"},
+		{"secret also in env", func(s *JobSpec) {
+			s.Data, s.Env = dataSpec(), map[string]string{SecretAccessKeyID: "x"}
+		}, "data.secrets.names", "both a secret and in env"},
+		{"unsorted secrets", func(s *JobSpec) {
+			s.Data = dataSpec()
+			s.Data.Secrets.Names = []string{"B", "A"}
+		}, "data.secrets.names", "sorted"},
 		{"control chars in owner", func(s *JobSpec) { s.Owner = "a\nb" }, "owner", "printable"},
 		{"memory below the least", func(s *JobSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "8 MiB to 1 PiB, got 1 MiB"},
 		{"negative memory", func(s *JobSpec) { s.MemoryBytes = -1 }, "memory_bytes", "got -1 bytes"},
@@ -254,4 +289,24 @@ func FuzzSpecDecode(f *testing.F) {
 			t.Fatalf("round trip broke a valid spec: %v\n%s", err, out)
 		}
 	})
+}
+
+// dataSpec is a data spec with the given inputs and the object storage's
+// credentials as secrets.
+func dataSpec(in ...DataInput) *DataSpec {
+	return &DataSpec{Inputs: in, Secrets: &SecretsRef{Names: []string{SecretAccessKeyID, SecretSecretAccessKey},
+		Digest: "sha256:" + strings.Repeat("e", 64), Holder: "12D3KooWholder"}}
+}
+
+func TestParseS3URL(t *testing.T) {
+	for in, want := range map[string]S3Location{
+		"s3://bkt":           {Bucket: "bkt"},
+		"s3://bkt/":          {Bucket: "bkt"},
+		"s3://bkt/a/b":       {Bucket: "bkt", Prefix: "a/b/"},
+		"s3://my.bkt-1/a/b/": {Bucket: "my.bkt-1", Prefix: "a/b/"},
+	} {
+		if got, err := ParseS3URL(in); err != nil || got != want {
+			t.Errorf("ParseS3URL(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
 }

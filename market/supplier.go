@@ -69,6 +69,7 @@ type reservation struct {
 	cards       []*cardState
 	withdrawn   []string // cards taken out of the lease (unhealthy, gone)
 	bid         *Bid
+	allowSim    bool // the request's filter allowed simulated cards
 }
 
 type attempt struct {
@@ -120,7 +121,7 @@ func (s *supplier) restore(ended []Attempt) {
 		}
 		a := &attempt{rec: rec, acked: rec.Acked, giveUpAt: rec.EndedAt.Add(s.n.cfg.ReportTTL)}
 		a.end = &AttemptEnded{Job: rec.Job, Share: rec.Share, Epoch: rec.Epoch, Cause: rec.Cause, ExitCode: rec.ExitCode, CardSeconds: rec.CardSeconds,
-			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes)}
+			Reason: oneLineCut(rec.Reason, MaxEndReasonBytes), Outputs: rec.Outputs}
 		if a.acked {
 			s.keepEnded(key, a)
 		} else {
@@ -249,7 +250,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		} else if busy && (m.Filter.Preemptible || c.run.kind != KindPreemptible || c.run.stopCause != "" || c.run.end != nil) {
 			continue
 		}
-		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy}
+		facts := cardFacts{model: c.card.Model, vendor: c.card.Vendor, memMiB: c.card.MemoryMiB, cu: c.card.ComputeUnits, price: price, preempts: busy, simulated: c.card.Simulated()}
 		if r := match.check(&facts); r != reasonPassed {
 			if misses == nil {
 				misses = cardMisses{}
@@ -278,7 +279,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 	s.leaseSeq++
 	r := &reservation{
 		id: "L" + strconv.FormatUint(s.leaseSeq, 10), job: m.Job, round: m.Round, coordinator: from,
-		until: now.Add(s.n.cfg.ReserveTTL),
+		until: now.Add(s.n.cfg.ReserveTTL), allowSim: m.Filter.AllowSimulated,
 	}
 	bid := &Bid{Job: m.Job, Round: m.Round, Lease: r.id, LeaseFor: Duration(s.n.cfg.ReserveTTL),
 		Availability: s.n.cfg.Availability, Region: s.n.cfg.Region}
@@ -286,7 +287,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		o.c.lease = r
 		r.cards = append(r.cards, o.c)
 		bid.Cards = append(bid.Cards, BidCard{ID: o.c.card.ID, Model: o.c.card.Model, Vendor: o.c.card.Vendor,
-			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts})
+			MemoryMiB: o.c.card.MemoryMiB, ComputeUnits: o.c.card.ComputeUnits, PriceCNY: o.price, Preempts: o.preempts, Simulated: o.c.card.Simulated()})
 	}
 	r.bid = bid
 	if len(s.leases) == 0 || r.until.Before(s.nextExpiry) {
@@ -322,7 +323,7 @@ func (s *supplier) onAward(from string, m *Award) error {
 		s.release(r)
 		return reject(ErrStale, "the node is draining")
 	}
-	if reason := s.judgeAward(m); reason != "" {
+	if reason := s.judgeAward(m, r); reason != "" {
 		s.release(r)
 		return reject(ErrRefused, reason)
 	}
@@ -439,8 +440,6 @@ func (s *supplier) attemptFrom(from, job string, share int, epoch, term uint64) 
 			key := attemptKey{job, share, epoch}
 			if s.ended[key] == a {
 				delete(s.ended, key)
-				// keepEnded keeps expiry sorted by the ends it holds:
-				// a key left behind has no end to be sorted by.
 				s.expiry = slices.DeleteFunc(s.expiry, func(k attemptKey) bool { return k == key })
 				s.attempts[key] = a
 			}
@@ -538,7 +537,7 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 	}
 	a.stopCause = cause
 	if !a.startSent {
-		s.finish(a, 0, "")
+		s.finish(a, 0, "", "")
 		return
 	}
 	a.rec.State = AttemptStopping
@@ -548,8 +547,8 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 
 // finish records the end of an attempt, frees its cards and reports to the
 // coordinator until acknowledged; reason (ExecutionExited.Reason) goes
-// with the report, cut to MaxEndReasonBytes.
-func (s *supplier) finish(a *attempt, exitCode int, reason string) {
+// with the report, cut to MaxEndReasonBytes, and so do outputs.
+func (s *supplier) finish(a *attempt, exitCode int, reason, outputs string) {
 	now := s.n.now
 	cause := a.stopCause
 	if cause == "" {
@@ -558,8 +557,9 @@ func (s *supplier) finish(a *attempt, exitCode int, reason string) {
 	a.rec.CardSeconds = s.usage(a)
 	a.rec.State, a.rec.Cause, a.rec.ExitCode, a.rec.EndedAt = AttemptDone, cause, exitCode, now
 	a.rec.Reason = oneLineCut(reason, MaxEndReasonBytes)
+	a.rec.Outputs = outputs
 	a.end = &AttemptEnded{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, ExitCode: exitCode, CardSeconds: a.rec.CardSeconds,
-		Reason: a.rec.Reason}
+		Reason: a.rec.Reason, Outputs: outputs}
 	a.nextResend = now.Add(s.n.cfg.RenewInterval)
 	a.giveUpAt = now.Add(s.n.cfg.ReportTTL)
 	s.touch(a)
@@ -615,7 +615,11 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
 		a.stopCause = CauseFenced
 	}
-	s.finish(a, ev.ExitCode, ev.Reason)
+	outputs := ev.Outputs
+	if !sha256Digest.MatchString(outputs) {
+		outputs = "" // not a digest: the node's mistake, not the owner's to see
+	}
+	s.finish(a, ev.ExitCode, ev.Reason, outputs)
 	return nil
 }
 

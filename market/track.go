@@ -55,6 +55,8 @@ type TrackRecord struct {
 	At time.Time `json:"at"`
 	// LastLoss is when the latest loss was seen.
 	LastLoss time.Time `json:"last_loss,omitzero"`
+	// Probe is the supplier's latest verification verdict (verify.go).
+	Probe *ProbeRecord `json:"probe,omitempty"`
 }
 
 // Validate reports what is wrong with a record read back from disk.
@@ -70,6 +72,11 @@ func (r *TrackRecord) Validate() error {
 		return fmt.Errorf("track record of %s: losses %v and run seconds %v must be finite and not negative", r.Node, r.Losses, r.RunSeconds)
 	case r.At.IsZero():
 		return fmt.Errorf("track record of %s: no time", r.Node)
+	}
+	if r.Probe != nil {
+		if err := r.Probe.validate(); err != nil {
+			return fmt.Errorf("track record of %s: %w", r.Node, err)
+		}
 	}
 	return nil
 }

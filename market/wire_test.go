@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpumesh/gpumesh/internal/wireschema"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/markettest"
 )
 
 // testdata/wire/vN/ holds what wire version N of market messages is:
@@ -92,7 +94,7 @@ func writeGolden(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	done := map[string]bool{}
-	for _, m := range capture(t) {
+	for _, m := range append(capture(t), captureProbe(t)...) {
 		typ := m.Payload.Type()
 		if done[typ] {
 			continue
@@ -106,6 +108,28 @@ func writeGolden(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// captureProbe runs a coordinator that requires verification (market
+// VerifyNew) through a job's first round and returns the messages it sent,
+// a probe request among them (the run of capture sends none).
+func captureProbe(t testing.TB) []market.Message {
+	t.Helper()
+	h := markettest.New(markettest.Options{})
+	cfg := market.DefaultConfig("coord")
+	cfg.Verify = market.VerifyNew
+	h.MustAdd(cfg)
+	s := market.DefaultConfig("a")
+	s.Cards = markettest.MustCards("a", "h100-sxm-80g:1")
+	h.MustAdd(s)
+	var msgs []market.Message
+	h.OnReady = func(p *markettest.Peer, rd market.Ready) { msgs = append(msgs, rd.Messages...) }
+	h.RunFor(100 * time.Millisecond)
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, Models: []string{"h100-*"}, MaxPriceCNY: 40, Command: []string{"train"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.RunFor(time.Second)
+	return msgs
 }
 
 // A message of a newer version is refused as newer, not as malformed, even

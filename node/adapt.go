@@ -45,6 +45,7 @@ func offersOf(ad gossip.Ad, now time.Time) []market.Offer {
 			PriceCNY:            g.PriceCNY,
 			PreemptiblePriceCNY: g.PriceCNY * preemptibleFactor,
 			Availability:        market.Availability{MTBF: market.Duration(ad.Availability.MTBF)},
+			Simulated:           g.Simulated,
 		})
 	}
 	return out

@@ -82,7 +82,7 @@ func TestAPlacementCostsTheWinnerOneAd(t *testing.T) {
 	}
 	before := steady()
 
-	spec := market.JobSpec{ID: "one", Cards: 1, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "one", Cards: 1, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func holdDriver(t *testing.T, n *Node) (free func()) {
 }
 
 func sleeper(id string) market.JobSpec {
-	return market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	return market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, AllowSimulated: true, Command: []string{"sleep", "300"}}
 }
 
 // A coordinator with as many submissions in flight as it takes answers

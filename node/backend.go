@@ -206,7 +206,7 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 		// departed member's cards. Otherwise the membership's summary,
 		// whose free count a dead or departed member cannot stand by.
 		if s, ok := book[m.ID]; ok {
-			p.Cards, p.FreeCards, p.Models = s.Cards, s.FreeCards, s.Models
+			p.Cards, p.FreeCards, p.Models, p.SimulatedModels = s.Cards, s.FreeCards, s.Models, s.Simulated
 		} else if m.State == mesh.StateDead || m.State == mesh.StateLeft {
 			p.FreeCards = 0
 		}
@@ -236,7 +236,7 @@ func (n *Node) Cards(ctx context.Context) ([]api.Card, error) {
 	}
 	out := make([]api.Card, 0, len(statuses))
 	for _, s := range statuses {
-		out = append(out, api.Card{Card: s.Card, Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
+		out = append(out, api.Card{Card: s.Card, Simulated: s.Card.Simulated(), Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
 	}
 	return out, nil
 }

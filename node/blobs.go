@@ -26,12 +26,17 @@ import (
 //
 // Leases are named for what they keep:
 //
-//	ckpt/JOB/SHARE/NANOS   a checkpoint of a share, on its runner and its holders
-//	restore/JOB/SHARE/EPOCH a checkpoint being restored into an attempt
+//	ckpt/JOB/SHARE/NANOS        a checkpoint of a share, on its runner and its holders
+//	restore/JOB/SHARE/EPOCH     a checkpoint being restored into an attempt
+//	upload/OWNER/MANIFEST       a payload an owner uploaded, for an hour (payloads.go)
+//	payload/OWNER/JOB/NANOS     a job's payload, on the node it came through and its coordinator
+//	fetch/JOB/SHARE/EPOCH       a payload being restored into an attempt
 //
 // A share keeps the newest market.Config.CheckpointKeep of its checkpoint
 // leases on each node; the janitor drops those of jobs that ended more
-// than Config.KeepOutputs ago, or that the node no longer knows.
+// than Config.KeepOutputs ago, or that the node no longer knows, and the
+// payload leases of jobs that ended as long ago (asking the job's
+// coordinator when the node holds no record of it).
 
 // blobProtocol is the stream protocol of the store's transfers.
 func blobProtocol(network string) protocol.ID {
@@ -55,6 +60,11 @@ func (n *Node) openBlobs() error {
 		return fmt.Errorf("node: content transfers: %w", err)
 	}
 	n.blobs, n.xfer = st, svc
+	for _, l := range st.Leases() {
+		if strings.HasPrefix(l.ID, "fetch/") { // no fetch is in flight at start
+			_ = st.DeleteLease(l.ID)
+		}
+	}
 	return nil
 }
 
@@ -142,9 +152,10 @@ func (g *grants) allowed(p peer.ID, m blob.Digest, now time.Time) bool {
 }
 
 // blobAuth decides what peers may do with this node's store: read a
-// checkpoint of a job if they run one of its shares (a restore), hold its
-// record (its coordinator group) or were granted it for the job's owner;
-// push a checkpoint this node agreed to hold.
+// checkpoint or payload of a job if they run one of its shares (a
+// restore), hold its record or may (its coordinator group), or were
+// granted it for the job's owner; push a checkpoint or payload this node
+// agreed to hold.
 type blobAuth struct{ n *Node }
 
 var _ transfer.Authorizer = blobAuth{}
@@ -155,13 +166,21 @@ func (a blobAuth) AllowRead(ctx context.Context, p peer.ID, m blob.Digest) error
 	if n.grants.allowed(p, m, time.Now()) {
 		return nil
 	}
-	job, ok := n.checkpointJob(m)
+	kind, job, ok := n.manifestJob(m)
 	if !ok {
-		return fmt.Errorf("%s is not a checkpoint this node serves", m.Short())
+		return fmt.Errorf("%s is not a checkpoint or payload this node serves", m.Short())
 	}
 	rec, ok := n.view.job(job)
+	if !ok && kind == "payload" {
+		// The node a job was submitted through holds no record of it
+		// unless it is of the job's group: ask the coordinator.
+		lctx, cancel := context.WithTimeout(ctx, callTimeout)
+		r, err := n.Job(lctx, job)
+		cancel()
+		rec, ok = r, err == nil
+	}
 	if !ok {
-		return fmt.Errorf("checkpoint %s: job %s is not known here", m.Short(), job)
+		return fmt.Errorf("%s %s: job %s is not known here", kind, m.Short(), job)
 	}
 	who := p.String()
 	if rec.Coordinator == who {
@@ -182,24 +201,39 @@ func (a blobAuth) AllowRead(ctx context.Context, p peer.ID, m blob.Digest) error
 func (a blobAuth) AllowPush(ctx context.Context, p peer.ID, m blob.Digest) (string, error) {
 	lease, ok := a.n.pushes.take(p, m, time.Now())
 	if !ok {
-		return "", errors.New("no checkpoint hold was agreed for this manifest")
+		return "", errors.New("no hold of this manifest was agreed")
 	}
 	return lease, nil
 }
 
-// checkpointJob finds the job a stored checkpoint manifest belongs to,
-// from the lease that keeps it.
-func (n *Node) checkpointJob(m blob.Digest) (string, bool) {
+// manifestJob finds the job a stored checkpoint or payload manifest
+// belongs to, from the lease that keeps it: its kind ("checkpoint" or
+// "payload") and the job.
+func (n *Node) manifestJob(m blob.Digest) (kind, job string, ok bool) {
 	for _, l := range n.blobs.Leases() {
-		if !strings.HasPrefix(l.ID, "ckpt/") && !strings.HasPrefix(l.ID, "restore/") {
+		if !slices.Contains(l.Manifests, m) {
 			continue
 		}
-		if slices.Contains(l.Manifests, m) {
-			job, _, _ := strings.Cut(strings.SplitN(l.ID, "/", 2)[1], "/")
-			return job, true
+		if kind, job, ok := leaseJob(l.ID); ok && kind != "fetch" {
+			return kind, job, true
 		}
 	}
-	return "", false
+	return "", "", false
+}
+
+// leaseJob reads the kind of a job's lease and the job from its name:
+// "checkpoint" (ckpt/, restore/), "payload" or "fetch".
+func leaseJob(id string) (kind, job string, ok bool) {
+	parts := strings.Split(id, "/")
+	switch {
+	case len(parts) >= 3 && (parts[0] == "ckpt" || parts[0] == "restore"):
+		return "checkpoint", parts[1], true
+	case len(parts) >= 3 && parts[0] == "fetch":
+		return "fetch", parts[1], true
+	case len(parts) == 4 && parts[0] == "payload":
+		return "payload", parts[2], true
+	}
+	return "", "", false
 }
 
 // checkpointLease names the lease of one checkpoint of a share, newest
@@ -229,9 +263,9 @@ func (n *Node) keepNewestCheckpoints(job string, share int, keep int) {
 // janitorInterval is how often leases of ended jobs are looked at.
 const janitorInterval = time.Minute
 
-// blobJanitor drops, every janitorInterval, the checkpoint leases of jobs
-// that ended more than Config.KeepOutputs ago, and of jobs this node has
-// no record of that are older than that.
+// blobJanitor drops, every janitorInterval, the checkpoint and payload
+// leases of jobs that ended more than Config.KeepOutputs ago, and of jobs
+// no one has a record of that are older than that.
 func (n *Node) blobJanitor() {
 	defer n.wg.Done()
 	t := time.NewTicker(janitorInterval)
@@ -242,21 +276,37 @@ func (n *Node) blobJanitor() {
 			return
 		case now := <-t.C:
 			n.sweepLeases(now)
+			n.sweepSecrets(now)
 		}
 	}
 }
 
 func (n *Node) sweepLeases(now time.Time) {
 	for _, l := range n.blobs.Leases() {
-		kind, rest, ok := strings.Cut(l.ID, "/")
-		if !ok || (kind != "ckpt" && kind != "restore") {
+		if !l.Expires.IsZero() && now.After(l.Expires) {
+			_ = n.blobs.DeleteLease(l.ID) // it keeps nothing any more
 			continue
 		}
-		job, _, _ := strings.Cut(rest, "/")
+		kind, job, ok := leaseJob(l.ID)
+		if !ok || kind == "fetch" {
+			continue
+		}
 		rec, known := n.view.job(job)
+		if !known && kind == "payload" && now.Sub(leaseTime(l.ID)) > janitorInterval {
+			// The node a job came through may hold no record of it.
+			ctx, cancel := context.WithTimeout(n.ctx, callTimeout)
+			r, err := n.Job(ctx, job)
+			cancel()
+			switch {
+			case err == nil:
+				rec, known = r, true
+			case !isNotFound(err):
+				continue // not answered: ask again next time
+			}
+		}
 		var stale bool
 		switch {
-		case kind == "restore":
+		case strings.HasPrefix(l.ID, "restore/"):
 			stale = !known || ended(rec) // a restore that never finished
 		case known && ended(rec):
 			stale = now.Sub(rec.EndedAt) > n.cfg.KeepOutputs

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/cardclaims"
 )
 
 // book is the market's view of the mesh's capacity: the offers folded from
@@ -14,6 +16,52 @@ type book struct {
 	*market.Book
 	complete bool
 	checked  time.Time
+	// claims holds back peers whose ads claim one card (node/cardclaims);
+	// claimsOf returns what a peer's latest ad claims.
+	claims   *cardclaims.Index
+	claimsOf func(node string) []string
+}
+
+// Put replaces node's offers, as market.Book.Put, each marked held back
+// when a card its ad claims is claimed by another peer too; the offers of
+// the peers whose conflicts that changes are marked again.
+func (b *book) Put(node string, offers []market.Offer) {
+	var touched []string
+	if b.claims != nil && b.claimsOf != nil {
+		touched = b.claims.Set(node, b.claimsOf(node))
+	}
+	b.Book.Put(node, b.mark(node, offers))
+	b.remark(touched)
+}
+
+// Remove forgets node's offers and claims: a peer it held back may be
+// asked again.
+func (b *book) Remove(node string) {
+	b.Book.Remove(node)
+	if b.claims != nil {
+		b.remark(b.claims.Remove(node))
+	}
+}
+
+// mark sets the offers' HeldBack from the claims (offers is the caller's).
+func (b *book) mark(node string, offers []market.Offer) []market.Offer {
+	why := ""
+	if b.claims != nil {
+		why = b.claims.Conflict(node)
+	}
+	for i := range offers {
+		offers[i].HeldBack = why
+	}
+	return offers
+}
+
+// remark marks the offers of peers again.
+func (b *book) remark(peers []string) {
+	for _, p := range peers {
+		if offers := b.Book.Node(p); len(offers) > 0 {
+			b.Book.Put(p, b.mark(p, slices.Clone(offers)))
+		}
+	}
 }
 
 var _ market.CompletenessView = (*book)(nil)

@@ -87,7 +87,7 @@ func TestImpossibleJobFailsFastOnceEveryMemberIsHeard(t *testing.T) {
 		}
 		return complete
 	})
-	spec := market.JobSpec{ID: "huge", Cards: 16, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 60, Command: []string{"true"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "huge", Cards: 16, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 60, Command: []string{"true"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestFreeCountReachesMembershipAtMostEveryInterval(t *testing.T) {
 	sm.neverCoordinate(sup)
 	sent := time.Now()
 
-	spec := market.JobSpec{ID: "one", Cards: 1, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "one", Cards: 1, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}

@@ -145,6 +145,11 @@ func (n *Node) checkpointLoop() {
 			return
 		case now := <-t.C:
 			for _, run := range n.exec.Running() {
+				if !run.Started() {
+					// Its checkpoint is still being restored: what the
+					// directory holds now is part of an older one.
+					continue
+				}
 				a, dir := run.Attempt(), run.CheckpointDir()
 				name := a.Name()
 				asked := os.Remove(filepath.Join(dir, checkpointReady)) == nil
@@ -434,6 +439,11 @@ func (n *Node) restoreInto(e market.Execution) func(dir string) error {
 			return os.Mkdir(dir, 0o700)
 		}
 		log.Info("restored checkpoint", "from_share", cp.Share, "from_epoch", cp.Epoch, "bytes", cp.Bytes, "took", time.Since(start).Round(time.Millisecond))
+		// A request to ship that the checkpoint caught as it was taken is
+		// not this attempt's.
+		if err := os.Remove(filepath.Join(dir, checkpointReady)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		return nil
 	}
 }

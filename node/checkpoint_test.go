@@ -33,7 +33,7 @@ func TestCheckpointedJobSurvivesTwoCrashes(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 3)
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "steps", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	if _, err := coord.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "steps", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
 	// The coordinator keeps only a share's latest checkpoint; a watcher
@@ -209,7 +209,7 @@ func TestCheckpointOfAJobOnItsOwnCoordinatorIsAccepted(t *testing.T) {
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
 	id := firstID("self", func(id string) bool { return market.Coordinators(id, peerIDs(sm.nodes), 1)[0] == n.ID().String() })
-	if _, err := n.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
 	w := newCheckpointWatcher(t, sm, n, id)
@@ -231,7 +231,7 @@ func TestCheckpointHeldByItsRunnerAloneDoesNotCount(t *testing.T) {
 	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval = 100 * time.Millisecond }, "a100-80g:1")
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
-	if _, err := n.Submit(context.Background(), market.JobSpec{ID: "alone", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "alone", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, n, "alone", 30*time.Second, market.JobSucceeded)

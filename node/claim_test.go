@@ -30,7 +30,7 @@ func TestOfTwoClaimantsTheOutrankedOneStartsNothing(t *testing.T) {
 	id := firstID("two-claimants", func(string) bool { return true })
 	order := market.Coordinators(id, peerIDs(coords), 4)
 	coord := sm.byID(order[0])
-	if _, err := first.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := first.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, first, id, 20*time.Second, market.JobRunning)

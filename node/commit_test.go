@@ -24,7 +24,7 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 	coords := peerIDs(sm.nodes[:3])
 	// The runner's one card is busy, so the job waits in pending until it
 	// frees; the job is acknowledged, its replicas hold it.
-	blocker, err := runner.Submit(context.Background(), market.JobSpec{ID: "blocker", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	blocker, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "blocker", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 	id := "waits-for-replicas"
 	order := market.Coordinators(id, coords, 3)
 	coord, replica := sm.byID(order[0]), sm.byID(order[2])
-	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	sm.net.Cut(coord.ID(), replica.ID())

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // CoordinatorMode says whether a node coordinates jobs.
@@ -115,6 +116,18 @@ type Config struct {
 	// made on first start. Requests through the HTTP API act as the owner
 	// they authenticate as, never as this one.
 	Owner *owner.Key
+	// Verify says when this node, as a coordinator, requires a supplier to
+	// pass the verification probe (node/probe) before asking it to bid:
+	// market.VerifyNew, VerifyAlways or VerifyNever. Default: new on a mesh
+	// without a secret (Mesh.Secret), never in a private one.
+	Verify market.VerifyMode
+	// Probe configures the probe this node sends as a coordinator (its
+	// zero value: 1 s of work per card at catalog speed, a 10 s deadline).
+	Probe probe.Config
+	// ProbeBackend runs the probes this node answers as a supplier.
+	// Default: probe.NewCUDA() (NVIDIA cards through the CUDA driver;
+	// others answered as not probed).
+	ProbeBackend probe.Backend
 	// Market adjusts the market's configuration (timings) before the node
 	// starts; tests and simulations use it.
 	Market func(*market.Config)
@@ -130,9 +143,18 @@ type Config struct {
 	// the file system under DataDir could give it, at most a quarter of
 	// the disk (node/blob.DefaultLimit).
 	StoreMax int64
-	// KeepOutputs is how long checkpoints of a job that ended are kept.
-	// Default 24 h.
+	// KeepOutputs is how long the checkpoints, payload and outputs of a
+	// job that ended are kept. Default 24 h.
 	KeepOutputs time.Duration
+	// MaxPayload bounds one payload this node takes from an owner, or
+	// holds for a job it coordinates (413 beyond). Default 0: no limit but
+	// the content store's and the owner's quota.
+	MaxPayload int64
+	// OwnerQuota bounds what this node keeps of payloads for one owner:
+	// the distinct payloads of its uploads and of its jobs that did not
+	// end KeepOutputs ago (413 beyond). Default 0: half of the content
+	// store's limit.
+	OwnerQuota int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
 	// ReserveSettle is how long a change of this node's cards that only
@@ -210,6 +232,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseCoordinatorMode(string(c.Coordinator)); err != nil && c.Coordinator != "" {
 		return fmt.Errorf("node: %w", err)
+	}
+	if c.MaxPayload < 0 || c.OwnerQuota < 0 {
+		return fmt.Errorf("node: MaxPayload %d, OwnerQuota %d: must not be negative", c.MaxPayload, c.OwnerQuota)
 	}
 	if c.Replicas < 0 || c.Replicas > 7 {
 		return fmt.Errorf("node: Replicas %d: want 1 to 7", c.Replicas)

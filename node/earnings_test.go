@@ -123,7 +123,7 @@ func TestSupplierEarningsMatchTheBillAndSurviveARestart(t *testing.T) {
 	if e := status(sup); e == nil || e.Total.CNY != 0 || !e.Since.IsZero() {
 		t.Fatalf("earnings before any job: %+v", e)
 	}
-	if _, err := coord.Submit(ctx, market.JobSpec{ID: "earner", Cards: 2, MaxPriceCNY: 40, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "earner", Cards: 2, MaxPriceCNY: 40, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, coord, "earner", 20*time.Second, market.JobRunning)

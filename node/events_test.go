@@ -78,7 +78,7 @@ func TestEventsShowTheSuppliersCardsAtWork(t *testing.T) {
 	sm.neverCoordinate(sup)
 	sm.waitBook(coord, 2)
 	atSupplier, atCoord := sseEvents(t, sup), sseEvents(t, coord)
-	if _, err := coord.Submit(context.Background(), market.JobSpec{ID: "busy-cards", Cards: 2, MaxPriceCNY: 40, Command: []string{"sh", "-c", "sleep 0.5; exit 3"}}); err != nil {
+	if _, err := coord.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "busy-cards", Cards: 2, MaxPriceCNY: 40, Command: []string{"sh", "-c", "sleep 0.5; exit 3"}}); err != nil {
 		t.Fatal(err)
 	}
 	self := sup.ID().String()

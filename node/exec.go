@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -31,8 +30,8 @@ func attemptName(job string, share int, epoch uint64) string {
 }
 
 // startExecution starts one share on this node's cards. Preparing it (the
-// payload may come from the coordinator) happens on a goroutine the node
-// owns, which then watches the process and reports its end.
+// payload may come from its holders) happens on a goroutine the node owns,
+// which then watches the process and reports its end.
 func (n *Node) startExecution(e market.Execution) {
 	key := attemptKey{e.Job, e.Share, e.Epoch}
 	if _, ok := n.runs[key]; ok {
@@ -72,12 +71,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			return
 		}
 	}
-	startAt := time.Now()
-	a, release, err := n.attemptOf(e, master)
+	secrets, err := n.fetchSecrets(e)
+	var a executor.Attempt
+	if err == nil {
+		a, err = n.attemptOf(e, master, secrets)
+	}
 	var run *executor.Run
 	if err == nil {
+		startAt := time.Now()
 		run, err = n.exec.Start(a)
-		release()
 		n.stages.since(metrics.StageStart, startAt)
 	}
 	if err != nil {
@@ -112,12 +114,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+	why := n.sendOutputs(log, e, secrets, run.WorkDir())
+	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()
 	fenced := n.disarm(key, res.EndedAt)
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)
 	n.postWait(func() {
 		delete(n.runs, key)
-		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced})
+		n.step(market.ExecutionExited{Now: res.EndedAt, Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: res.ExitCode, Fenced: fenced,
+			Reason: why, Outputs: outputs})
 	})
 }
 
@@ -158,10 +163,9 @@ func stopReason(c market.Cause) executor.StopReason {
 	return executor.StopCancelled
 }
 
-// attemptOf builds what the executor runs for an execution; release closes
-// its payload once the executor has unpacked it.
-func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt, release func(), err error) {
-	release = func() {}
+// attemptOf builds what the executor runs for an execution; secrets (the
+// job's, from their holder) join its environment.
+func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]string) (a executor.Attempt, err error) {
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
 	for _, c := range inventory {
@@ -171,7 +175,7 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 	for _, id := range e.Cards {
 		c, ok := byID[id]
 		if !ok {
-			return a, release, fmt.Errorf("card %s is no longer on this node", id)
+			return a, fmt.Errorf("card %s is no longer on this node", id)
 		}
 		cards = append(cards, c)
 	}
@@ -180,16 +184,16 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 		Share:      e.Share,
 		Epoch:      e.Epoch,
 		Command:    e.Exec.Command,
-		Env:        e.Exec.Env,
+		Env:        withSecrets(e.Exec.Env, secrets),
 		DeviceEnv:  envMap(device.VisibleEnv(cards, inventory)),
 		LocalCards: len(cards),
 	}
 	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
-		return a, release, err
+		return a, err
 	}
 	if e.Gang != nil {
 		if master == "" {
-			return a, release, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+			return a, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
 		}
 		a.Gang = &executor.Gang{
 			NNodes:     e.Gang.NNodes,
@@ -199,17 +203,9 @@ func (n *Node) attemptOf(e market.Execution, master string) (a executor.Attempt,
 			WorldSize:  e.World,
 		}
 	}
-	if p := e.Exec.Payload; p != nil {
-		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
-		defer cancel()
-		r, err := n.openPayload(ctx, e.Coordinator, *p)
-		if err != nil {
-			return a, release, fmt.Errorf("payload %s: %w", p.Digest, err)
-		}
-		a.Payload, release = r, func() { r.Close() }
-	}
+	a.Work = n.workInto(e, secrets)
 	a.Checkpoint = n.restoreInto(e)
-	return a, release, nil
+	return a, nil
 }
 
 func envMap(kv []string) map[string]string {

@@ -22,7 +22,7 @@ import (
 func TestGatherJobsFoldsCopiesAndNamesTheSilent(t *testing.T) {
 	alice, bob := testOwner(1).ID(), testOwner(2).ID()
 	rec := func(id string, who string, state market.JobState, version uint64) market.JobRecord {
-		return market.JobRecord{ID: id, Spec: market.JobSpec{ID: id, Owner: who}, State: state, Term: 1, Coordinator: "c1", Version: version,
+		return market.JobRecord{ID: id, Spec: market.JobSpec{AllowSimulated: true, ID: id, Owner: who}, State: state, Term: 1, Coordinator: "c1", Version: version,
 			SubmittedAt: time.Unix(int64(len(id)*1000)+int64(version), 0)}
 	}
 	held := []market.JobRecord{
@@ -100,7 +100,7 @@ func TestJobsListedFromAFreshNode(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for i := range 4 {
-		rec, err := apiClient(t, sm.nodes[i%2], alice).Submit(ctx, market.JobSpec{Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}})
+		rec, err := apiClient(t, sm.nodes[i%2], alice).Submit(ctx, market.JobSpec{AllowSimulated: true, Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -97,20 +98,39 @@ func (n *Node) submitSigned(ctx context.Context, signed market.SignedSpec) (mark
 	if err := n.checkSubmission(&signed, time.Now()); err != nil {
 		return market.JobRecord{}, err
 	}
-	if spec.Payload != nil && !n.payload.has(*spec.Payload) {
-		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload",
-			Err: fmt.Errorf("payload %s is not on this node: upload it first (POST /v1/payloads)", spec.Payload.Digest)}
+	var payload blob.Digest
+	if spec.Payload != nil {
+		var err error
+		if payload, err = n.keepPayload(&spec); err != nil {
+			return market.JobRecord{}, err
+		}
+	}
+	if spec.Data != nil && spec.Data.Secrets != nil {
+		if err := n.keepSecrets(&spec); err != nil {
+			return market.JobRecord{}, err
+		}
 	}
 	n.view.addSubmitted(spec.ID, time.Now())
 	var lastErr error
 	for _, c := range n.coordinators(spec.ID, n.cfg.Replicas) {
 		if c == n.id {
-			return n.submitLocal(ctx, signed, n.id.String())
+			return n.submitLocal(ctx, signed)
+		}
+		var he *api.HTTPError
+		if spec.Payload != nil {
+			// The coordinator holds the payload before it takes the job.
+			if err := n.handPayload(ctx, c, signed, payload); err != nil {
+				if err = fromCallError(err); errors.As(err, &he) {
+					return market.JobRecord{}, err
+				}
+				n.log.Warn("coordinator did not take the payload; trying the next", "job", spec.ID, "coordinator", c.ShortString(), "err", err)
+				lastErr = err
+				continue
+			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		rec, err := n.call(cctx, c, kindSubmit, submitRequest{Spec: spec, Signature: &signed.Signature, Origin: n.id.String()})
+		rec, err := n.call(cctx, c, kindSubmit, submitRequest{Spec: spec, Signature: &signed.Signature})
 		cancel()
-		var he *api.HTTPError
 		if err == nil || errors.As(err, &he) {
 			return rec, err // an answer, even a refusal, ends the search
 		}
@@ -163,9 +183,9 @@ func specError(err error) error {
 }
 
 // submitLocal makes this node the job's coordinator. The owner's signature
-// is checked, the payload is copied from origin, and the record is on disk
-// before the call returns.
-func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin string) (market.JobRecord, error) {
+// is checked, the payload held here (handed over first), and the record is
+// on disk before the call returns.
+func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (market.JobRecord, error) {
 	spec := signed.Spec
 	if err := checkSpec(&spec); err != nil {
 		return market.JobRecord{}, err
@@ -180,8 +200,8 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		return market.JobRecord{}, err
 	}
 	if spec.Payload != nil {
-		if err := n.fetchPayload(ctx, origin, *spec.Payload); err != nil {
-			return market.JobRecord{}, api.Errorf(http.StatusBadGateway, "job %s: %v", spec.ID, err)
+		if err := n.checkHeldPayload(&spec); err != nil {
+			return market.JobRecord{}, err
 		}
 	}
 	if held, ok := n.view.job(spec.ID); ok && held.Coordinator != n.id.String() {
@@ -230,7 +250,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec, origin
 		return market.JobRecord{}, err
 	}
 	n.stages.replicated(spec.ID, time.Now())
-	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards, "origin", origin)
+	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards)
 	return rec, nil
 }
 

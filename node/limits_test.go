@@ -203,7 +203,7 @@ func TestJobGetsItsLimitsInItsCgroup(t *testing.T) {
 	}
 
 	// Declared limits below the caps: the job's cgroup has them.
-	_, err := coord.Submit(ctx, market.JobSpec{ID: "modest", Cards: 1, MaxPriceCNY: 50,
+	_, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "modest", Cards: 1, MaxPriceCNY: 50,
 		Resources: market.Resources{MemoryBytes: 48 << 20, Pids: 64}, Command: []string{"bash", "-c", limitScript}})
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestJobGetsItsLimitsInItsCgroup(t *testing.T) {
 
 	// Nothing declared: the supplier's caps are its limits, and a job
 	// past its memory is killed.
-	_, err = coord.Submit(ctx, market.JobSpec{ID: "hog", Cards: 1, MaxPriceCNY: 50, Command: []string{"bash", "-c",
+	_, err = coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "hog", Cards: 1, MaxPriceCNY: 50, Command: []string{"bash", "-c",
 		limitScript + `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo "survived with ${#x} bytes"`}})
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestJobGetsItsLimitsInItsCgroup(t *testing.T) {
 		t.Errorf("the hog %s (%s), output:\n%s\nwant it killed for memory", rec.State, rec.Reason, out)
 	}
 	// The node is fine: it runs the next job.
-	if _, err := coord.Submit(ctx, market.JobSpec{ID: "after", Cards: 1, MaxPriceCNY: 50, Command: []string{"true"}}); err != nil {
+	if _, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "after", Cards: 1, MaxPriceCNY: 50, Command: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, coord, "after", 60*time.Second, market.JobSucceeded)

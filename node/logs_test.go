@@ -25,7 +25,7 @@ func TestFollowingAnEndedJobReturns(t *testing.T) {
 	sm := newSimMesh(t, "a100-80g:1")
 	n := sm.nodes[0]
 	sm.waitBook(n, 1)
-	if _, err := n.Submit(context.Background(), market.JobSpec{ID: "done-already", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo first; echo last"}}); err != nil {
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "done-already", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo first; echo last"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, n, "done-already", 20*time.Second, market.JobSucceeded)
@@ -53,7 +53,7 @@ func TestLogsOfEarlierAttempts(t *testing.T) {
 	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
 	sm.waitBook(coord, 2)
 	ctx := context.Background()
-	spec := market.JobSpec{ID: "moved-logs", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo attempt $GPUMESH_EPOCH; sleep 300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "moved-logs", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo attempt $GPUMESH_EPOCH; sleep 300"}}
 	if _, err := coord.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -124,25 +124,31 @@ func TestLogsOfEarlierAttempts(t *testing.T) {
 // A share whose command is not found never runs: the job fails with exit
 // status 127 and says why in its record, and its stderr, read through
 // another peer as `gpumesh logs ID --stderr` does, holds the same line;
-// the same for a payload that does not unpack.
+// the same for a payload the runner has no room for (its store is full).
 func TestStartFailureIsInTheRecordAndTheStderr(t *testing.T) {
-	sm := newSimMesh(t, "", "a100-80g:1")
+	sm := newSimMeshWith(t, withAPI(func(i int, c *Config) {
+		if i == 1 {
+			c.StoreMax = 1 << 20 // the runner's store cannot hold the payload
+		}
+	}), "", "a100-80g:1")
 	coord, runner := sm.nodes[0], sm.nodes[1]
 	sm.neverCoordinate(runner)
 	sm.waitBook(coord, 1)
 	ctx := context.Background()
-	garbage, err := coord.PutPayload(ctx, strings.NewReader("this is not a tar archive"))
+	dir, _ := payloadTree(t, 9, 2<<20)
+	up, err := upload(t, coord, testOwner(0), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	big := up.Ref
 	for _, c := range []struct {
 		spec market.JobSpec
 		why  string
 	}{
-		{market.JobSpec{ID: "no-smi", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-smi-4711", "-L"}},
+		{market.JobSpec{AllowSimulated: true, ID: "no-smi", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-smi-4711", "-L"}},
 			"executable file not found in $PATH: no-such-smi-4711"},
-		{market.JobSpec{ID: "bad-payload", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &garbage},
-			"payload: "},
+		{market.JobSpec{AllowSimulated: true, ID: "no-room", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}, Payload: &big},
+			"payload " + big.Manifest + ": transfer: fetch " + big.Manifest + ": 3 chunks missing: blob: store full: "},
 	} {
 		if _, err := coord.Submit(ctx, c.spec); err != nil {
 			t.Fatal(err)

@@ -19,14 +19,14 @@ func TestMixedCardsNeedTheJobsConsent(t *testing.T) {
 	sm.neverCoordinate(mixed)
 	sm.waitBook(coord, 2)
 	ctx := context.Background()
-	rec, err := coord.Submit(ctx, market.JobSpec{ID: "two-any", Cards: 2, MaxPriceCNY: 30, Command: []string{"sleep", "300"}})
+	rec, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "two-any", Cards: 2, MaxPriceCNY: 30, Command: []string{"sleep", "300"}})
 	if err == nil && rec.State != market.JobFailed {
 		rec = waitState(t, coord, "two-any", 30*time.Second, market.JobFailed, market.JobRunning)
 	}
 	if err != nil || rec.State != market.JobFailed || !strings.Contains(rec.Reason, "the mesh has 1 of one model per node") {
 		t.Fatalf("a 2-card job on one mixed node: %s (%s), %v; want it failed, saying why", rec.State, rec.Reason, err)
 	}
-	if _, err := coord.Submit(ctx, market.JobSpec{ID: "two-mixed", Cards: 2, MixedModels: true, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "two-mixed", Cards: 2, MixedModels: true, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec = waitState(t, coord, "two-mixed", 30*time.Second, market.JobRunning, market.JobFailed)

@@ -61,7 +61,6 @@ type Node struct {
 	direct     *gossip.Direct
 	adv        *gossip.Advertiser
 	exec       *executor.Executor
-	payload    *payloads
 	server     *api.Server
 	tun        *tunnels // exec, port-forward, services (tunnels.go)
 
@@ -79,6 +78,7 @@ type Node struct {
 	persister *persister // writes the turns' decisions, then has them carried out
 	mk        *market.Node
 	book      *book
+	trust     trust               // claims, receipts, probes (trust.go)
 	ledger    *ledger             // what this node's cards earned (earnings.go)
 	endsSent  map[attemptKey]bool // attempts whose end was published (events.go)
 	runs      map[attemptKey]*runSlot
@@ -112,6 +112,9 @@ type Node struct {
 	xfer         *transfer.Service  // its transfers to and from peers
 	pushes       pushes             // checkpoints this node agreed to hold
 	grants       grants             // reads allowed for an owner's download
+	sizes        manifestSizes      // of payloads counted against owners' quotas (payloads.go)
+	uploads      uploads            // chunk sizes of the payloads being uploaded
+	secrets      pendingSecrets     // secrets given to this node that no job names yet (secrets.go)
 	obs          *observer          // driver-owned, but for its atomic status
 	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
@@ -220,10 +223,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: reading claims: %w", err)
 	}
 
-	if n.payload, err = newPayloads(filepath.Join(cfg.DataDir, "payloads")); err != nil {
-		return nil, err
-	}
-
 	mcfg := cfg.Mesh
 	n.standby.Store(cfg.Coordinator == CoordinatorAuto)
 	mcfg.Meta = metaOf(cfg.Region, cards, nil, false, n.standby.Load())
@@ -309,9 +308,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 
+	n.cfg.Market = n.trustMarket(n.cfg.Market)
 	if err := n.startMarket(cards); err != nil {
 		return nil, err
 	}
+	n.wireTrust()
 	if err := n.startTunnels(ingressLn); err != nil {
 		return nil, err
 	}

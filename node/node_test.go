@@ -210,11 +210,12 @@ func TestJobLandsOnTheRightModelAndAnyPeerAnswersForIt(t *testing.T) {
 		sm.waitBook(n, 8)
 	}
 	spec := market.JobSpec{
-		ID:          "job-h100",
-		Cards:       2,
-		Models:      []string{"h100-*"},
-		MaxPriceCNY: 30,
-		Command:     []string{"sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES cards=$GPUMESH_LOCAL_CARDS; sleep 1"},
+		AllowSimulated: true,
+		ID:             "job-h100",
+		Cards:          2,
+		Models:         []string{"h100-*"},
+		MaxPriceCNY:    30,
+		Command:        []string{"sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES cards=$GPUMESH_LOCAL_CARDS; sleep 1"},
 	}
 	rec, err := sm.nodes[0].Submit(context.Background(), spec)
 	if err != nil {
@@ -251,11 +252,12 @@ func TestGangJobSpansNodesWithOneRendezvous(t *testing.T) {
 		sm.waitBook(n, 9)
 	}
 	spec := market.JobSpec{
-		ID:          "gang-8",
-		Cards:       8,
-		Layout:      market.Layout{Mode: market.LayoutPerNode, PerNode: 4},
-		MaxPriceCNY: 20,
-		Command:     []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR:$MASTER_PORT world=$WORLD_SIZE"},
+		AllowSimulated: true,
+		ID:             "gang-8",
+		Cards:          8,
+		Layout:         market.Layout{Mode: market.LayoutPerNode, PerNode: 4},
+		MaxPriceCNY:    20,
+		Command:        []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR:$MASTER_PORT world=$WORLD_SIZE"},
 	}
 	if _, err := sm.nodes[2].Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
@@ -293,7 +295,7 @@ func TestCancelStopsEveryShare(t *testing.T) {
 	for _, n := range sm.nodes {
 		sm.waitBook(n, 4)
 	}
-	spec := market.JobSpec{ID: "long", Cards: 4, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "long", Cards: 4, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	if _, err := sm.nodes[0].Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +313,7 @@ func TestCancelStopsEveryShare(t *testing.T) {
 
 func TestBadSpecNamesTheField(t *testing.T) {
 	sm := newSimMesh(t, "a100-80g:1")
-	_, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{Cards: 0, MaxPriceCNY: 1, Command: []string{"true"}})
+	_, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, Cards: 0, MaxPriceCNY: 1, Command: []string{"true"}})
 	var he *api.HTTPError
 	if !errors.As(err, &he) || he.Status != 400 || he.Field != "cards" {
 		t.Fatalf("err = %#v, want 400 naming cards", err)
@@ -335,7 +337,7 @@ func TestCoordinatorRestartKeepsJobsAndBills(t *testing.T) {
 		c, ok2 := runner.Mesh().Member(coord.ID())
 		return ok && !m.Coordinator && ok2 && c.Coordinator
 	})
-	spec := market.JobSpec{ID: "survivor", Cards: 2, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "survivor", Cards: 2, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	if _, err := runner.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +457,7 @@ func oneCardJobOnTwoRunners(t *testing.T, id string) (*simMesh, market.Placement
 	sm := newSimMesh(t, "", "a100-80g:1", "a100-80g:1")
 	sm.neverCoordinate(sm.nodes[1], sm.nodes[2])
 	sm.waitBook(sm.nodes[0], 2)
-	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, sm.nodes[0], id, 20*time.Second, market.JobRunning)
@@ -489,7 +491,7 @@ func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
 	sm.neverCoordinate(runner)
 	sm.waitBook(sm.nodes[0], 1)
 	sm.waitBook(sm.nodes[1], 1)
-	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "orphan", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "orphan", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, runner, "orphan", 20*time.Second, market.JobRunning)
@@ -538,7 +540,7 @@ func TestCancelOfAnEndedJobAfterItsCoordinatorRestarted(t *testing.T) {
 	coord, runner := sm.nodes[0], sm.nodes[1]
 	sm.waitBook(coord, 1)
 	sm.neverCoordinate(runner)
-	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "done", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}}); err != nil {
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "done", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, coord, "done", 30*time.Second, market.JobSucceeded)

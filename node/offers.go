@@ -52,7 +52,7 @@ func offersFrom(ads []gossip.Ad, seen []market.Seen, self string, now time.Time)
 			o := api.Offer{
 				Node: node, Self: node == self, Region: ad.Region,
 				Model: g.Model, Vendor: string(g.Vendor), MemoryMiB: g.MemoryMiB, ComputeUnits: g.ComputeUnits,
-				Free: g.Free, Total: g.Total(), PriceCNY: g.PriceCNY, Reliability: rel,
+				Free: g.Free, Total: g.Total(), PriceCNY: g.PriceCNY, Reliability: rel, Simulated: g.Simulated,
 			}
 			if g.ComputeUnits > 0 {
 				o.PricePerCUCNY = g.PriceCNY / g.ComputeUnits

@@ -78,7 +78,7 @@ func TestOffersListWhatTheMeshSells(t *testing.T) {
 
 	// A job on the H100s: the cards are busy, and the coordinator keeps a
 	// track record of the supplier once the job ends.
-	spec := market.JobSpec{ID: "offers-h100", Cards: 2, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "offers-h100", Cards: 2, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 30, Command: []string{"sleep", "300"}}
 	if _, err := coord.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -282,6 +282,16 @@ func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []
 					n.repl.acked(rec.ID, t, markOf(rec))
 					return nil
 				case kindSuperseded:
+					var held market.JobRecord
+					if json.Unmarshal(m.Data, &held) == nil && holdsChange(held, rec) {
+						// The replica took a later change of this
+						// coordinator's before this copy reached it (a
+						// job that ended within its submission's
+						// confirmation): it holds rec's change too.
+						mu.Lock()
+						acked[t] = true
+						mu.Unlock()
+					}
 					return n.onSuperseding(t, rec, m.Data)
 				}
 				return fmt.Errorf("unexpected %q frame", m.Kind)
@@ -293,6 +303,13 @@ func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []
 	}
 	wg.Wait()
 	return acked
+}
+
+// holdsChange tells whether a replica that holds held has the change that
+// made sent: held is sent's coordinator's record of the job at sent's
+// term, as new as sent or newer (a record's versions only add changes).
+func holdsChange(held, sent market.JobRecord) bool {
+	return held.ID == sent.ID && held.Coordinator == sent.Coordinator && held.Term == sent.Term && held.Version >= sent.Version
 }
 
 // serveReplicate stores a replica sent by the job's coordinator. When this
@@ -381,8 +398,7 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 	if top.ID == sent.ID && ended(top) && !ended(sent) {
 		// The job ended under another coordinator while this one ran a
 		// stale copy (it resumed after a restart without hearing of it).
-		n.log.Warn("a replica holder says the job ended; stopping this copy", "job", sent.ID, "replica", from.ShortString(), "state", top.State, "coordinator", top.Coordinator)
-		n.postWait(func() { n.endCopy(top) })
+		n.postWait(func() { n.endCopy(top, from) })
 		return nil
 	}
 	if top.ID != sent.ID || !market.Outranks(top.Term, top.Coordinator, sent.Term, sent.Coordinator) {
@@ -397,8 +413,9 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 // endCopy stops this node's copy of a job that ended elsewhere: it ends
 // here as it ended there (market.JobEnded), its attempts stop. It runs on
 // the driver.
-func (n *Node) endCopy(end market.JobRecord) {
+func (n *Node) endCopy(end market.JobRecord, from peer.ID) {
 	if own, mine := n.mk.Job(end.ID); mine && !own.State.Terminal() {
+		n.log.Warn("a replica holder says the job ended; stopping this copy", "job", end.ID, "replica", from.ShortString(), "state", end.State, "coordinator", end.Coordinator)
 		n.step(market.JobEnded{Now: time.Now(), Record: end})
 	}
 }

@@ -36,7 +36,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		return ok
 	}
 	spec := func(id string) market.JobSpec {
-		return market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+		return market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	}
 
 	// A normal submission: acknowledged, and on both replicas already.
@@ -62,7 +62,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	coordOf, _ := group("replicated")
-	again, err := replicas[0].submitLocal(context.Background(), signed, entry.ID().String())
+	again, err := replicas[0].submitLocal(context.Background(), signed)
 	if err != nil || again.Coordinator != coordOf.ID().String() {
 		t.Fatalf("resubmission to a replica holder: %v, coordinated by %s; want the record of %s", err, again.Coordinator, coordOf.ID())
 	}
@@ -187,7 +187,7 @@ func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
 	if len(group) != 3 || group[0] != coord.ID() {
 		t.Fatalf("the job's group is %v; want the coordinator and two standbys", group)
 	}
-	rec, err := runner.Submit(context.Background(), market.JobSpec{ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	rec, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "few", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +226,66 @@ func describePlacements(r market.JobRecord) string {
 		parts = append(parts, fmt.Sprintf("%d/%d@%s:%s(%s)", p.Share, p.Epoch, p.Node[len(p.Node)-6:], p.State, p.Reason))
 	}
 	return fmt.Sprintf("term %d coordinator %s: %s", r.Term, r.Coordinator, strings.Join(parts, " "))
+}
+
+// A replica that holds a later version of the same coordinator's record
+// confirms an earlier one sent again: it holds that change too. A job
+// whose command is not found ends at once; when the first copy of its
+// submission did not reach a replica (a mesh just started), the copy
+// sent again found the job's end there, was refused as a stale copy, and
+// the submission was answered 503 ("did not confirm the submission").
+func TestReplicaHoldingALaterVersionConfirmsAnEarlierOne(t *testing.T) {
+	sm := newSimMesh(t, "a100-80g:1", "", "")
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 1)
+	}
+	submitted, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "ends-at-once", Cards: 1, MaxPriceCNY: 20, Command: []string{"no-such-command-4711"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := sm.byID(submitted.Coordinator)
+	ended := waitState(t, coord, "ends-at-once", 20*time.Second, market.JobFailed)
+	replicas := coord.replicaTargets("ends-at-once")
+	if len(replicas) == 0 {
+		t.Fatal("the job has no replicas")
+	}
+	for _, id := range replicas {
+		r := sm.byID(id.String())
+		eventually(t, 10*time.Second, r.ID().ShortString()+" holds the job's end", func() bool {
+			held, ok := r.view.job("ends-at-once")
+			return ok && held.State == market.JobFailed && held.Version >= ended.Version
+		})
+	}
+	// The submission's record sent again, as the confirmation loop does
+	// for a replica that missed its first copy.
+	acked := coord.replicateTo(context.Background(), submitted, replicas)
+	for _, id := range replicas {
+		if !acked[id] {
+			t.Errorf("replica %s, which holds version %d of the record, does not confirm version %d", id.ShortString(), ended.Version, submitted.Version)
+		}
+		if held, _ := sm.byID(id.String()).view.job("ends-at-once"); held.State != market.JobFailed {
+			t.Errorf("replica %s took the earlier version over the job's end: %s", id.ShortString(), held.State)
+		}
+	}
+}
+
+func TestHoldsChange(t *testing.T) {
+	sent := market.JobRecord{ID: "j", Coordinator: "A", Term: 2, Version: 5}
+	with := func(f func(r *market.JobRecord)) market.JobRecord { r := sent; f(&r); return r }
+	for name, tc := range map[string]struct {
+		held market.JobRecord
+		want bool
+	}{
+		"the same version":      {sent, true},
+		"a later version":       {with(func(r *market.JobRecord) { r.Version = 9; r.State = market.JobFailed }), true},
+		"an earlier version":    {with(func(r *market.JobRecord) { r.Version = 4 }), false},
+		"another coordinator's": {with(func(r *market.JobRecord) { r.Coordinator = "B"; r.Version = 9 }), false},
+		"a later term":          {with(func(r *market.JobRecord) { r.Term = 3; r.Version = 9 }), false},
+		"an earlier term":       {with(func(r *market.JobRecord) { r.Term = 1; r.Version = 9 }), false},
+		"another job":           {with(func(r *market.JobRecord) { r.ID = "k"; r.Version = 9 }), false},
+	} {
+		if got := holdsChange(tc.held, sent); got != tc.want {
+			t.Errorf("%s: holdsChange = %v, want %v", name, got, tc.want)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/probe"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -26,21 +27,22 @@ const rpcWireVersion = 2
 // The calls one node makes on another (gossip.Direct.Call kinds) and the
 // kinds of their reply frames. Requests and replies are JSON.
 const (
-	kindSubmit       = "job.submit"  // submitRequest → record
-	kindGet          = "job.get"     // job ID (a JSON string) → record
-	kindCancel       = "job.cancel"  // job ID (a JSON string) → record
-	kindScale        = "job.scale"   // scaleRequest → record
-	kindLogs         = "job.logs"    // logsRequest → log chunks
-	kindPayloadGet   = "payload.get" // digest → payload chunks
-	kindRecord       = "record"
-	kindLogChunk     = "log"
-	kindPayloadChunk = "chunk"
+	kindSubmit   = "job.submit" // submitRequest → record
+	kindGet      = "job.get"    // job ID (a JSON string) → record
+	kindCancel   = "job.cancel" // job ID (a JSON string) → record
+	kindScale    = "job.scale"  // scaleRequest → record
+	kindLogs     = "job.logs"   // logsRequest → log chunks
+	kindRecord   = "record"
+	kindLogChunk = "log"
 )
 
 type submitRequest struct {
 	Spec      market.JobSpec        `json:"spec"`
 	Signature *market.SpecSignature `json:"signature,omitempty"` // the owner's (tenants.go)
-	Origin    string                `json:"origin"`              // the node holding the payload
+	// Origin named the node that held a version 1 payload archive; read
+	// and ignored since version 2, where the spec's payload names its
+	// holder.
+	Origin string `json:"origin,omitempty"`
 }
 
 type scaleRequest struct {
@@ -154,7 +156,7 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 		if r.Signature != nil {
 			s.Signature = *r.Signature
 		}
-		return record(n.submitLocal(ctx, s, r.Origin))
+		return record(n.submitLocal(ctx, s))
 	case kindGet, kindCancel:
 		var id string
 		if err := strictJSON(req.Data, &id); err != nil {
@@ -183,10 +185,26 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 			return asCallError(err)
 		}
 		return nil
-	case kindPayloadGet:
-		return n.servePayload(string(req.Data), reply)
+	case kindPayloadHold:
+		var r payloadHold
+		if err := strictJSON(req.Data, &r); err != nil {
+			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
+		}
+		if err := n.serveHoldPayload(req.Sender, r); err != nil {
+			return asCallError(err)
+		}
+		return reply(kindAck, nil)
 	case kindCheckpointOffer, kindCheckpointHold, kindCheckpointHeld:
 		return n.serveCheckpointCall(ctx, req, reply)
+	case kindSecrets:
+		var r secretsRequest
+		if err := strictJSON(req.Data, &r); err != nil {
+			return asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
+		}
+		if err := n.serveSecrets(ctx, req.Sender, r, reply); err != nil {
+			return asCallError(err)
+		}
+		return nil
 	case kindClaim, kindRelease:
 		var r claimRequest
 		if err := strictJSON(req.Data, &r); err != nil {
@@ -218,6 +236,10 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 			return reply(kindSuperseded, data)
 		}
 		return reply(kindAck, nil)
+	case probe.KindChallenge:
+		return n.serveProbe(ctx, req, reply)
+	case kindReceipts:
+		return n.serveReceipts(req, reply)
 	}
 	return fmt.Errorf("unknown call %q", req.Kind)
 }

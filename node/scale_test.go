@@ -23,7 +23,7 @@ func TestScaleAnswersAsTheCoordinatorDoes(t *testing.T) {
 	sm.waitBook(coord, 2)
 	ctx := context.Background()
 	c := apiClient(t, asker, testOwner(0))
-	rec, err := c.Submit(ctx, market.JobSpec{Cards: 2, MaxPriceCNY: 20, Elastic: &market.Elastic{Min: 1, Max: 2},
+	rec, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, Cards: 2, MaxPriceCNY: 20, Elastic: &market.Elastic{Min: 1, Max: 2},
 		Command: []string{"sleep", "300"}})
 	if err != nil {
 		t.Fatal(err)

@@ -109,7 +109,8 @@ func (ls *lanes) run(to peer.ID, l *lane) {
 // send encodes the market's messages, groups them by destination and
 // queues them on their lanes without blocking the driver. Messages beyond
 // a lane's bound are dropped: the market retries what matters. It runs on
-// the driver.
+// the driver, or, for messages a commit released (commit.go), on the
+// goroutine that saw the commit: it reads no state of the driver's.
 func (n *Node) send(msgs []market.Message) {
 	if len(msgs) == 0 || n.ctx.Err() != nil {
 		return
@@ -198,7 +199,13 @@ func (n *Node) receive(m gossip.Message) {
 	if r, ok := msg.Payload.(*market.Renewal); ok {
 		n.stages.renewed(r.Job, time.Now())
 	}
-	if !n.post(func() { n.step(market.MessageReceived{Now: time.Now(), Message: msg}) }) && n.ctx.Err() == nil {
+	if !n.post(func() {
+		after := n.receiptsIn(&msg)
+		n.step(market.MessageReceived{Now: time.Now(), Message: msg})
+		if after != nil {
+			after()
+		}
+	}) && n.ctx.Err() == nil {
 		n.log.Warn("input queue full; market message dropped", "from", m.Sender, "type", msg.Payload.Type())
 	}
 }

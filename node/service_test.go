@@ -26,7 +26,7 @@ func TestServiceReplicasSpreadAndSurviveALoss(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 8)
-	spec := market.JobSpec{ID: "svc", Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "svc", Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestDrainMovesReplicasWithoutAGap(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 3)
-	spec := market.JobSpec{ID: "web", Kind: market.KindService, Replicas: 2, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "web", Kind: market.KindService, Replicas: 2, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
 	if _, err := coord.Submit(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 		st.Node.Addrs = append(st.Node.Addrs, a.String())
 	}
 	for _, s := range n.mk.Cards() {
-		st.Node.Cards = append(st.Node.Cards, api.Card{Card: s.Card, Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
+		st.Node.Cards = append(st.Node.Cards, api.Card{Card: s.Card, Simulated: s.Card.Simulated(), Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
 	}
 	st.Warnings = append(st.Warnings, metrics.CardWarnings(st.Node.Cards)...)
 

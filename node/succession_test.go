@@ -35,7 +35,7 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	// does the skipped member join the group, out of the coordinator's
 	// reach.
 	sm.neverCoordinate(runner, skipped)
-	if _, err := successor.Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := successor.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	sm.net.Cut(coord.ID(), skipped.ID())
@@ -93,7 +93,7 @@ func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
 	id := "cut-with-its-runner"
 	order := market.Coordinators(id, coords, 3)
 	coord, successor := sm.byID(order[0]), sm.byID(order[1])
-	if _, err := sm.nodes[3].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := sm.nodes[3].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, coord, id, 20*time.Second, market.JobRunning)
@@ -167,7 +167,7 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 	sm.agreeCoordinators(nil)
 	coords := peerIDs(sm.nodes)
 	id := firstID("alone", func(id string) bool { return market.Coordinators(id, coords, 1)[0] != holder.ID().String() })
-	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, sm.nodes[0], id, 20*time.Second, market.JobRunning)
@@ -211,7 +211,7 @@ func TestOrphanedJobIsTakenOverByItsGroup(t *testing.T) {
 	for _, n := range sm.nodes[:3] {
 		sm.waitBook(n, 1)
 	}
-	if _, err := runner.Submit(context.Background(), market.JobSpec{ID: "orphan-me", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "orphan-me", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	rec := waitState(t, runner, "orphan-me", 20*time.Second, market.JobRunning)
@@ -281,7 +281,7 @@ func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
 	sm.agreeCoordinators(nil)
 	ids := peerIDs(sm.nodes)
 	id := firstID("svc", func(id string) bool { return market.Coordinators(id, ids, 1)[0] == coord.ID().String() })
-	if _, err := sm.nodes[1].Submit(context.Background(), market.JobSpec{ID: id, Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+	if _, err := sm.nodes[1].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Kind: market.KindService, Replicas: 3, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
 	}
 	var own market.Placement

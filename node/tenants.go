@@ -74,7 +74,7 @@ const grantTTL = 10 * time.Minute
 
 // ownerKinds are the calls that act for an owner and must carry the
 // owner's signed request.
-var ownerKinds = map[string]bool{kindCancel: true, kindScale: true, kindLogs: true, kindCheckpointOwner: true, kindJobsList: true}
+var ownerKinds = map[string]bool{kindCancel: true, kindScale: true, kindLogs: true, kindCheckpointOwner: true, kindJobsList: true, kindFiles: true}
 
 // sealedCall is a call made for an owner: the owner's signed request, the
 // body it covers, and the call's own data.
@@ -151,6 +151,8 @@ func ownerRequest(req any) (method, target string, body []byte) {
 		return http.MethodGet, "/v1/jobs/" + r.Job + "/logs", nil
 	case checkpointQuery:
 		return http.MethodGet, "/v1/jobs/" + r.Job + "/checkpoint", nil
+	case filesRequest:
+		return http.MethodGet, "/v1/jobs/" + r.Job + "/files", nil
 	case jobsListRequest:
 		return http.MethodGet, "/v1/jobs", nil
 	}
@@ -176,6 +178,7 @@ func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(st
 	var job string
 	var scale scaleRequest
 	var query checkpointQuery
+	var files filesRequest
 	switch req.Kind {
 	case kindCancel:
 		err = strictJSON(sc.Call, &job)
@@ -189,6 +192,9 @@ func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(st
 	case kindCheckpointOwner:
 		err = strictJSON(sc.Call, &query)
 		job = query.Job
+	case kindFiles:
+		err = strictJSON(sc.Call, &files)
+		job = files.Job
 	}
 	if err != nil {
 		return true, asCallError(api.Errorf(http.StatusBadRequest, "%s: %v", req.Kind, err))
@@ -199,8 +205,11 @@ func (n *Node) guardCall(ctx context.Context, req *gossip.Message, reply func(st
 		}
 		return true, asCallError(err)
 	}
-	if req.Kind == kindCheckpointOwner {
+	switch req.Kind {
+	case kindCheckpointOwner:
 		return true, n.serveOwnerCheckpoint(req.Sender, query, reply)
+	case kindFiles:
+		return true, n.serveFiles(ctx, req.Sender, files, reply)
 	}
 	return false, nil
 }
@@ -213,7 +222,7 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 		return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner's signed request: %v", kind, job, err)
 	}
 	rec, ok := n.view.job(job)
-	if !ok && kind == kindLogs {
+	if !ok && (kind == kindLogs || kind == kindFiles) { // a runner may hold no record
 		var err error
 		if rec, err = n.Job(context.WithoutCancel(ctx), job); err == nil {
 			ok = true
@@ -243,6 +252,8 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 			return api.Errorf(http.StatusUnauthorized, "scale of job %s to %s: the owner signed another request", job, text.Count(cards, "card"))
 		}
 		return nil
+	case kindFiles:
+		return want(http.MethodGet, "/v1/jobs/"+job+"/files")
 	}
 	if p.Method != http.MethodGet {
 		return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner signed a %s, not a read", kind, job, p.Method)
@@ -316,6 +327,9 @@ var (
 	_ api.SignedSubmitter  = tenantAPI{}
 	_ api.CheckpointReader = tenantAPI{}
 	_ api.JobLister        = tenantAPI{}
+	_ api.PayloadStore     = tenantAPI{}
+	_ api.FileCopier       = tenantAPI{}
+	_ api.SecretStore      = tenantAPI{}
 )
 
 // callerOwner is the owner an API request authenticated as. A request

@@ -77,7 +77,8 @@ func TestOwnersReadAndSteerOnlyTheirOwnJobsThroughAnyPeer(t *testing.T) {
 	ctx := context.Background()
 
 	rec, err := apiClient(t, sm.nodes[1], alice).Submit(ctx, market.JobSpec{
-		Cards: 1, MaxPriceCNY: 20, Elastic: &market.Elastic{Min: 1, Max: 2},
+		AllowSimulated: true,
+		Cards:          1, MaxPriceCNY: 20, Elastic: &market.Elastic{Min: 1, Max: 2},
 		Command: []string{"sh", "-c", "echo secret-of-alice; echo 7 > $GPUMESH_CHECKPOINT_DIR/step; sleep 300"},
 	})
 	if err != nil {
@@ -220,7 +221,7 @@ func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 	entry, coord := sm.nodes[1], sm.nodes[0]
 	sm.neverCoordinate(entry)
 	ctx := context.Background()
-	spec := market.JobSpec{ID: "j-forged", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "j-forged", Cards: 1, MaxPriceCNY: 20, Command: []string{"true"}}
 
 	signed, err := market.SignSpec(*alice, entry.mesh.Network(), spec, time.Now())
 	if err != nil {
@@ -250,7 +251,7 @@ func TestForgedOrUnsignedSpecsAreRefused(t *testing.T) {
 		if !ok {
 			s = market.SignedSpec{Spec: spec}
 		}
-		req := submitRequest{Spec: s.Spec, Origin: entry.ID().String()}
+		req := submitRequest{Spec: s.Spec}
 		if s.Signed() {
 			req.Signature = &s.Signature
 		}
@@ -281,7 +282,7 @@ func TestBareSpecGetsTheDefaultMaxPrice(t *testing.T) {
 	}), "", "a100-80g:1")
 	entry := sm.nodes[0]
 	sm.waitBook(entry, 1)
-	want, err := market.DefaultMaxPrice(&market.JobSpec{Models: []string{"a100-80g"}}, nil)
+	want, err := market.DefaultMaxPrice(&market.JobSpec{AllowSimulated: true, Models: []string{"a100-80g"}}, nil)
 	if err != nil || want <= 0 {
 		t.Fatalf("default max price of an a100-80g: %v %v", want, err)
 	}
@@ -346,7 +347,7 @@ func TestSuppliersRefuseAwardsWithoutTheOwnersSignature(t *testing.T) {
 	coord := sm.nodes[0]
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 2)
-	spec := market.JobSpec{ID: "j-unsigned", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo ran"}}
+	spec := market.JobSpec{AllowSimulated: true, ID: "j-unsigned", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "echo ran"}}
 	var stepErr error
 	if err := coord.do(context.Background(), func() {
 		stepErr = coord.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec})
@@ -392,7 +393,7 @@ func TestPolicyDeclineShowsInExplain(t *testing.T) {
 	sm.neverCoordinate(sm.nodes[1:]...)
 	sm.waitBook(coord, 2)
 	ctx := context.Background()
-	if _, err := coord.Submit(ctx, market.JobSpec{ID: "j-policy", Cards: 1, MaxPriceCNY: 50, Network: market.NetworkEgress, Command: []string{"true"}}); err != nil {
+	if _, err := coord.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "j-policy", Cards: 1, MaxPriceCNY: 50, Network: market.NetworkEgress, Command: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{

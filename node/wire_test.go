@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/internal/wireschema"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/probe"
 )
 
 // testdata/wire/vN/ holds version N of the node's calls: schema.txt, the
@@ -31,7 +32,8 @@ func rpcSamples() map[string]any {
 	at := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	return map[string]any{
 		kindSubmit: &submitRequest{Spec: market.JobSpec{ID: "j1", Cards: 2, Models: []string{"h100-sxm-80g"}, MaxPriceCNY: 25,
-			Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"}}, Origin: "12D3KooWorigin"},
+			Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"},
+			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}}},
 		kindGet:    ptr("j1"),
 		kindCancel: ptr("j1"),
 		kindScale:  &scaleRequest{Job: "j1", Cards: 8},
@@ -44,12 +46,21 @@ func rpcSamples() map[string]any {
 		kindCheckpointOwner: &checkpointQuery{Job: "j1", Share: 0},
 		kindRelease:         &claimRequest{Job: "j1", Term: 3},
 		kindJobsList:        &jobsListRequest{},
+		kindFiles:           &filesRequest{Job: "j1", Share: 0, Epoch: 3, Path: "outputs/model.bin"},
+		kindSecrets:         &secretsRequest{Job: "j1", Share: 0, Epoch: 3},
+		kindPayloadHold: &payloadHold{Spec: market.JobSpec{ID: "j1", Owner: "o1owner", Cards: 1, MaxPriceCNY: 25, Command: []string{"sh", "run.sh"},
+			Payload: &market.PayloadRef{Manifest: "sha256:" + strings.Repeat("cd", 32), Size: 45 << 30, Holder: "12D3KooWholder"}},
+			Signature: market.SpecSignature{SignedAt: at, Sig: make([]byte, 64)}},
+		kindReceipts: ptr("j1"),
+		probe.KindChallenge: &probe.Challenge{Nonce: [32]byte{1, 2, 3}, Blocks: 4096,
+			Work: map[string]probe.Work{"h100-sxm-80g": {Words: 16 << 20, Rounds: 1000}}},
 	}
 }
 
 // rpcReplies are the reply frames' types.
 func rpcReplies() map[string]any {
-	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, "sealed-call": &sealedCall{}}
+	return map[string]any{kindRecord: &market.JobRecord{}, kindClaimed: &claimReply{}, kindCheckpointGrant: &checkpointGrant{}, "sealed-call": &sealedCall{},
+		kindReceipts: &[][]byte{}, probe.KindAnswer: &probe.Answer{}, kindFilesGrant: &filesGrant{}, kindSecretsReply: &heldSecrets{}}
 }
 
 func ptr[T any](v T) *T { return &v }

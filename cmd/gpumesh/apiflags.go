@@ -129,6 +129,10 @@ func apiError(err error, flags map[string]string) error {
 		return fmt.Errorf("the node refused the request: %s (your owner key: --key or $%s; `gpumesh key show` prints its ID)", ae.Message, envKey)
 	case errors.Is(err, client.ErrForbidden):
 		return fmt.Errorf("%s (`gpumesh key show` prints the owner you act as)", ae.Message)
+	case errors.Is(err, client.ErrNoRoom):
+		if flag, _ := flagFor(flags, ae.Field); flag != "" {
+			return fmt.Errorf("%s: %s", flag, ae.Message)
+		}
 	}
 	return errors.New(ae.Message)
 }

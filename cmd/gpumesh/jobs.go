@@ -174,6 +174,9 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		line("ENDED", stamp(now, j.EndedAt))
 	}
 	line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	if j.Spec.AllowSimulated {
+		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
+	}
 	if cp := newestCheckpoint(j); cp != nil {
 		line("CHECKPOINT", fmt.Sprintf("share %d epoch %d, %s (%s new), on %s, %s",
 			cp.Share, cp.Epoch, text.Bytes(cp.Bytes), text.Bytes(cp.NewBytes), text.Count(len(cp.Holders), "node"), stamp(now, cp.At)))
@@ -188,6 +191,9 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 			reach += ", and /" + j.ID + "/ on every --ingress"
 		}
 		line("SERVICE", fmt.Sprintf("port %d, ready on %s; reached at %s", sv.Port, probe, reach))
+	}
+	for _, p := range keptOutputs(j) {
+		line("OUTPUTS", fmt.Sprintf("share %d epoch %d, kept on %s: gpumesh cp %s:PATH DEST", p.Share, p.Epoch, shortID(p.Node), j.ID))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -204,6 +210,10 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		if why == "" {
 			why = string(p.Cause)
 		}
+		model := cell(p.Model)
+		if p.Simulated {
+			model += " (simulated)"
+		}
 		state := string(p.State)
 		if j.Spec.Service != nil && p.State == market.PlacementRunning && !p.Ready {
 			// A service's replica runs only once its readiness probe answers.
@@ -213,7 +223,7 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Share, p.Epoch, shortID(p.Node), len(p.Cards),
-			cell(p.Model), cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
+			model, cell(state), cny(p.PriceCNY), cny(p.CostCNY), exitCode(p.ExitCode), cell(why))
 	}
 	return tw.Flush()
 }
@@ -288,4 +298,27 @@ func newestCheckpoint(j market.JobRecord) *market.Checkpoint {
 		}
 	}
 	return best
+}
+
+// keptOutputs are, for each share that no attempt runs, the newest ended
+// attempt whose node keeps what it left in its working directory.
+func keptOutputs(j market.JobRecord) []market.Placement {
+	newest := map[int]market.Placement{}
+	running := map[int]bool{}
+	for _, p := range j.Placements {
+		if p.State == market.PlacementRunning {
+			running[p.Share] = true
+		}
+		if b, ok := newest[p.Share]; p.Outputs != "" && (!ok || p.Epoch > b.Epoch) {
+			newest[p.Share] = p
+		}
+	}
+	var out []market.Placement
+	for share, p := range newest {
+		if !running[share] {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b market.Placement) int { return a.Share - b.Share })
+	return out
 }

@@ -349,3 +349,22 @@ func TestJobsNoteWhenAMemberDidNotAnswer(t *testing.T) {
 		t.Errorf("all answered: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// A share that ended and left its working directory kept says where, and
+// how to copy from it; a share that runs says nothing of it.
+func TestJobShowsKeptOutputs(t *testing.T) {
+	n := newFakeNode(t)
+	j := runningJob()
+	j.Placements[1].State = market.PlacementExited
+	j.Placements[1].Outputs = "sha256:" + strings.Repeat("c", 64)
+	j.Placements[0].Outputs = "sha256:" + strings.Repeat("d", 64) // an earlier attempt's, the share runs again
+	j.Placements = append(j.Placements, market.Placement{Share: 0, Epoch: 3, Node: nodeB, State: market.PlacementRunning})
+	n.b.AddJob(j)
+	_, out, _ := n.run("job", "jtrain")
+	if got, want := fields(out)["OUTPUTS"], "share 1 epoch 2, kept on "+shortID(nodeB)+": gpumesh cp jtrain:PATH DEST"; got != want {
+		t.Errorf("OUTPUTS = %q, want %q\n%s", got, want, out)
+	}
+	if strings.Count(out, "OUTPUTS") != 1 {
+		t.Errorf("want one OUTPUTS line:\n%s", out)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
@@ -44,6 +45,7 @@ type nodeFlags struct {
 	noNAT       bool
 	reach       string
 	coordinator string
+	verify      string
 	isolation   string
 	keepDirs    bool
 	drain       time.Duration
@@ -51,6 +53,8 @@ type nodeFlags struct {
 	ckptMaxMiB  int
 	storeMax    string
 	keepOutputs time.Duration
+	maxPayload  string
+	ownerQuota  string
 	policy      policyFlags
 	log         *logFlags
 	configFile  string
@@ -185,12 +189,15 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.BoolVar(&f.noNAT, "no-nat", false, "turn off NAT traversal (AutoNAT, relays, hole punching)")
 	fl.StringVar(&f.reach, "reachability", string(mesh.ReachabilityAuto), "whether peers can dial this node: auto (AutoNAT asks public peers), public (relay for peers behind NAT: for a node at a public address whose peers are all behind NAT) or private")
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
+	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
 	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
 	fl.StringVar(&f.storeMax, "store-max", "", "the most the content store (checkpoints, and what this node holds for others' jobs) may take: a `SIZE` such as 200GiB (default: half of what the data dir's file system could give it, at most a quarter of the disk)")
-	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints of a job that ended are kept")
+	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints, payload and outputs of a job that ended are kept")
+	fl.StringVar(&f.maxPayload, "max-payload", "", "the largest payload this node takes from an owner, or holds for a job it coordinates: a `SIZE` such as 50GiB (default: no limit but --store-max and --owner-quota)")
+	fl.StringVar(&f.ownerQuota, "owner-quota", "", "the most this node keeps of payloads for one owner: a `SIZE` such as 100GiB (default: half of --store-max)")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
@@ -231,6 +238,11 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	if cfg.Coordinator, err = node.ParseCoordinatorMode(f.coordinator); err != nil {
 		return cfg, usagef("--coordinator: %v", err)
 	}
+	if f.verify != "" {
+		if cfg.Verify, err = market.ParseVerifyMode(f.verify); err != nil {
+			return cfg, usagef("--verify: %v", err)
+		}
+	}
 	if f.ckptEvery <= 0 {
 		return cfg, usagef("--checkpoint-interval %v: want a positive duration, such as 30s", f.ckptEvery)
 	}
@@ -244,6 +256,19 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 			return cfg, usagef("--store-max %q: want a size such as 200GiB", f.storeMax)
 		}
 		cfg.StoreMax = n
+	}
+	for _, s := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--max-payload", f.maxPayload, &cfg.MaxPayload}, {"--owner-quota", f.ownerQuota, &cfg.OwnerQuota}} {
+		if s.v == "" {
+			continue
+		}
+		n, err := parseBytes(s.v)
+		if err != nil || n <= 0 {
+			return cfg, usagef("%s %q: want a size such as 50GiB", s.flag, s.v)
+		}
+		*s.to = n
 	}
 	if f.keepOutputs <= 0 {
 		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)

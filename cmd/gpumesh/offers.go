@@ -121,7 +121,11 @@ func writeOffersTable(w io.Writer, offers []api.Offer) error {
 		if o.Self {
 			node += " (self)"
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d GiB\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(o.Model), o.Free, o.Total, o.MemoryMiB>>10, cu,
+		model := cell(o.Model)
+		if o.Simulated {
+			model += " (simulated)"
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d GiB\t%s\t%s\t%s\t%s\t%s\t%s\n", model, o.Free, o.Total, o.MemoryMiB>>10, cu,
 			cny(o.PriceCNY), perCU, reliability(o.Reliability), cell(o.Region), node)
 	}
 	return tw.Flush()

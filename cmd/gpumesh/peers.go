@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,7 +78,20 @@ func writePeersTable(w io.Writer, peers []api.Peer, now time.Time) error {
 			addr = p.Addrs[0]
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", id, cell(p.State), cell(p.Region), p.Cards, p.FreeCards,
-			cell(strings.Join(p.Models, ",")), heard, conn, cell(addr))
+			cell(peerModels(p)), heard, conn, cell(addr))
 	}
 	return tw.Flush()
+}
+
+// peerModels lists a peer's models, each simulated one marked so:
+// "h100-sxm-80g(simulated),rtx4090-24g".
+func peerModels(p api.Peer) string {
+	out := make([]string, len(p.Models))
+	for i, m := range p.Models {
+		out[i] = m
+		if slices.Contains(p.SimulatedModels, m) {
+			out[i] += "(simulated)"
+		}
+	}
+	return strings.Join(out, ",")
 }

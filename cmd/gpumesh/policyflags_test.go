@@ -348,7 +348,22 @@ func TestNodeCheckpointFlags(t *testing.T) {
 		}
 	}
 	f.storeMax = "3GiB"
-	if cfg, err := f.config(e); err != nil || cfg.StoreMax != 3<<30 || cfg.CheckpointLimit != 0 {
-		t.Errorf("--store-max 3GiB: store max %d, checkpoint limit %d, %v", cfg.StoreMax, cfg.CheckpointLimit, err)
+	if cfg, err := f.config(e); err != nil || cfg.StoreMax != 3<<30 || cfg.CheckpointLimit != 0 || cfg.MaxPayload != 0 || cfg.OwnerQuota != 0 {
+		t.Errorf("--store-max 3GiB: store max %d, checkpoint limit %d, max payload %d, owner quota %d, %v",
+			cfg.StoreMax, cfg.CheckpointLimit, cfg.MaxPayload, cfg.OwnerQuota, err)
+	}
+	for _, c := range []struct{ max, quota, want string }{
+		{"huge", "", `--max-payload "huge": want a size such as 50GiB`},
+		{"", "-1GiB", `--owner-quota "-1GiB": want a size such as 50GiB`},
+	} {
+		f.maxPayload, f.ownerQuota = c.max, c.quota
+		_, err := f.config(e)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--max-payload %q --owner-quota %q: %v; want a usage error saying %q", c.max, c.quota, err, c.want)
+		}
+	}
+	f.maxPayload, f.ownerQuota = "50GiB", "100GiB"
+	if cfg, err := f.config(e); err != nil || cfg.MaxPayload != 50<<30 || cfg.OwnerQuota != 100<<30 {
+		t.Errorf("--max-payload 50GiB --owner-quota 100GiB: %d, %d, %v", cfg.MaxPayload, cfg.OwnerQuota, err)
 	}
 }

@@ -24,6 +24,7 @@ type submitOptions struct {
 	perNode     int
 	oneNode     bool
 	mixedModels bool
+	allowSim    bool
 	maxPrice    float64
 	maxPriceSet bool // --max-price was given
 	preemptible bool
@@ -57,6 +58,7 @@ var specFlags = map[string]string{
 	"layout":             "--per-node/--one-node",
 	"layout.per_node":    "--per-node",
 	"mixed_models":       "--mixed-models",
+	"allow_simulated":    "--allow-simulated",
 	"max_price_cny":      "--max-price",
 	"kind":               "--preemptible/--service",
 	"replicas":           "--replicas",
@@ -69,6 +71,8 @@ var specFlags = map[string]string{
 	"command":            "COMMAND",
 	"env":                "--env",
 	"payload":            "--payload",
+	"data":               "--input/--output/--secret",
+	"data.secrets":       "--secret",
 	"network":            "--net",
 	"memory_bytes":       "--memory",
 	"pids":               "--pids",
@@ -81,7 +85,7 @@ var specFlags = map[string]string{
 // reports whether the max price was defaulted. Every error is a usage error
 // naming the flag; nothing is sent anywhere.
 func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defaultedPrice bool, err error) {
-	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, Command: o.command}
+	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, AllowSimulated: o.allowSim, Command: o.command}
 	if o.gpus == 0 {
 		return spec, false, usagef("--gpus: required: the number of cards, 1 to %d", market.MaxCards)
 	}

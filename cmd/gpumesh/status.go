@@ -114,7 +114,11 @@ func writeStatus(w io.Writer, st *api.Status) error {
 				health += ": " + oneLine(c.Health.Reason)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", head, oneLine(c.Model), oneLine(c.ID), oneLine(doing), health)
+		model := oneLine(c.Model)
+		if c.Simulated {
+			model += " (simulated)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", head, model, oneLine(c.ID), oneLine(doing), health)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

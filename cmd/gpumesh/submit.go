@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
 )
@@ -20,6 +22,7 @@ func newSubmitCommand(e env) *cobra.Command {
 		o        submitOptions
 		af       apiFlags
 		payload  string
+		df       dataFlags
 		wait     bool
 		asJSON   bool
 		retryFor time.Duration
@@ -47,6 +50,9 @@ all cards on one node. The cards a job gets on one node (a share) are of
 one model, whatever --model allows; --mixed-models lets a share mix models
 (its placement's model then lists them, such as a100-80g+rtx4090-24g).
 Shares on different nodes may be of different models: --model pins them.
+Simulated cards (a supplier's gpumesh node --sim: catalog figures, no
+hardware) are never offered to a job unless it says --allow-simulated; a job
+only simulated cards could take waits in pending, saying so.
 
 Price: --max-price is the most paid per card-hour, in CNY. When it is not
 given, the default is the highest price suppliers ask by default (the
@@ -68,9 +74,29 @@ answers: an HTTP GET of --ready-path (2xx or 3xx), or without it a TCP
 connect to PORT. --public lets nodes started with --ingress ADDR serve it
 to anyone at http://ADDR/JOB_ID/….
 
---payload DIR packs the directory (regular files and directories; a link
-to a file inside it is packed as a copy; links leaving it are refused; at
-most 64 MiB packed) and unpacks it into the job's working directory.
+--payload DIR sends the directory to the node and has it restored into the
+job's working directory before the command starts: files, directories and
+links inside it (a link leaving it is refused), of any size. It travels as
+content-addressed chunks: this machine computes the tree's manifest, the
+node says which chunks it lacks, and only those are sent; a dataset sent
+before (a second job with the same data) sends nothing new. The spec names
+the manifest's digest, which your signature covers: a supplier runs those
+bytes or none. The node keeps the payload while the job lives, and for
+its --keep-outputs after (24h by default); a node may limit payloads
+(--max-payload) and what it keeps for one owner (--owner-quota), each
+refused with 413 naming the limit. The upload needs your owner key.
+
+--input SRC[:PATH] stages SRC into the working directory (at PATH, default
+the directory itself) before the command starts: s3://BUCKET/PREFIX (every
+object under it), or a local directory, sent as --payload sends one.
+--output PATH:s3://BUCKET/PREFIX sends a file or directory of the working
+directory to object storage after the command ends. Their credentials are
+secrets: --secret NAME[=VALUE] (the value from your environment when not
+given) sends a value to the node, which keeps it out of the job's record
+and hands it only to the job's runners, as an environment variable; the
+storage is reached with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
+AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL for another S3 server). The
+supplier running the job can read its secrets: give scoped keys.
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.
@@ -136,6 +162,17 @@ submitted.`,
 			if err != nil {
 				return err
 			}
+			data, secrets, local, err := df.data(e.getenv)
+			if err != nil {
+				return err
+			}
+			payloadPath := "."
+			if local != nil {
+				if payload != "" {
+					return usagef("--input %s and --payload %s: a job takes one local directory", local.dir, payload)
+				}
+				payload, payloadPath = local.dir, local.path
+			}
 			if retryFor < 0 {
 				return usagef("--retry-for %v: want 0 (never) or more", retryFor)
 			}
@@ -147,16 +184,35 @@ submitted.`,
 			}
 			defer c.CloseIdleConnections()
 			if payload != "" {
-				archive, err := client.PackDir(payload, market.MaxPayloadBytes)
+				p, err := client.ScanPayload(cmd.Context(), payload)
 				if err != nil {
-					return usagef("--payload: %v", err)
+					return usagef("%s: %v", payloadFlag(local), err)
 				}
-				ref, err := c.PutPayload(cmd.Context(), archive)
-				if err != nil {
-					return apiError(err, map[string]string{"": "--payload"})
+				st, err := c.UploadPayload(cmd.Context(), p)
+				var ae *client.APIError
+				switch {
+				case errors.As(err, &ae):
+					return apiError(err, map[string]string{"": payloadFlag(local), "payload": payloadFlag(local)})
+				case err != nil:
+					return fmt.Errorf("%s: %w", payloadFlag(local), apiError(err, nil))
 				}
-				spec.Payload = &ref
+				fmt.Fprintf(e.stderr, "gpumesh: payload %s: %s, %s; sent %s (%s)\n", payload,
+					text.Count(st.Files, "file"), text.Bytes(st.Bytes), text.Bytes(st.UploadedBytes), sentWhy(st))
+				spec.Payload = &st.Ref
+				if payloadPath != "." {
+					spec.Payload.Path = payloadPath
+				}
 			}
+			if len(secrets) > 0 {
+				ref, err := c.PutSecrets(cmd.Context(), secrets)
+				if err != nil {
+					return apiError(err, map[string]string{"": "--secret", "values": "--secret"})
+				}
+				data.Secrets = &ref
+				fmt.Fprintf(e.stderr, "gpumesh: %s (%s) given to the node; only the job's runners receive them\n",
+					text.Plural(len(ref.Names), "secret", "secrets"), strings.Join(ref.Names, ", "))
+			}
+			spec.Data = data
 			if defaulted {
 				fmt.Fprintf(e.stderr, "gpumesh: no --max-price: paying at most %.2f CNY per card-hour (the highest default price among the allowed models)\n", spec.MaxPriceCNY)
 			}
@@ -187,6 +243,7 @@ submitted.`,
 	f.IntVar(&o.perNode, "per-node", 0, "exactly N cards on each node used (a gang job)")
 	f.BoolVar(&o.oneNode, "one-node", false, "all cards on one node")
 	f.BoolVar(&o.mixedModels, "mixed-models", false, "let one node's share hold cards of more than one model (default: one model per share)")
+	f.BoolVar(&o.allowSim, "allow-simulated", false, "let the job run on simulated cards (suppliers started with gpumesh node --sim); for demos and tests")
 	f.Float64Var(&o.maxPrice, "max-price", 0, "most paid per card-hour in CNY (default: see above)")
 	f.BoolVar(&o.preemptible, "preemptible", false, "run cheaper; may be stopped and placed again for on-demand jobs")
 	f.BoolVar(&o.service, "service", false, "a service: keeps running until cancelled; replaced when a copy exits")
@@ -202,7 +259,10 @@ submitted.`,
 	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
-	f.StringVar(&payload, "payload", "", "pack `DIR` and unpack it into the job's working directory")
+	f.StringVar(&payload, "payload", "", "send `DIR` (as chunks the node lacks) and restore it into the job's working directory")
+	f.StringArrayVar(&df.inputs, "input", nil, "stage `SRC[:PATH]` into the working directory (PATH, default the directory itself) before the command starts: s3://BUCKET/PREFIX, or a local directory sent as --payload is (repeatable)")
+	f.StringArrayVar(&df.outputs, "output", nil, "send `PATH:s3://BUCKET/PREFIX` (a file or directory of the working directory) to object storage after the command ends (repeatable)")
+	f.StringArrayVar(&df.secrets, "secret", nil, "give the job's runners the secret `NAME[=VALUE]` as an environment variable (the value from your environment when not given; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION reach --input/--output's storage) (repeatable)")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
 	f.DurationVar(&retryFor, "retry-for", client.DefaultSubmitRetry, "submit again with the same ID while the node answers 429 or 503, for at most this long (0: never)")
@@ -310,4 +370,23 @@ func waitNotes(w io.Writer) func(market.JobRecord) {
 			said = line
 		}
 	}
+}
+
+// sentWhy says why an upload sent what it sent.
+func sentWhy(st client.PayloadStats) string {
+	switch {
+	case st.Uploaded == 0:
+		return "the node held all of it"
+	case st.UploadedBytes < st.Bytes:
+		return fmt.Sprintf("%s of %s the node lacked", text.Count(st.Uploaded, "chunk"), text.Count(st.Chunks, "chunk"))
+	}
+	return text.Count(st.Uploaded, "chunk")
+}
+
+// payloadFlag names the flag a local directory came with.
+func payloadFlag(local *localInput) string {
+	if local != nil {
+		return "--input"
+	}
+	return "--payload"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/api/client/clienttest"
 )
 
 var jobIDPattern = regexp.MustCompile(`^j[0-9a-z]{16}$`)
@@ -167,16 +169,24 @@ func TestSubmitPayload(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	if want := "gpumesh: payload " + dir + ": 2 files, 16 bytes; sent 16 bytes (2 chunks)\n"; errOut != want {
+		t.Errorf("stderr %q, want %q", errOut, want)
+	}
 	spec := n.b.Submitted()[0]
-	want, err := client.PackDir(dir, 0)
+	p, err := client.ScanPayload(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Payload == nil || spec.Payload.Digest != client.PayloadDigest(want) || spec.Payload.Size != int64(len(want)) {
+	if spec.Payload == nil || spec.Payload.Manifest != p.Manifest().String() || spec.Payload.Size != 16 || spec.Payload.Holder != clienttest.Coordinator {
 		t.Fatalf("spec payload %+v", spec.Payload)
 	}
-	if got, ok := n.b.Payload(spec.Payload.Digest); !ok || string(got) != string(want) {
-		t.Error("the node does not hold the packed directory")
+	if got, ok := n.b.Payload(spec.Payload.Manifest); !ok || string(got["train.py"]) != "print('hi')\n" || string(got["data/x.csv"]) != "1,2\n" {
+		t.Error("the node does not hold the directory")
+	}
+	// The same directory again sends nothing.
+	code, _, errOut = n.run("submit", "--gpus", "1", "--max-price", "5", "--payload", dir, "--", "python", "train.py")
+	if want := "gpumesh: payload " + dir + ": 2 files, 16 bytes; sent 0 bytes (the node held all of it)\n"; code != 0 || errOut != want {
+		t.Errorf("second submit: exit %d, stderr %q, want %q", code, errOut, want)
 	}
 }
 
@@ -256,5 +266,34 @@ func TestSubmitRetriesAnUnavailableNodeWithTheSameID(t *testing.T) {
 	code, _, errOut = n.run("submit", "--gpus", "1", "--max-price", "5", "--retry-for", "-1s", "true")
 	if code != exitUsage || !strings.Contains(errOut, "--retry-for") {
 		t.Errorf("--retry-for -1s: exit %d, %q", code, errOut)
+	}
+}
+
+// A payload the node refuses is not submitted: over the owner's quota the
+// node's 413 names the quota (exit 2, naming --payload), and an upload
+// without the owner's key gets the 403's message (exit 1).
+func TestSubmitPayloadRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "train.py"), "print('hi')\n")
+	for _, c := range []struct {
+		err  error
+		code int
+		want string
+	}{
+		{&api.HTTPError{Status: http.StatusRequestEntityTooLarge, Field: "payload",
+			Err: fmt.Errorf("payload of 12 bytes: over the owner's quota on this node: owner o1abc keeps 4.0 MiB of payloads here, and may keep 4 MiB (gpumesh node --owner-quota)")},
+			exitUsage, "gpumesh: --payload: payload of 12 bytes: over the owner's quota on this node: owner o1abc keeps 4.0 MiB of payloads here, and may keep 4 MiB (gpumesh node --owner-quota)\n"},
+		{&api.HTTPError{Status: http.StatusForbidden, Err: fmt.Errorf("a payload upload needs the owner's key")},
+			1, "gpumesh: a payload upload needs the owner's key (`gpumesh key show` prints the owner you act as)\n"},
+	} {
+		n := newFakeNode(t)
+		n.b.FailNextPayload(c.err)
+		code, out, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--payload", dir, "--", "python", "train.py")
+		if code != c.code || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, %q", c.err, code, out, errOut, c.code, c.want)
+		}
+		if s := n.b.Submitted(); len(s) != 0 {
+			t.Errorf("%v: the node got %d submits", c.err, len(s))
+		}
 	}
 }

@@ -325,8 +325,17 @@ type CardGroup struct {
 	Busy     uint32 `protobuf:"varint,7,opt,name=busy,proto3" json:"busy,omitempty"`
 	// price_cny_per_hour is the asking price of one card for one hour, in CNY.
 	PriceCnyPerHour float64 `protobuf:"fixed64,8,opt,name=price_cny_per_hour,json=priceCnyPerHour,proto3" json:"price_cny_per_hour,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// simulated says the group holds simulated cards (gpumesh node --sim):
+	// catalog figures with no hardware behind them. Coordinators offer them
+	// only to jobs that allow simulated cards.
+	Simulated bool `protobuf:"varint,9,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	// evidence is what the cards' vendor library or tool reports of their
+	// hardware, one entry per card where the backend has it (none for
+	// simulated cards). A card UUID or serial claimed by two peers holds
+	// both back.
+	Evidence      []*CardEvidence `protobuf:"bytes,10,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CardGroup) Reset() {
@@ -415,6 +424,141 @@ func (x *CardGroup) GetPriceCnyPerHour() float64 {
 	return 0
 }
 
+func (x *CardGroup) GetSimulated() bool {
+	if x != nil {
+		return x.Simulated
+	}
+	return false
+}
+
+func (x *CardGroup) GetEvidence() []*CardEvidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+// CardEvidence is one card's hardware as its vendor's library or tool
+// reports it (NVML, amd-smi, ...). Fields the backend does not report are
+// empty or 0.
+type CardEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// uuid is the vendor's card UUID ("GPU-…" for NVIDIA).
+	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// serial is the board's serial number.
+	Serial string `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	// board_part_number is the board's part number ("692-2G520-0200-000").
+	BoardPartNumber string `protobuf:"bytes,3,opt,name=board_part_number,json=boardPartNumber,proto3" json:"board_part_number,omitempty"`
+	// pci_device_id is the PCI device and vendor ID as NVML reports it
+	// (0x233010DE: device 0x2330, vendor 0x10DE); pci_subsystem_id the
+	// subsystem ID.
+	PciDeviceId    uint32 `protobuf:"varint,4,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	PciSubsystemId uint32 `protobuf:"varint,5,opt,name=pci_subsystem_id,json=pciSubsystemId,proto3" json:"pci_subsystem_id,omitempty"`
+	// driver_version is the driver's version string ("550.54.15").
+	DriverVersion string `protobuf:"bytes,6,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
+	// memory_mib is the card's total memory.
+	MemoryMib uint64 `protobuf:"varint,7,opt,name=memory_mib,json=memoryMib,proto3" json:"memory_mib,omitempty"`
+	// max_sm_clock_mhz and max_mem_clock_mhz are the maximum graphics (SM)
+	// and memory clocks.
+	MaxSmClockMhz  uint32 `protobuf:"varint,8,opt,name=max_sm_clock_mhz,json=maxSmClockMhz,proto3" json:"max_sm_clock_mhz,omitempty"`
+	MaxMemClockMhz uint32 `protobuf:"varint,9,opt,name=max_mem_clock_mhz,json=maxMemClockMhz,proto3" json:"max_mem_clock_mhz,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CardEvidence) Reset() {
+	*x = CardEvidence{}
+	mi := &file_gossip_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CardEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CardEvidence) ProtoMessage() {}
+
+func (x *CardEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_gossip_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CardEvidence.ProtoReflect.Descriptor instead.
+func (*CardEvidence) Descriptor() ([]byte, []int) {
+	return file_gossip_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CardEvidence) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *CardEvidence) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CardEvidence) GetBoardPartNumber() string {
+	if x != nil {
+		return x.BoardPartNumber
+	}
+	return ""
+}
+
+func (x *CardEvidence) GetPciDeviceId() uint32 {
+	if x != nil {
+		return x.PciDeviceId
+	}
+	return 0
+}
+
+func (x *CardEvidence) GetPciSubsystemId() uint32 {
+	if x != nil {
+		return x.PciSubsystemId
+	}
+	return 0
+}
+
+func (x *CardEvidence) GetDriverVersion() string {
+	if x != nil {
+		return x.DriverVersion
+	}
+	return ""
+}
+
+func (x *CardEvidence) GetMemoryMib() uint64 {
+	if x != nil {
+		return x.MemoryMib
+	}
+	return 0
+}
+
+func (x *CardEvidence) GetMaxSmClockMhz() uint32 {
+	if x != nil {
+		return x.MaxSmClockMhz
+	}
+	return 0
+}
+
+func (x *CardEvidence) GetMaxMemClockMhz() uint32 {
+	if x != nil {
+		return x.MaxMemClockMhz
+	}
+	return 0
+}
+
 // Availability is how long and how reliably a node has been up.
 type Availability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -431,7 +575,7 @@ type Availability struct {
 
 func (x *Availability) Reset() {
 	*x = Availability{}
-	mi := &file_gossip_proto_msgTypes[4]
+	mi := &file_gossip_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +587,7 @@ func (x *Availability) String() string {
 func (*Availability) ProtoMessage() {}
 
 func (x *Availability) ProtoReflect() protoreflect.Message {
-	mi := &file_gossip_proto_msgTypes[4]
+	mi := &file_gossip_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +600,7 @@ func (x *Availability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Availability.ProtoReflect.Descriptor instead.
 func (*Availability) Descriptor() ([]byte, []int) {
-	return file_gossip_proto_rawDescGZIP(), []int{4}
+	return file_gossip_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Availability) GetUptimeS() uint64 {
@@ -504,7 +648,7 @@ const file_gossip_proto_rawDesc = "" +
 	"CapacityAd\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x122\n" +
 	"\x05cards\x18\x02 \x03(\v2\x1c.gpumesh.gossip.v1.CardGroupR\x05cards\x12C\n" +
-	"\favailability\x18\x03 \x01(\v2\x1f.gpumesh.gossip.v1.AvailabilityR\favailability\"\xee\x01\n" +
+	"\favailability\x18\x03 \x01(\v2\x1f.gpumesh.gossip.v1.AvailabilityR\favailability\"\xc9\x02\n" +
 	"\tCardGroup\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06vendor\x18\x02 \x01(\tR\x06vendor\x12\x1d\n" +
@@ -514,7 +658,21 @@ const file_gossip_proto_rawDesc = "" +
 	"\x04free\x18\x05 \x01(\rR\x04free\x12\x1a\n" +
 	"\breserved\x18\x06 \x01(\rR\breserved\x12\x12\n" +
 	"\x04busy\x18\a \x01(\rR\x04busy\x12+\n" +
-	"\x12price_cny_per_hour\x18\b \x01(\x01R\x0fpriceCnyPerHour\"\\\n" +
+	"\x12price_cny_per_hour\x18\b \x01(\x01R\x0fpriceCnyPerHour\x12\x1c\n" +
+	"\tsimulated\x18\t \x01(\bR\tsimulated\x12;\n" +
+	"\bevidence\x18\n" +
+	" \x03(\v2\x1f.gpumesh.gossip.v1.CardEvidenceR\bevidence\"\xce\x02\n" +
+	"\fCardEvidence\x12\x12\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12*\n" +
+	"\x11board_part_number\x18\x03 \x01(\tR\x0fboardPartNumber\x12\"\n" +
+	"\rpci_device_id\x18\x04 \x01(\rR\vpciDeviceId\x12(\n" +
+	"\x10pci_subsystem_id\x18\x05 \x01(\rR\x0epciSubsystemId\x12%\n" +
+	"\x0edriver_version\x18\x06 \x01(\tR\rdriverVersion\x12\x1d\n" +
+	"\n" +
+	"memory_mib\x18\a \x01(\x04R\tmemoryMib\x12'\n" +
+	"\x10max_sm_clock_mhz\x18\b \x01(\rR\rmaxSmClockMhz\x12)\n" +
+	"\x11max_mem_clock_mhz\x18\t \x01(\rR\x0emaxMemClockMhz\"\\\n" +
 	"\fAvailability\x12\x19\n" +
 	"\buptime_s\x18\x01 \x01(\x04R\auptimeS\x12\x15\n" +
 	"\x06mtbf_s\x18\x02 \x01(\x04R\x05mtbfS\x12\x1a\n" +
@@ -532,24 +690,26 @@ func file_gossip_proto_rawDescGZIP() []byte {
 	return file_gossip_proto_rawDescData
 }
 
-var file_gossip_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_gossip_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_gossip_proto_goTypes = []any{
 	(*Envelope)(nil),     // 0: gpumesh.gossip.v1.Envelope
 	(*Payload)(nil),      // 1: gpumesh.gossip.v1.Payload
 	(*CapacityAd)(nil),   // 2: gpumesh.gossip.v1.CapacityAd
 	(*CardGroup)(nil),    // 3: gpumesh.gossip.v1.CardGroup
-	(*Availability)(nil), // 4: gpumesh.gossip.v1.Availability
+	(*CardEvidence)(nil), // 4: gpumesh.gossip.v1.CardEvidence
+	(*Availability)(nil), // 5: gpumesh.gossip.v1.Availability
 }
 var file_gossip_proto_depIdxs = []int32{
 	2, // 0: gpumesh.gossip.v1.Envelope.capacity_ad:type_name -> gpumesh.gossip.v1.CapacityAd
 	1, // 1: gpumesh.gossip.v1.Envelope.payload:type_name -> gpumesh.gossip.v1.Payload
 	3, // 2: gpumesh.gossip.v1.CapacityAd.cards:type_name -> gpumesh.gossip.v1.CardGroup
-	4, // 3: gpumesh.gossip.v1.CapacityAd.availability:type_name -> gpumesh.gossip.v1.Availability
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 3: gpumesh.gossip.v1.CapacityAd.availability:type_name -> gpumesh.gossip.v1.Availability
+	4, // 4: gpumesh.gossip.v1.CardGroup.evidence:type_name -> gpumesh.gossip.v1.CardEvidence
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_gossip_proto_init() }
@@ -567,7 +727,7 @@ func file_gossip_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gossip_proto_rawDesc), len(file_gossip_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

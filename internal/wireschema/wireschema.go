@@ -71,7 +71,9 @@ func walk(t reflect.Type, path string, seen map[reflect.Type]bool, out *[]string
 	case reflect.Pointer:
 		walk(t.Elem(), path, seen, out)
 	case reflect.Slice, reflect.Array:
-		if t.Elem().Kind() == reflect.Uint8 {
+		// encoding/json writes a []byte as base64, a [N]byte as an array
+		// of numbers.
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
 			*out = append(*out, path+" bytes")
 			return
 		}

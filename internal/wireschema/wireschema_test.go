@@ -16,6 +16,7 @@ type sample struct {
 	Env     map[string]string `json:"env,omitempty"`
 	At      time.Time         `json:"at"`
 	Data    []byte            `json:"data"`
+	Nonce   [4]byte           `json:"nonce"`
 	Next    *sample           `json:"next,omitempty"`
 	skipped int
 	Gone    int `json:"-"`
@@ -32,6 +33,7 @@ func TestOf(t *testing.T) {
 		"s.id string",
 		"s.model string",
 		"s.next? wireschema.sample (recursive)",
+		"s.nonce[] uint8", // encoding/json writes an array of numbers, not base64
 	}, "\n")
 	if got != want {
 		t.Errorf("schema:\n%s\nwant:\n%s", got, want)

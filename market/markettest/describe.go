@@ -49,6 +49,9 @@ func Describe(m market.Message) string {
 		if p.Reason != "" {
 			tail += fmt.Sprintf(" reason=%q", p.Reason)
 		}
+		if p.Outputs != "" {
+			tail += " outputs=" + p.Outputs[:min(len(p.Outputs), 15)] + "…"
+		}
 	case *market.EndAck:
 		tail = fmt.Sprintf("share=%d epoch=%d", p.Share, p.Epoch)
 	}
@@ -112,7 +115,7 @@ func CatalogCards(cat *device.Catalog, node, spec string) ([]device.Card, error)
 		for i := 0; i < n; i++ {
 			out = append(out, device.Card{
 				ID: fmt.Sprintf("%s-g%d", node, len(out)), Vendor: m.Vendor, Model: m.Key, Name: m.NamePattern, Known: true,
-				Index: len(out), Backend: "sim", MemoryMiB: m.MemoryGiB * 1024, MemoryFreeMiB: m.MemoryGiB * 1024,
+				Index: len(out), Backend: "markettest", MemoryMiB: m.MemoryGiB * 1024, MemoryFreeMiB: m.MemoryGiB * 1024,
 				ComputeUnits: m.ComputeUnits, BandwidthGBs: m.BandwidthGBs, Health: device.Healthy(),
 			})
 		}

@@ -350,20 +350,26 @@ func (h *Harness) Exit(node string, k AttemptKey, code int) error {
 // ExitWith is Exit with the runner's reason (ExecutionExited.Reason), as a
 // node reports a process that did not start.
 func (h *Harness) ExitWith(node string, k AttemptKey, code int, reason string) error {
+	return h.ExitWithOutputs(node, k, code, reason, "")
+}
+
+// ExitWithOutputs is ExitWith for a runner that keeps what the attempt
+// left in its working directory: outputs is that tree's manifest digest.
+func (h *Harness) ExitWithOutputs(node string, k AttemptKey, code int, reason, outputs string) error {
 	p := h.peers[node]
 	if p == nil || p.Running[k] == nil {
 		return fmt.Errorf("markettest: %s runs no %+v", node, k)
 	}
-	h.exitProcess(p, k, code, reason)
+	h.exitProcess(p, k, code, reason, outputs)
 	return nil
 }
 
-func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int, reason string) {
+func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int, reason, outputs string) {
 	if p.Running[k] == nil {
 		return
 	}
 	delete(p.Running, k)
-	h.count(p.Node.Step(market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code, Reason: reason}))
+	h.count(p.Node.Step(market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code, Reason: reason, Outputs: outputs}))
 	h.drain(p)
 }
 
@@ -510,7 +516,7 @@ func (h *Harness) deliver(it *item) {
 	case it.exit != nil:
 		p := h.peers[it.node]
 		if proc := p.Running[*it.exit]; proc != nil && proc.exitAt.Equal(it.at) {
-			h.exitProcess(p, *it.exit, it.code, "")
+			h.exitProcess(p, *it.exit, it.code, "", "")
 		}
 	case it.msg != nil:
 		m := *it.msg

@@ -57,7 +57,13 @@ func (p *Proof) message() []byte {
 
 // SignRequest signs a request with key at time at (whole seconds).
 func SignRequest(key Key, method, target string, body []byte, at time.Time) Proof {
-	p := Proof{Owner: key.ID(), Time: at.Unix(), Method: method, Target: target, BodySHA256: BodyHash(body)}
+	return SignRequestHash(key, method, target, BodyHash(body), at)
+}
+
+// SignRequestHash signs a request whose body has the hex SHA-256
+// bodySHA256, without the body at hand.
+func SignRequestHash(key Key, method, target, bodySHA256 string, at time.Time) Proof {
+	p := Proof{Owner: key.ID(), Time: at.Unix(), Method: method, Target: target, BodySHA256: bodySHA256}
 	p.Sig = key.Sign(PurposeRequest, p.message())
 	return p
 }
@@ -70,6 +76,14 @@ func (p Proof) HeaderValue() string {
 // ParseProof reads Header's value and completes the proof with the request
 // it came with. It checks the form only; Verify checks the signature.
 func ParseProof(header, method, target string, body []byte) (Proof, error) {
+	return ParseProofHash(header, method, target, BodyHash(body))
+}
+
+// ParseProofHash is ParseProof for a request whose body is not at hand:
+// bodySHA256 is the hex SHA-256 the body must have, which the caller
+// checks as the body arrives (a content-addressed upload, whose target
+// names its digest).
+func ParseProofHash(header, method, target, bodySHA256 string) (Proof, error) {
 	parts := strings.Split(header, ".")
 	if len(parts) != 3 {
 		return Proof{}, fmt.Errorf("%w: %s: want OWNER_ID.UNIX_SECONDS.SIGNATURE", ErrBadProof, Header)
@@ -86,7 +100,7 @@ func ParseProof(header, method, target string, body []byte) (Proof, error) {
 	if err != nil {
 		return Proof{}, fmt.Errorf("%w: %s: signature: want unpadded base64url", ErrBadProof, Header)
 	}
-	p := Proof{Owner: id, Time: t, Method: method, Target: target, BodySHA256: BodyHash(body), Sig: sig}
+	p := Proof{Owner: id, Time: t, Method: method, Target: target, BodySHA256: bodySHA256, Sig: sig}
 	if err := p.checkForm(); err != nil {
 		return Proof{}, err
 	}

@@ -79,13 +79,29 @@ func CallerFrom(ctx context.Context) (c Caller, ok bool) {
 var ErrOwnerRequired = errors.New("this request acts on jobs and needs the owner's key: sign it (header " + owner.Header + "; gpumesh does) or use an owner token")
 
 // maxSignedBody bounds the body of a signed request, read whole to check
-// its hash; payload uploads are not signed.
+// its hash, but for the content-addressed uploads below.
 const maxSignedBody = maxSpecBytes
 
-// unsignedPatterns are the routes whose owner signature is not checked:
-// a payload upload is content-addressed and bound to no owner, and its body
-// is too large to hold for a hash.
-var unsignedPatterns = map[string]bool{"POST /v1/payloads": true}
+// digestBodyPatterns are the routes whose body is content-addressed: it
+// must hash to the digest that ends the path ("sha256:" and 64 hex
+// digits), which the handler checks as the body streams in. Their signed
+// requests name that digest as their body hash, so the body is not read
+// here (a chunk is up to 8 MiB, a manifest up to 64 MiB).
+var digestBodyPatterns = map[string]bool{
+	"PUT /v1/payloads/{manifest}":                true,
+	"PUT /v1/payloads/{manifest}/chunks/{chunk}": true,
+}
+
+// pathDigestHash returns the hex SHA-256 a content-addressed upload's
+// body must have: the digest that ends its path.
+func pathDigestHash(path string) (string, error) {
+	last := path[strings.LastIndexByte(path, '/')+1:]
+	hexPart, ok := strings.CutPrefix(last, "sha256:")
+	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%q: want sha256: and 64 lower-case hex digits", last)
+	}
+	return hexPart, nil
+}
 
 // authenticate wraps mux with the checks above. The exemptions follow the
 // route the request would take, not a prefix of its path.
@@ -129,13 +145,25 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong API token"})
 			return
 		}
-		if h := r.Header.Get(owner.Header); h != "" && !unsignedPatterns[pattern] {
-			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
-			if err != nil {
-				writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %s", text.Bytes(maxSignedBody)))
-				return
+		if h := r.Header.Get(owner.Header); h != "" {
+			var p owner.Proof
+			var body []byte
+			var err error
+			streamed := digestBodyPatterns[pattern]
+			if streamed {
+				var hash string
+				if hash, err = pathDigestHash(r.URL.Path); err != nil {
+					writeError(w, Errorf(http.StatusBadRequest, "%v", err))
+					return
+				}
+				p, err = owner.ParseProofHash(h, r.Method, r.RequestURI, hash)
+			} else {
+				if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody)); err != nil {
+					writeError(w, Errorf(http.StatusRequestEntityTooLarge, "signed request body over %s", text.Bytes(maxSignedBody)))
+					return
+				}
+				p, err = owner.ParseProof(h, r.Method, r.RequestURI, body)
 			}
-			p, err := owner.ParseProof(h, r.Method, r.RequestURI, body)
 			if err == nil {
 				err = p.Verify(now(), owner.RequestWindow)
 			}
@@ -148,7 +176,9 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 				return
 			}
 			caller.Owner, caller.Proof, caller.Body = p.Owner, &p, body
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			if !streamed {
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
 		}
 		mux.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), caller)))
 	})

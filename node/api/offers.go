@@ -39,6 +39,9 @@ type Offer struct {
 	PriceCNY      float64     `json:"price_cny"`
 	PricePerCUCNY float64     `json:"price_per_cu_cny"`
 	Reliability   Reliability `json:"reliability"`
+	// Simulated marks simulated cards (gpumesh node --sim): only jobs that
+	// allow them (submit --allow-simulated) get them.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // Reliability is what a supplier says of how long it stays up, and what

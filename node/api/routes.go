@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
 )
 
 // maxSpecBytes bounds a job spec body.
@@ -32,12 +34,17 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/scale", h.scale)
 	mux.HandleFunc("GET /v1/jobs/{id}/logs", h.logs)
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoint", h.checkpoint)
+	mux.HandleFunc("GET /v1/jobs/{id}/files", h.files)
+	mux.HandleFunc("GET /v1/jobs/{id}/bill", h.bill)
+	mux.HandleFunc("GET /v1/earnings", h.earnings)
 	mux.HandleFunc("POST /v1/jobs/{id}/exec", h.tunnel(Tunneler.OpenExec))
 	mux.HandleFunc("POST /v1/jobs/{id}/forward", h.tunnel(Tunneler.OpenForward))
 	mux.HandleFunc("/v1/jobs/{id}/http", h.service)
 	mux.HandleFunc("/v1/jobs/{id}/http/", h.service)
 	mux.HandleFunc("GET /v1/info", h.info(cfg))
-	mux.HandleFunc("POST /v1/payloads", h.payload)
+	mux.HandleFunc("PUT /v1/payloads/{manifest}", h.payloadManifest)
+	mux.HandleFunc("POST /v1/secrets", h.secrets)
+	mux.HandleFunc("PUT /v1/payloads/{manifest}/chunks/{chunk}", h.payloadChunk)
 	mux.HandleFunc("GET /v1/peers", h.peers)
 	mux.HandleFunc("GET /v1/cards", h.cards)
 	mux.HandleFunc("GET /v1/offers", h.offers)
@@ -328,6 +335,36 @@ func (h *handlers) checkpoint(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// files serves a file or directory of a share's working directory as a tar
+// archive (FileCopier).
+func (h *handlers) files(w http.ResponseWriter, r *http.Request) {
+	fc, ok := h.b.(FileCopier)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node copies no files out of jobs"))
+		return
+	}
+	q := r.URL.Query()
+	req := FilesRequest{Job: r.PathValue("id"), Path: q.Get("path")}
+	if s := q.Get("share"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, &HTTPError{Status: http.StatusBadRequest, Field: "share", Err: fmt.Errorf("share %q: want a number ≥ 0", s)})
+			return
+		}
+		req.Share = n
+	}
+	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+	err := fc.Files(r.Context(), req, lw)
+	switch {
+	case err != nil && !lw.started:
+		writeError(w, err)
+	case err != nil:
+		// Cut the response: the client reads a broken stream, never a
+		// tar that ends early but looks whole.
+		panic(http.ErrAbortHandler)
+	}
+}
+
 // info serves what a client needs to know of the node before it signs.
 func (h *handlers) info(cfg Config) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -336,19 +373,84 @@ func (h *handlers) info(cfg Config) http.HandlerFunc {
 	}
 }
 
-func (h *handlers) payload(w http.ResponseWriter, r *http.Request) {
-	body := http.MaxBytesReader(w, r.Body, market.MaxPayloadBytes)
-	ref, err := h.b.PutPayload(r.Context(), body)
+// Payload uploads. Their bodies are content-addressed: the manifest's
+// body hashes to the manifest's digest, a chunk's to the chunk's, and an
+// owner signs such a request with that digest as its body hash
+// (BodyHashHeader), so the body is checked as it streams in, never held
+// whole for the signature.
+func (h *handlers) payloadManifest(w http.ResponseWriter, r *http.Request) {
+	ps, ok := h.b.(PayloadStore)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node takes no payloads"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxManifestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			err = Errorf(http.StatusRequestEntityTooLarge, "payload over %s", text.Bytes(market.MaxPayloadBytes))
+			err = Errorf(http.StatusRequestEntityTooLarge, "payload manifest over %s: a tree this large must be sent as several", text.Bytes(MaxManifestBytes))
+		} else {
+			err = Errorf(http.StatusBadRequest, "payload manifest: %v", err)
 		}
+		writeError(w, err)
+		return
+	}
+	if got := "sha256:" + owner.BodyHash(body); got != r.PathValue("manifest") {
+		writeError(w, Errorf(http.StatusBadRequest, "payload manifest %.80s: the body sent hashes to %s", r.PathValue("manifest"), got))
+		return
+	}
+	up, err := ps.PutPayloadManifest(r.Context(), body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, up)
+}
+
+func (h *handlers) payloadChunk(w http.ResponseWriter, r *http.Request) {
+	ps, ok := h.b.(PayloadStore)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node takes no payloads"))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxChunkBytes)
+	if err := ps.PutPayloadChunk(r.Context(), r.PathValue("manifest"), r.PathValue("chunk"), body); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = Errorf(http.StatusRequestEntityTooLarge, "chunk over %s", text.Bytes(MaxChunkBytes))
+		}
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// secrets keeps an owner's secrets for a job to name (SecretStore).
+func (h *handlers) secrets(w http.ResponseWriter, r *http.Request) {
+	ss, ok := h.b.(SecretStore)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotFound, "this node keeps no secrets"))
+		return
+	}
+	var req SecretsRequest
+	if err := decodeJSON(r, MaxSecretsBytes, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ref, err := ss.PutSecrets(r.Context(), req.Values)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, ref)
 }
+
+// The largest bodies of the payload routes: node/blob's MaxManifestSize
+// and MaxChunkSize (the API does not import the store).
+const (
+	MaxManifestBytes = 64 << 20
+	MaxChunkBytes    = 8 << 20
+)
 
 func (h *handlers) peers(w http.ResponseWriter, r *http.Request) {
 	peers, err := h.b.Peers(r.Context())

@@ -138,7 +138,7 @@ func TestUnknownPathIs404AndWrongMethodIs405(t *testing.T) {
 		{"PUT on the job list", bare, "PUT", "/v1/jobs", 405, "GET, HEAD, POST", "method PUT not allowed on /v1/jobs: use GET or HEAD or POST"},
 		{"POST on a job", bare, "POST", "/v1/jobs/j1", 405, "GET, HEAD, DELETE", "method POST not allowed on /v1/jobs/j1: use GET or HEAD or DELETE"},
 		{"GET on scale", bare, "GET", "/v1/jobs/j1/scale", 405, "POST", "method GET not allowed on /v1/jobs/j1/scale: use POST"},
-		{"GET on payloads", bare, "GET", "/v1/payloads", 405, "POST", "method GET not allowed on /v1/payloads: use POST"},
+		{"GET on a payload", bare, "GET", "/v1/payloads/sha256:ab", 405, "PUT", "method GET not allowed on /v1/payloads/sha256:ab: use PUT"},
 		{"DELETE on a probe", bare, "DELETE", "/healthz", 405, "GET, HEAD", "method DELETE not allowed on /healthz: use GET or HEAD"},
 		{"POST on the dashboard's page", withDash, "POST", "/", 405, "GET, HEAD", "method POST not allowed on /: use GET or HEAD"},
 		{"POST where no dashboard is", bare, "POST", "/", 404, "", "no such endpoint: POST /"},
@@ -159,15 +159,17 @@ func TestUnknownPathIs404AndWrongMethodIs405(t *testing.T) {
 	}
 }
 
-// payloadSink is a Backend whose only reachable method is PutPayload: it
-// reads the whole upload, as the node's store does.
+// payloadSink is a Backend whose only reachable methods take payloads:
+// they read the whole upload, as the node's store does.
 type payloadSink struct{ Backend }
 
-func (payloadSink) PutPayload(_ context.Context, r io.Reader) (market.PayloadRef, error) {
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return market.PayloadRef{}, err
-	}
-	return market.PayloadRef{}, nil
+func (payloadSink) PutPayloadManifest(context.Context, []byte) (PayloadUpload, error) {
+	return PayloadUpload{}, nil
+}
+
+func (payloadSink) PutPayloadChunk(_ context.Context, _, _ string, r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
 }
 
 // zeros is an endless reader of zero bytes.
@@ -180,15 +182,19 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 func TestOversizeBodyIs413InMiB(t *testing.T) {
 	srv := httptest.NewServer(Handler(Config{}, payloadSink{}, nil))
 	defer srv.Close()
+	d := "sha256:" + strings.Repeat("ab", 32)
 	for _, tc := range []struct {
-		path string
-		size int64
-		want string
+		method, path string
+		size         int64
+		want         string
 	}{
-		{"/v1/payloads", market.MaxPayloadBytes + 1, "payload over 64 MiB"},
-		{"/v1/jobs", maxSpecBytes + 1, "request body over 1 MiB"},
+		{"PUT", "/v1/payloads/" + d, MaxManifestBytes + 1, "payload manifest over 64 MiB: a tree this large must be sent as several"},
+		{"PUT", "/v1/payloads/" + d + "/chunks/" + d, MaxChunkBytes + 1, "chunk over 8 MiB"},
+		{"POST", "/v1/jobs", maxSpecBytes + 1, "request body over 1 MiB"},
 	} {
-		resp, err := http.Post(srv.URL+tc.path, "application/json", io.LimitReader(zeros{}, tc.size))
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, io.LimitReader(zeros{}, tc.size))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +202,7 @@ func TestOversizeBodyIs413InMiB(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || err != nil || e.Error != tc.want {
-			t.Errorf("POST %s of %d bytes: %d %q (%v), want 413 %q", tc.path, tc.size, resp.StatusCode, e.Error, err, tc.want)
+			t.Errorf("%s %s of %d bytes: %d %q (%v), want 413 %q", tc.method, tc.path, tc.size, resp.StatusCode, e.Error, err, tc.want)
 		}
 	}
 }

@@ -38,9 +38,34 @@ type ScaleRequest struct {
 	Cards int `json:"cards"`
 }
 
-// PayloadRef is the body of a POST /v1/payloads answer: put it in the
-// spec's payload field.
+// SecretsRequest is the body of POST /v1/secrets: the values of a job's
+// secrets by variable name.
+type SecretsRequest struct {
+	Values map[string]string `json:"values"`
+}
+
+// MaxSecretsBytes bounds the body of POST /v1/secrets.
+const MaxSecretsBytes = 256 << 10
+
+// PayloadRef names a payload in a spec's payload field.
 type PayloadRef = market.PayloadRef
+
+// PayloadUpload is the body of a PUT /v1/payloads/{manifest} answer: the
+// node keeps the manifest for the owner until Expires (or, once a job
+// names it, while the job lives), and lacks the chunks Missing lists.
+type PayloadUpload struct {
+	// Ref is what to put in the spec's payload field.
+	Ref PayloadRef `json:"ref"`
+	// Missing are the digests of the manifest's chunks the node does not
+	// hold ("sha256:…", each once): PUT each to
+	// /v1/payloads/{manifest}/chunks/{digest}. Empty: the node holds the
+	// whole tree already.
+	Missing []string `json:"missing"`
+	// MissingBytes is their total size.
+	MissingBytes int64 `json:"missing_bytes"`
+	// Expires is when the node lets the upload go if no job names it.
+	Expires time.Time `json:"expires"`
+}
 
 // Peer is one member of the mesh as this node sees it.
 type Peer struct {
@@ -48,13 +73,16 @@ type Peer struct {
 	Self  bool   `json:"self,omitempty"`
 	State string `json:"state"` // alive, suspect, dead, left
 	// Addrs are full multiaddrs ending in /p2p/ID, usable with --join.
-	Addrs     []string  `json:"addrs"`
-	Region    string    `json:"region,omitempty"`
-	Cards     int       `json:"cards"`
-	FreeCards int       `json:"free_cards"`
-	Models    []string  `json:"models,omitempty"`
-	LastHeard time.Time `json:"last_heard,omitzero"`
-	RTTMillis float64   `json:"rtt_ms,omitempty"`
+	Addrs     []string `json:"addrs"`
+	Region    string   `json:"region,omitempty"`
+	Cards     int      `json:"cards"`
+	FreeCards int      `json:"free_cards"`
+	Models    []string `json:"models,omitempty"`
+	// SimulatedModels are the models among Models whose cards the peer's
+	// ad marks simulated (gpumesh node --sim).
+	SimulatedModels []string  `json:"simulated_models,omitempty"`
+	LastHeard       time.Time `json:"last_heard,omitzero"`
+	RTTMillis       float64   `json:"rtt_ms,omitempty"`
 	// Conn is how this node is connected to the peer now: "direct" (its
 	// own TCP or QUIC connection, perhaps hole-punched through NATs),
 	// "relayed" (only through a circuit relay) or "" (none open).
@@ -75,11 +103,13 @@ type PeerList struct {
 // Card is one of this node's cards and what it is doing.
 type Card struct {
 	device.Card
-	Healthy bool   `json:"healthy"`
-	State   string `json:"state"` // free, reserved, running
-	Job     string `json:"job,omitempty"`
-	Share   int    `json:"share,omitempty"`
-	Epoch   uint64 `json:"epoch,omitempty"`
+	// Simulated says the card is simulated (gpumesh node --sim).
+	Simulated bool   `json:"simulated,omitempty"`
+	Healthy   bool   `json:"healthy"`
+	State     string `json:"state"` // free, reserved, running
+	Job       string `json:"job,omitempty"`
+	Share     int    `json:"share,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
 }
 
 // CardList is the body of GET /v1/cards.

@@ -84,3 +84,18 @@ func (e *MissingError) Error() string {
 
 // Is makes errors.Is(err, ErrNotFound) true.
 func (e *MissingError) Is(target error) bool { return target == ErrNotFound }
+
+// PathError reports a path inside a tree that cannot be taken: one that
+// does not exist, is a symbolic link, is not a file or directory, or is
+// not a path a manifest may hold ("..", absolute). It matches
+// fs.ErrNotExist for a path that does not exist.
+type PathError struct {
+	Path   string
+	Reason string
+	Err    error // the cause, when there is one
+}
+
+func (e *PathError) Error() string { return fmt.Sprintf("%q %s", clip(e.Path), e.Reason) }
+
+// Unwrap returns the cause.
+func (e *PathError) Unwrap() error { return e.Err }

@@ -39,6 +39,9 @@ type ingestJob struct {
 	ref  *ChunkRef
 }
 
+// newIngest starts an ingest that stores into s, holding what it stores
+// in h; with a nil s it only hashes (Scan), counting each distinct chunk
+// as new.
 func newIngest(s *Store, h *hold) *ingest {
 	in := &ingest{s: s, hold: h, free: make(chan []byte, ingestBuffers), jobs: make(chan ingestJob), seen: map[Digest]bool{}}
 	for range ingestBuffers {
@@ -85,6 +88,13 @@ func (in *ingest) do(j ingestJob) {
 	in.mu.Unlock()
 	if repeat {
 		return // another goroutine of this Put stores it (and holds it)
+	}
+	if in.s == nil { // Scan: hashing is all
+		in.mu.Lock()
+		in.newChunks++
+		in.newBytes += int64(len(j.data))
+		in.mu.Unlock()
+		return
 	}
 	fresh, err := in.s.put(KindChunk, d, j.data, in.hold)
 	in.mu.Lock()

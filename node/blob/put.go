@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -47,23 +48,61 @@ type PutStats struct {
 // the lease; a Put that fails leaves what it stored to be collected. It
 // fails with a *QuotaError (wrapped) when the store cannot make room.
 func (s *Store) Put(ctx context.Context, dir, lease string) (PutStats, error) {
+	return s.PutPath(ctx, dir, ".", lease)
+}
+
+// PutPath is Put of what path names inside dir: a directory's tree, or a
+// regular file alone (a manifest of one entry, named path's last
+// element). path is slash-separated and relative to dir ("." for dir
+// itself); it is resolved through an os.Root opened on dir, so no link
+// takes it out of dir, and a path whose last element is a symbolic link
+// is refused (*PathError naming it), as is one that does not exist.
+// PutStats.Dirs, Files and Symlinks say what it stored.
+func (s *Store) PutPath(ctx context.Context, dir, path, lease string) (PutStats, error) {
 	if _, err := s.Lease(lease); err != nil {
 		return PutStats{}, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return PutStats{}, fmt.Errorf("blob: put: %w", err)
-	}
-	defer root.Close()
 	h := s.newHold()
 	defer s.release(h)
-	p := &putter{s: s, ctx: ctx, root: root, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
-	err = p.walk(".")
+	m, st, err := walkTree(ctx, dir, path, newIngest(s, h), s.log)
+	if err != nil {
+		return st, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	b, err := m.Encode()
+	if err != nil {
+		return st, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	d := Sum(b)
+	if _, err := s.put(KindManifest, d, b, h); err != nil {
+		return st, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
+	}
+	if err := s.AddToLease(lease, []Digest{d}, nil); err != nil {
+		return st, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	st.Manifest = d
+	return st, nil
+}
+
+// walkTree cuts and hashes what path names under dir, handing each chunk
+// to in, and returns the manifest of it and what was found (without
+// Manifest set). in is waited for before it returns.
+func walkTree(ctx context.Context, dir, path string, in *ingest, log *slog.Logger) (*Manifest, PutStats, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		in.wait()
+		return nil, PutStats{}, err
+	}
+	defer root.Close()
+	p := &putter{ctx: ctx, log: log, root: root, split: newSplitter(), entries: []Entry{}, in: in}
+	err = p.top(path)
 	if ierr := p.in.wait(); err == nil {
 		err = ierr
 	}
+	if p.sub != nil {
+		p.sub.Close()
+	}
 	if err != nil {
-		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+		return nil, p.stats, err
 	}
 	p.stats.NewChunks, p.stats.NewBytes = p.in.newChunks, p.in.newBytes
 	for _, f := range p.files {
@@ -73,27 +112,53 @@ func (s *Store) Put(ctx context.Context, dir, lease string) (PutStats, error) {
 		}
 	}
 	slices.SortFunc(p.entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
-	m := &Manifest{Version: ManifestVersion, Entries: p.entries}
-	b, err := m.Encode()
+	return &Manifest{Version: ManifestVersion, Entries: p.entries}, p.stats, nil
+}
+
+// top starts the walk at path: the root itself, a directory under it
+// (walked as the root of its own tree) or a regular file.
+func (p *putter) top(path string) error {
+	if path == "." || path == "" {
+		return p.walk(".")
+	}
+	if err := checkPath(path); err != nil {
+		return &PathError{Path: path, Reason: "path " + err.Error()}
+	}
+	info, err := p.root.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &PathError{Path: path, Reason: "no such file or directory", Err: fs.ErrNotExist}
+	}
 	if err != nil {
-		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
+		return &PathError{Path: path, Reason: err.Error(), Err: err}
 	}
-	d := Sum(b)
-	if _, err := s.put(KindManifest, d, b, h); err != nil {
-		return p.stats, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
+	switch mode := info.Mode(); {
+	case mode.IsDir():
+		sub, err := p.root.OpenRoot(path)
+		if err != nil {
+			return &PathError{Path: path, Reason: err.Error(), Err: err}
+		}
+		p.sub, p.root = sub, sub
+		return p.walk(".")
+	case mode.IsRegular():
+		_, name, _ := cutLast(path)
+		if err := p.file(path, name); err != nil {
+			return fmt.Errorf("%q: %w", path, err)
+		}
+		p.stats.Files++
+		return nil
+	case mode&fs.ModeSymlink != 0:
+		target, _ := p.root.Readlink(path)
+		return &PathError{Path: path, Reason: fmt.Sprintf("is a symbolic link (to %q): name what it points to", clip(target))}
 	}
-	if err := s.AddToLease(lease, []Digest{d}, nil); err != nil {
-		return p.stats, fmt.Errorf("blob: put %s: %w", dir, err)
-	}
-	p.stats.Manifest = d
-	return p.stats, nil
+	return &PathError{Path: path, Reason: "is a " + info.Mode().Type().String() + ", not a file or directory"}
 }
 
 // putter walks one tree for Put.
 type putter struct {
-	s       *Store
 	ctx     context.Context
+	log     *slog.Logger
 	root    *os.Root
+	sub     *os.Root // the root opened on a directory PutPath names
 	split   *splitter
 	in      *ingest
 	entries []Entry
@@ -155,20 +220,21 @@ func (p *putter) walk(rel string) error {
 			p.entries = append(p.entries, Entry{Path: path, Type: TypeSymlink, Target: target})
 			p.stats.Symlinks++
 		case mode.IsRegular():
-			if err := p.file(path); err != nil {
+			if err := p.file(path, path); err != nil {
 				return fmt.Errorf("%q: %w", path, err)
 			}
 			p.stats.Files++
 		default:
-			p.s.log.Warn("blob: put leaves out what is not a file, directory or link", "path", path, "mode", mode.String())
+			p.log.Warn("blob: put leaves out what is not a file, directory or link", "path", path, "mode", mode.String())
 			p.stats.Skipped = append(p.stats.Skipped, path)
 		}
 	}
 	return nil
 }
 
-// file cuts a regular file into chunks and hands them to the ingest.
-func (p *putter) file(path string) error {
+// file cuts the regular file at path into chunks, hands them to the
+// ingest and adds it to the tree as name.
+func (p *putter) file(path, name string) error {
 	f, err := p.root.OpenFile(path, os.O_RDONLY|openNoBlock, 0)
 	if err != nil {
 		return err
@@ -182,7 +248,7 @@ func (p *putter) file(path string) error {
 		return fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
 	}
 	pf := putFile{entry: len(p.entries)}
-	e := Entry{Path: path, Type: TypeFile, Mode: info.Mode().Perm()}
+	e := Entry{Path: name, Type: TypeFile, Mode: info.Mode().Perm()}
 	p.split.reset(f)
 	for {
 		if err := p.ctx.Err(); err != nil {

@@ -283,10 +283,6 @@ func (f *fakeMesh) Submit(context.Context, market.JobSpec) (market.JobRecord, er
 	return market.JobRecord{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not submit")
 }
 
-func (f *fakeMesh) PutPayload(context.Context, io.Reader) (market.PayloadRef, error) {
-	return market.PayloadRef{}, api.Errorf(http.StatusNotImplemented, "the dashboard does not upload")
-}
-
 // Cancel cancels a job for its owner, as a coordinator would, and says so
 // on the event stream.
 func (f *fakeMesh) Cancel(ctx context.Context, id string) (market.JobRecord, error) {

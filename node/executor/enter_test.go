@@ -30,7 +30,7 @@ func startHelperJob(t *testing.T, ex *Executor, id, script string, limits Limits
 		t.Fatal(err)
 	}
 	a := Attempt{JobID: id, Command: []string{"bash", "-c", script}, Limits: limits,
-		Payload: bytes.NewReader(makeTar(t, false, map[string]string{"helper": string(self)}))}
+		Work: writeFiles(map[string]string{"helper": string(self)})}
 	r, err := ex.Start(a)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -22,8 +21,6 @@ import (
 const (
 	DefaultGrace      = 10 * time.Second
 	DefaultTailBytes  = 64 << 10
-	DefaultMaxPayload = 64 << 20 // compressed/archived bytes read
-	DefaultMaxUnpack  = 1 << 30  // bytes written when unpacking
 	DefaultKeepLogs   = 7 * 24 * time.Hour
 	maxCommandArgs    = 4096
 	maxEnvEntries     = 4096
@@ -53,10 +50,6 @@ type Config struct {
 	Grace time.Duration
 	// TailBytes bounds the in-memory tail of each attempt's output. Default 64 KiB.
 	TailBytes int
-	// MaxPayload bounds the bytes read from a payload archive. Default 64 MiB.
-	MaxPayload int64
-	// MaxUnpack bounds the bytes a payload may unpack to. Default 1 GiB.
-	MaxUnpack int64
 	// BaseEnv is the environment every job starts from before its own
 	// variables. Default: PATH of this process, LANG=C.UTF-8. The node's own
 	// environment is never passed on: it may hold secrets.
@@ -134,12 +127,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TailBytes <= 0 {
 		c.TailBytes = DefaultTailBytes
-	}
-	if c.MaxPayload <= 0 {
-		c.MaxPayload = DefaultMaxPayload
-	}
-	if c.MaxUnpack <= 0 {
-		c.MaxUnpack = DefaultMaxUnpack
 	}
 	if c.BaseEnv == nil {
 		c.BaseEnv = map[string]string{"PATH": os.Getenv("PATH"), "LANG": "C.UTF-8"}
@@ -228,9 +215,11 @@ type Attempt struct {
 	DeviceEnv  map[string]string
 	LocalCards int   // GPUMESH_LOCAL_CARDS
 	Gang       *Gang // nil for a job on one node
-	// Payload, when not nil, is a tar archive (optionally gzip-compressed)
-	// unpacked into the work directory before the process starts.
-	Payload io.Reader
+	// Work, when not nil, fills the work directory (empty, and owned by
+	// the node until the process starts) before the process starts: the
+	// node restores the job's payload and stages its inputs there. An
+	// error fails the start, and its text is the reason.
+	Work func(dir string) error
 	// Checkpoint, when not nil, fills $GPUMESH_CHECKPOINT_DIR (empty, and
 	// owned by the node until the process starts) with the checkpoint the
 	// attempt resumes from; an error fails the start.
@@ -318,10 +307,11 @@ func New(cfg Config) (*Executor, error) {
 // in sandbox mode its cgroup version and the network modes it provides.
 func (e *Executor) Capabilities() Capabilities { return e.iso.capabilities() }
 
-// Start prepares the attempt's directory, unpacks its payload and checkpoint,
-// and starts its process. It returns once the process has started (or failed
-// to); the Run reports the end. Starting an attempt whose name is already
-// running returns that Run.
+// Start prepares the attempt's directory, has its work and checkpoint
+// directories filled (Attempt.Work, Attempt.Checkpoint), and starts its
+// process. It returns once the process has started (or failed to); the
+// Run reports the end. Starting an attempt whose name is already running
+// returns that Run.
 func (e *Executor) Start(a Attempt) (*Run, error) {
 	if !supported {
 		return nil, ErrUnsupported

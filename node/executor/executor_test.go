@@ -1,9 +1,6 @@
 package executor
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"os"
@@ -195,14 +192,30 @@ func TestStopGracefulExit(t *testing.T) {
 	})
 }
 
-func TestPayloadUnpackedAndRun(t *testing.T) {
+// writeFiles returns a Work hook that writes files (mode 0700) into the
+// work directory.
+func writeFiles(files map[string]string) func(string) error {
+	return func(dir string) error {
+		for name, body := range files {
+			p := filepath.Join(dir, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, []byte(body), 0o700); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func TestWorkHookFillsTheWorkDir(t *testing.T) {
 	forEachIsolation(t, func(t *testing.T, iso Isolation) {
 		ex := newExecutor(t, iso, time.Second)
-		payload := makeTar(t, true, map[string]string{
+		a := Attempt{JobID: "p", Command: []string{"sh", "run.sh"}, Work: writeFiles(map[string]string{
 			"run.sh":         "#!/bin/sh\ncat data/input.txt\n",
 			"data/input.txt": "payload-ok\n",
-		})
-		a := Attempt{JobID: "p", Command: []string{"sh", "run.sh"}, Payload: bytes.NewReader(payload)}
+		})}
 		r, err := ex.Start(a)
 		if err != nil {
 			t.Fatal(err)
@@ -216,31 +229,17 @@ func TestPayloadUnpackedAndRun(t *testing.T) {
 	})
 }
 
-func TestBadPayloadsAreRefused(t *testing.T) {
+// A Work hook that fails fails the start, saying why; nothing runs.
+func TestFailedWorkHookFailsTheStart(t *testing.T) {
 	ex := newExecutor(t, IsolationProcess, time.Second)
-	cases := map[string][]byte{
-		"escape":    makeTarEntries(t, []tar.Header{{Name: "../evil", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}}, "x"),
-		"absolute":  makeTarEntries(t, []tar.Header{{Name: "/etc/evil", Typeflag: tar.TypeReg, Size: 1, Mode: 0o600}}, "x"),
-		"symlink":   makeTarEntries(t, []tar.Header{{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}}, ""),
-		"truncated": makeTar(t, false, map[string]string{"a": strings.Repeat("z", 4096)})[:700],
+	_, err := ex.Start(Attempt{JobID: "bad", Command: []string{"touch", "ran"}, Work: func(string) error {
+		return errors.New("payload sha256:ab12: no holder answered")
+	}})
+	if err == nil || !strings.Contains(err.Error(), "payload sha256:ab12: no holder answered") {
+		t.Fatalf("start with a failing hook: %v", err)
 	}
-	for name, payload := range cases {
-		_, err := ex.Start(Attempt{JobID: "bad-" + name, Command: []string{"true"}, Payload: bytes.NewReader(payload)})
-		if err == nil {
-			t.Errorf("%s payload was accepted", name)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(ex.cfg.Root), "evil")); err == nil {
-		t.Error("a payload wrote outside its work dir")
-	}
-	small, err := New(Config{Root: t.TempDir(), MaxPayload: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer small.Close()
-	big := makeTar(t, false, map[string]string{"big": strings.Repeat("z", 8192)})
-	if _, err := small.Start(Attempt{JobID: "big", Command: []string{"true"}, Payload: bytes.NewReader(big)}); !errors.Is(err, ErrPayloadTooLarge) {
-		t.Errorf("oversize payload: err = %v, want ErrPayloadTooLarge", err)
+	if _, ok := ex.Lookup(Attempt{JobID: "bad"}.Name()); ok {
+		t.Error("a start that failed is still listed")
 	}
 }
 
@@ -336,64 +335,15 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 	}
 }
 
-func makeTar(t *testing.T, gz bool, files map[string]string) []byte {
-	t.Helper()
-	var hs []tar.Header
-	var bodies []string
-	for name, body := range files {
-		hs = append(hs, tar.Header{Name: name, Typeflag: tar.TypeReg, Size: int64(len(body)), Mode: 0o755})
-		bodies = append(bodies, body)
-	}
-	raw := makeTarEntries(t, hs, bodies...)
-	if !gz {
-		return raw
-	}
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write(raw)
-	w.Close()
-	return buf.Bytes()
-}
-
-func makeTarEntries(t *testing.T, hs []tar.Header, bodies ...string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for i, h := range hs {
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		if i < len(bodies) && h.Typeflag == tar.TypeReg {
-			tw.Write([]byte(bodies[i]))
-		}
-	}
-	tw.Close()
-	return buf.Bytes()
-}
-
-// gatedReader blocks its first Read until open is closed, telling reading
-// when it got there.
-type gatedReader struct {
-	reading, open chan struct{}
-	r             *bytes.Reader
-	once          bool
-}
-
-func (g *gatedReader) Read(p []byte) (int, error) {
-	if !g.once {
-		g.once = true
-		close(g.reading)
-		<-g.open
-	}
-	return g.r.Read(p)
-}
-
 func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
 	forEachIsolation(t, func(t *testing.T, iso Isolation) {
 		ex := newExecutor(t, iso, 200*time.Millisecond)
-		gate := &gatedReader{reading: make(chan struct{}), open: make(chan struct{}),
-			r: bytes.NewReader(makeTar(t, false, map[string]string{"f": "x"}))}
-		a := Attempt{JobID: "early-stop", Command: []string{"sleep", "300"}, Payload: gate}
+		reading, open := make(chan struct{}), make(chan struct{})
+		a := Attempt{JobID: "early-stop", Command: []string{"sleep", "300"}, Work: func(string) error {
+			close(reading)
+			<-open
+			return nil
+		}}
 		started := make(chan *Run, 1)
 		go func() {
 			r, err := ex.Start(a)
@@ -402,7 +352,7 @@ func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
 			}
 			started <- r
 		}()
-		<-gate.reading
+		<-reading
 		r, ok := ex.Lookup(a.Name())
 		if !ok {
 			t.Fatal("an attempt being prepared is not listed")
@@ -411,7 +361,7 @@ func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
 			t.Errorf("UID while preparing = %d, want -1", uid)
 		}
 		r.Stop(StopCancelled)
-		close(gate.open)
+		close(open)
 		if got := <-started; got != r {
 			t.Fatalf("Start returned %p, Lookup %p", got, r)
 		}
@@ -419,4 +369,47 @@ func TestStopWhilePreparingStopsTheJobOnceStarted(t *testing.T) {
 			t.Errorf("result %+v, want stopped by the early cancel", res)
 		}
 	})
+}
+
+// While an attempt's checkpoint is being restored the run is listed (a
+// drain waits for it) but not started: what its checkpoint directory
+// holds then is part of an older checkpoint, which the node must not ship
+// as the attempt's own.
+func TestARunRestoringItsCheckpointIsNotStarted(t *testing.T) {
+	ex := newExecutor(t, IsolationProcess, time.Second)
+	restoring, release := make(chan *Run, 1), make(chan struct{})
+	a := Attempt{JobID: "job-1", Share: 0, Epoch: 2, Command: []string{"sh", "-c", `cat "$GPUMESH_CHECKPOINT_DIR/state"`}}
+	a.Checkpoint = func(dir string) error {
+		for _, r := range ex.Running() {
+			restoring <- r
+		}
+		<-release
+		return os.WriteFile(filepath.Join(dir, "state"), []byte("step 7"), 0o600)
+	}
+	started := make(chan *Run, 1)
+	go func() {
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- r
+	}()
+	r := <-restoring
+	if r.Started() {
+		t.Fatal("a run restoring its checkpoint says it started")
+	}
+	close(release)
+	r = <-started
+	if r == nil {
+		return
+	}
+	if !r.Started() {
+		t.Fatal("a run whose process started says it did not")
+	}
+	if res := waitDone(t, r, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("exit code %d", res.ExitCode)
+	}
+	if out := readAll(t, ex, a.Name(), Stdout); out != "step 7" {
+		t.Fatalf("the job read %q from its restored checkpoint, want %q", out, "step 7")
+	}
 }

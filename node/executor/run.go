@@ -3,7 +3,6 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,8 +45,8 @@ type Run struct {
 	cfg     Config
 	attempt Attempt // without its readers: read-only once made
 	dir     string
-	// payload and checkpoint are read by prepare, on the goroutine of Start.
-	payload    io.Reader
+	// work and checkpoint are called by prepare, on the goroutine of Start.
+	work       func(dir string) error
 	checkpoint func(dir string) error
 
 	jail           jail
@@ -72,12 +71,12 @@ type Run struct {
 }
 
 func newRun(cfg Config, a Attempt, dir string) *Run {
-	payload, checkpoint := a.Payload, a.Checkpoint
-	a.Payload, a.Checkpoint = nil, nil // r.attempt is read-only once the run exists
+	work, checkpoint := a.Work, a.Checkpoint
+	a.Work, a.Checkpoint = nil, nil // r.attempt is read-only once the run exists
 	return &Run{
 		cfg:        cfg,
 		attempt:    a,
-		payload:    payload,
+		work:       work,
 		checkpoint: checkpoint,
 		dir:        dir,
 		tail:       newTailBuffer(cfg.TailBytes),
@@ -86,7 +85,7 @@ func newRun(cfg Config, a Attempt, dir string) *Run {
 	}
 }
 
-// Attempt returns what the run was started with (Payload and Checkpoint are
+// Attempt returns what the run was started with (Work and Checkpoint are
 // consumed and nil).
 func (r *Run) Attempt() Attempt { return r.attempt }
 
@@ -128,6 +127,15 @@ func (r *Run) Process() (pgid int, cgroupDir string, ok bool) {
 
 // StartedAt is when the process started.
 func (r *Run) StartedAt() time.Time { return r.startedAt }
+
+// Started reports whether the attempt's process has started: until then
+// the run is being prepared (its payload unpacked, its checkpoint
+// restored), and its directories are not yet the job's.
+func (r *Run) Started() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
+}
 
 // Done is closed when the process has exited and its output is flushed.
 func (r *Run) Done() <-chan struct{} { return r.done }
@@ -185,8 +193,8 @@ func (r *Run) signalStopLocked() {
 	})
 }
 
-// prepare makes the attempt's directories, unpacks its payload and
-// checkpoint, and readies its jail.
+// prepare makes the attempt's directories, has its work and checkpoint
+// directories filled, and readies its jail.
 func (r *Run) prepare(iso isolator) error {
 	if err := os.RemoveAll(r.dir); err != nil {
 		return fmt.Errorf("executor: clearing %s: %w", r.dir, err)
@@ -196,9 +204,9 @@ func (r *Run) prepare(iso isolator) error {
 			return fmt.Errorf("executor: %w", err)
 		}
 	}
-	if r.payload != nil {
-		if err := unpackTar(r.payload, r.WorkDir(), r.cfg.MaxPayload, r.cfg.MaxUnpack); err != nil {
-			return fmt.Errorf("executor: payload: %w", err)
+	if r.work != nil {
+		if err := r.work(r.WorkDir()); err != nil {
+			return fmt.Errorf("executor: %w", err)
 		}
 	}
 	if r.checkpoint != nil {
@@ -206,7 +214,7 @@ func (r *Run) prepare(iso isolator) error {
 			return fmt.Errorf("executor: checkpoint: %w", err)
 		}
 	}
-	r.payload, r.checkpoint = nil, nil
+	r.work, r.checkpoint = nil, nil
 	j, err := iso.jail(r)
 	if err != nil {
 		return err

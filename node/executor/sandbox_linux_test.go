@@ -65,8 +65,7 @@ func runScript(t *testing.T, ex *Executor, a Attempt, script string) (Result, st
 
 func TestSandboxJobRunsAsItsOwnUnprivilegedUser(t *testing.T) {
 	ex := sandboxed(t, nil)
-	payload := makeTar(t, false, map[string]string{"data.txt": "payload-ok\n"})
-	a := Attempt{JobID: "who", Payload: strings.NewReader(string(payload))}
+	a := Attempt{JobID: "who", Work: writeFiles(map[string]string{"data.txt": "payload-ok\n"})}
 	a.Command = []string{"bash", "-c", `id -u; id -g; id -G; stat -c '%u %a' "$HOME" data.txt; cat data.txt
 grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; echo ready; exec sleep 300`}
 	r, err := ex.Start(a)

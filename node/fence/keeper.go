@@ -99,27 +99,57 @@ func (s server) loop(inputs <-chan input, out *eventQueue) int {
 		}
 		select {
 		case in := <-inputs:
-			switch {
-			case in.end != nil:
-				// The node is gone (or its pipe is broken, which is no
-				// different from here): fence everything it held, unasked.
-				for _, a := range tbl.drain() {
-					_ = s.kill(a.target)
-				}
-				return ExitNodeLost
-			case in.bad != nil:
-				out.emit(errorEvent(in.bad))
-			case in.cmd.verb == verbClose:
-				return ExitClosed
-			default:
-				s.apply(tbl, in, out)
+			if code, done := s.take(tbl, in, out); done {
+				return code
 			}
-		case now := <-due:
-			for _, a := range tbl.due(now) {
+		case <-due:
+			// A re-arm the node sent before the deadline may be waiting
+			// beside the timer (select picks either at random): apply what
+			// has arrived first, so that no attempt is killed on a lease
+			// its node had already renewed.
+			if code, done := s.applyPending(tbl, inputs, out); done {
+				return code
+			}
+			for _, a := range tbl.due(time.Now()) {
 				s.fence(a, out)
 			}
 		}
 	}
+}
+
+// applyPending applies the inputs already waiting, without blocking. done
+// is true when one of them ends the keeper, with its exit code.
+func (s server) applyPending(tbl *table, inputs <-chan input, out *eventQueue) (code int, done bool) {
+	for {
+		select {
+		case in := <-inputs:
+			if code, done := s.take(tbl, in, out); done {
+				return code, true
+			}
+		default:
+			return 0, false
+		}
+	}
+}
+
+// take handles one input; done is true when it ends the keeper.
+func (s server) take(tbl *table, in input, out *eventQueue) (code int, done bool) {
+	switch {
+	case in.end != nil:
+		// The node is gone (or its pipe is broken, which is no
+		// different from here): fence everything it held, unasked.
+		for _, a := range tbl.drain() {
+			_ = s.kill(a.target)
+		}
+		return ExitNodeLost, true
+	case in.bad != nil:
+		out.emit(errorEvent(in.bad))
+	case in.cmd.verb == verbClose:
+		return ExitClosed, true
+	default:
+		s.apply(tbl, in, out)
+	}
+	return 0, false
 }
 
 func (s server) apply(tbl *table, in input, out *eventQueue) {

@@ -182,6 +182,7 @@ func specOf(id, kind string, gpus int, d time.Duration) market.JobSpec {
 		ID:               id,
 		Name:             kind,
 		Cards:            gpus,
+		AllowSimulated:   true, // the demo's suppliers are simulated
 		ExpectedDuration: market.Duration(d),
 		Command:          []string{"sleep", fmt.Sprintf("%.1f", d.Seconds())},
 	}

@@ -14,6 +14,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,10 +46,14 @@ const (
 	// model, per model in all, and the card-seconds counted of each
 	// attempt not yet closed (node/earnings.go).
 	Earnings Bucket = "earnings"
+	// Receipts holds signed usage receipts (node/receipts): those this
+	// node's attempts issued and those it accepted as a coordinator, by
+	// job, share, epoch and sequence number.
+	Receipts Bucket = "receipts"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, TrackRecords, Claims, Earnings}
+var buckets = []Bucket{Jobs, Attempts, Meta, TrackRecords, Claims, Earnings, Receipts}
 
 const schemaVersion = "1"
 
@@ -248,5 +253,20 @@ func (s *Store) ForEach(b Bucket, fn func(key string, value []byte) error) error
 		return tx.Bucket([]byte(b)).ForEach(func(k, v []byte) error {
 			return fn(string(k), v)
 		})
+	})
+}
+
+// ForEachPrefix calls fn for every record of a bucket whose key starts
+// with prefix, in key order, with the raw JSON value.
+func (s *Store) ForEachPrefix(b Bucket, prefix string, fn func(key string, value []byte) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket([]byte(b)).Cursor()
+		p := []byte(prefix)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			if err := fn(string(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }

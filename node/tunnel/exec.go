@@ -37,6 +37,12 @@ func (s *Service) exec(ctx context.Context, c Conn, req *Request, t *Target, log
 		return
 	}
 	fw := wire.NewWriter(c)
+	// The command's output waits for the tunnel's answer: the client reads
+	// the answer first, and a command that writes at once would otherwise
+	// put its first frame before it (the client then read "a tunnel header
+	// of 1862270976 bytes").
+	answered := make(chan struct{})
+	defer closeOnce(answered)
 	xr := executor.ExecRequest{Command: x.Command, TTY: x.TTY, Rows: x.Rows, Cols: x.Cols}
 	var stdin *os.File // the writing end of the command's stdin, nil without
 	if x.TTY {
@@ -46,7 +52,7 @@ func (s *Service) exec(ctx context.Context, c Conn, req *Request, t *Target, log
 		}
 		xr.Env = map[string]string{"TERM": term}
 	} else {
-		xr.Stdout, xr.Stderr = fw.Stream(wire.Stdout), fw.Stream(wire.Stderr)
+		xr.Stdout, xr.Stderr = gatedWriter{answered, fw.Stream(wire.Stdout)}, gatedWriter{answered, fw.Stream(wire.Stderr)}
 		if x.Stdin {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -66,7 +72,9 @@ func (s *Service) exec(ctx context.Context, c Conn, req *Request, t *Target, log
 	if xr.Stdin != nil {
 		xr.Stdin.(*os.File).Close() // the command holds its own copy
 	}
-	if err := writeHeader(c, Response{Status: http.StatusOK, Epoch: t.Epoch}); err != nil {
+	err = writeHeader(c, Response{Status: http.StatusOK, Epoch: t.Epoch})
+	closeOnce(answered)
+	if err != nil {
 		p.Signal(syscall.SIGKILL)
 		p.Wait()
 		p.Close()
@@ -226,4 +234,24 @@ func signalNamed(name string) (syscall.Signal, bool) {
 		"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT,
 		"KILL": syscall.SIGKILL, "USR1": usr1, "USR2": usr2,
 	}[name], true
+}
+
+// gatedWriter holds each write until open is closed.
+type gatedWriter struct {
+	open <-chan struct{}
+	w    io.Writer
+}
+
+func (g gatedWriter) Write(b []byte) (int, error) {
+	<-g.open
+	return g.w.Write(b)
+}
+
+// closeOnce closes ch unless it is closed already (one goroutine only).
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
 }

@@ -75,7 +75,7 @@ func WithToken(token string) Option {
 	}
 }
 
-// WithOwnerKey signs every request (but payload uploads) and every spec
+// WithOwnerKey signs every request and every spec
 // Submit sends with key: the node then serves and steers this owner's jobs
 // only. Default: none (an owner token given with WithToken will do too).
 func WithOwnerKey(key owner.Key) Option {
@@ -196,7 +196,10 @@ type request struct {
 	body         []byte // JSON unless contentType says otherwise
 	contentType  string
 	stream       bool // no timeout: the caller reads the body as it comes
-	unsigned     bool // not signed with the owner key (payload uploads)
+	// bodyHash, when set, is the hex SHA-256 of a content-addressed body
+	// (a payload upload): the owner signs it, and the node checks the
+	// body against it as it arrives.
+	bodyHash string
 }
 
 // send makes the request and returns the response of a 2xx status; any
@@ -231,7 +234,10 @@ func (c *Client) send(ctx context.Context, r request) (resp *http.Response, done
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if c.key != nil && !r.unsigned {
+	switch {
+	case c.key != nil && r.bodyHash != "":
+		req.Header.Set(owner.Header, signHash(*c.key, r.method, req.URL.RequestURI(), r.bodyHash, c))
+	case c.key != nil:
 		p := owner.SignRequest(*c.key, r.method, req.URL.RequestURI(), r.body, c.now())
 		req.Header.Set(owner.Header, p.HeaderValue())
 	}

@@ -6,9 +6,8 @@
 //
 //	key, err := node.LoadOwnerKey(path)          // gpumesh key create made it
 //	c, err := client.New("127.0.0.1:7070", client.WithToken(token), client.WithOwnerKey(key))
-//	archive, err := client.PackDir("./train", market.MaxPayloadBytes)
-//	ref, err := c.PutPayload(ctx, bytes.NewReader(archive))
-//	spec.Payload = &ref
+//	up, err := c.UploadPayload(ctx, "./train") // sends only the chunks the node lacks
+//	spec.Payload = &up.Ref
 //	rec, err := c.Submit(ctx, spec)           // idempotent for one spec.ID
 //	rec, err = c.Wait(ctx, rec.ID, client.WaitOptions{})
 //	_, err = c.Logs(ctx, api.LogRequest{Job: rec.ID}, os.Stdout)
@@ -22,7 +21,8 @@
 //     signature), ErrForbidden (403: another owner's job, or no owner) and
 //     ErrBadRequest (400, 413, 415: the request was refused as bad input
 //     and nothing changed); Field names the offending field of a bad job
-//     spec.
+//     spec. ErrNoRoom matches 507: the node's store has no room for what was
+//     sent.
 //
 // With an owner key every request is signed (owner.SignRequest) and every
 // spec Submit sends is signed for the node's mesh: the node serves and

@@ -22,6 +22,9 @@ var (
 	// ErrBadRequest: the node refused the request as bad input (400, 413,
 	// 415); nothing changed.
 	ErrBadRequest = errors.New("bad request")
+	// ErrNoRoom: the node has no room for what was sent: its store is
+	// full (507); nothing changed.
+	ErrNoRoom = errors.New("no room on the node")
 )
 
 // APIError is an error status answered by the node, with the message of its
@@ -63,6 +66,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusForbidden
 	case ErrBadRequest:
 		return IsBadInputStatus(e.Status)
+	case ErrNoRoom:
+		return e.Status == http.StatusInsufficientStorage
 	}
 	return false
 }

@@ -54,8 +54,7 @@ func (c *Client) Logs(ctx context.Context, req api.LogRequest, w io.Writer) (int
 // Checkpoint copies a share's latest checkpoint archive (GET
 // /v1/jobs/{id}/checkpoint) to w and returns the number of bytes copied; a
 // share without one is an *APIError matching ErrNotFound. The archive is
-// the job's checkpoint directory packed as PackDir packs payloads (a gzip'd
-// tar). Only the job's owner may fetch it. ctx bounds the copy.
+// the job's checkpoint directory as WriteTarGz writes it (a gzip'd tar). Only the job's owner may fetch it. ctx bounds the copy.
 func (c *Client) Checkpoint(ctx context.Context, job string, share int, w io.Writer) (int64, error) {
 	q := url.Values{}
 	if share != 0 {

@@ -1,234 +1,232 @@
 package client
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
-	"path/filepath"
+	"path"
 	"strings"
-	"time"
+	"sync"
 
-	"github.com/gpumesh/gpumesh/internal/text"
-	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/owner"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
-// Errors of PackDir, wrapped with the path they concern.
-var (
-	// ErrPayloadTooLarge: the packed archive would exceed the size cap.
-	ErrPayloadTooLarge = errors.New("payload too large")
-	// ErrPayloadLink: a symbolic link that leaves the directory, is broken,
-	// or points at a directory (links are not followed into directories).
-	ErrPayloadLink = errors.New("symbolic link not packable")
-	// ErrPayloadFileType: something that is neither a regular file, a
-	// directory nor a link (a device, socket or pipe), or a name the node
-	// refuses.
-	ErrPayloadFileType = errors.New("not packable")
-)
-
-// PackDir packs the directory dir into a gzip-compressed tar archive, the
-// payload format the node's executor unpacks into a job's work directory.
-//
-// It takes regular files and directories, keeping only their permission
-// bits. A symbolic link to a regular file inside dir is packed as a copy of
-// that file; a link that leaves dir, is broken or points at a directory is
-// refused (ErrPayloadLink), as is anything else that is not a regular file or
-// directory (ErrPayloadFileType). Entries are in lexical order with zero
-// times and owners, so the same tree always packs to the same bytes (and the
-// same digest). An archive over max bytes is refused with ErrPayloadTooLarge
-// (max ≤ 0 means market.MaxPayloadBytes).
-func PackDir(dir string, max int64) ([]byte, error) {
-	if max <= 0 {
-		max = market.MaxPayloadBytes
-	}
-	var buf bytes.Buffer
-	cw := &capWriter{w: &buf, left: max}
-	if err := WriteTarGz(cw, dir); err != nil {
-		if cw.over || errors.Is(err, ErrPayloadTooLarge) {
-			return nil, fmt.Errorf("payload %s: %w: it packs to over %s (the most a job may carry)", dir, ErrPayloadTooLarge, text.Bytes(max))
-		}
-		return nil, err
-	}
-	return buf.Bytes(), nil
+// PayloadStats says what UploadPayload did.
+type PayloadStats struct {
+	// Ref is what to put in the spec's payload field.
+	Ref api.PayloadRef
+	// Files, Dirs and Symlinks count the tree's entries; Bytes is the size
+	// of its files and Chunks the number of its distinct chunks.
+	Files, Dirs, Symlinks int
+	Bytes                 int64
+	Chunks                int
+	// Uploaded and UploadedBytes are the chunks the node lacked, sent now:
+	// 0 when it held the whole tree already (a dataset sent before).
+	Uploaded      int
+	UploadedBytes int64
 }
 
-// WriteTarGz writes the tree under dir to w as a gzip-compressed tar
-// archive, as PackDir packs it, without a size limit and without holding
-// it in memory.
-func WriteTarGz(w io.Writer, dir string) error {
-	root, err := filepath.Abs(dir)
-	if err == nil {
-		root, err = filepath.EvalSymlinks(root)
-	}
+// PayloadWorkers is how many chunks UploadPayload sends at once.
+const PayloadWorkers = 4
+
+// Payload is a directory scanned for upload: its manifest, computed on
+// this machine.
+type Payload struct {
+	dir      string
+	manifest *blob.Manifest
+	digest   blob.Digest
+	stats    PayloadStats
+}
+
+// Manifest is the digest of the tree's manifest.
+func (p *Payload) Manifest() blob.Digest { return p.digest }
+
+// ScanPayload computes the manifest of the tree under dir (blob.Scan:
+// content-defined chunks, each named by its SHA-256, exactly as every node
+// stores them). The tree holds directories, regular files and symbolic
+// links, kept as links; a link that leaves the tree (absolute, or
+// climbing out of it) is refused with ErrPayloadLink, and a socket,
+// device or named pipe with ErrPayloadFileType: the job would not find
+// what they name. Every error is a fault of the directory.
+func ScanPayload(ctx context.Context, dir string) (*Payload, error) {
+	m, scan, err := blob.Scan(ctx, dir, nil)
 	if err != nil {
-		return fmt.Errorf("payload %s: %w", dir, err)
+		return nil, fmt.Errorf("payload %s: %w", dir, err)
 	}
-	if fi, err := os.Stat(root); err != nil {
-		return fmt.Errorf("payload %s: %w", dir, err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("payload %s: not a directory", dir)
+	if len(scan.Skipped) > 0 {
+		return nil, fmt.Errorf("payload %s: %w: %s is not a file, directory or link", dir, ErrPayloadFileType, scan.Skipped[0])
 	}
-	gz := gzip.NewWriter(w)
-	tw := tar.NewWriter(gz)
-	walkErr := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	if err := linksStayInside(m); err != nil {
+		return nil, fmt.Errorf("payload %s: %w", dir, err)
+	}
+	st := PayloadStats{Files: scan.Files, Dirs: scan.Dirs, Symlinks: scan.Symlinks, Bytes: scan.Bytes, Chunks: scan.NewChunks}
+	return &Payload{dir: dir, manifest: m, digest: scan.Manifest, stats: st}, nil
+}
+
+// UploadPayload makes a scanned tree a payload the node holds: it puts
+// the manifest to the node (PUT /v1/payloads/MANIFEST), which answers
+// which chunks it lacks, and sends only those (PUT
+// /v1/payloads/MANIFEST/chunks/CHUNK), PayloadWorkers at once, each read
+// again from its file and checked against the manifest before it leaves;
+// the node checks each as it arrives. A tree sent before (the same
+// dataset for a second job) sends nothing but its manifest. A file that
+// changed since the scan fails the upload (scan and send it again).
+// Uploads have no timeout of their own: ctx bounds them.
+func (c *Client) UploadPayload(ctx context.Context, p *Payload) (PayloadStats, error) {
+	st := p.stats
+	body, err := p.manifest.Encode()
+	if err != nil {
+		return st, fmt.Errorf("payload %s: %w", p.dir, err)
+	}
+	var up api.PayloadUpload
+	err = c.call(ctx, request{method: http.MethodPut, path: "/v1/payloads/" + url.PathEscape(p.digest.String()),
+		body: body, contentType: "application/json", bodyHash: p.digest.Hex(), stream: true}, &up)
+	if err != nil {
+		return st, err
+	}
+	if up.Ref.Manifest != p.digest.String() || up.Ref.Size != p.manifest.Size() {
+		return st, fmt.Errorf("payload: the node holds %s (%d bytes), but %s (%d bytes) was sent", up.Ref.Manifest, up.Ref.Size, p.digest, p.manifest.Size())
+	}
+	st.Ref = up.Ref
+	err = c.sendChunks(ctx, p.dir, p.manifest, p.digest, up.Missing, &st)
+	return st, err
+}
+
+// linksStayInside refuses a link whose target is absolute or climbs out
+// of the tree.
+func linksStayInside(m *blob.Manifest) error {
+	for _, e := range m.Entries {
+		if e.Type != blob.TypeSymlink {
+			continue
 		}
-		if path == root {
-			return nil
+		t := strings.ReplaceAll(e.Target, "\\", "/")
+		resolved := path.Join(path.Dir(e.Path), t)
+		if path.IsAbs(t) || resolved == ".." || strings.HasPrefix(resolved, "../") || (len(t) > 1 && t[1] == ':') {
+			return fmt.Errorf("%w: %s points outside the payload directory (to %s): copy what it names into the directory, or leave it out", ErrPayloadLink, e.Path, e.Target)
 		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		if strings.ContainsAny(name, "\\\x00") {
-			return fmt.Errorf("%w: %s: a backslash in a name (the node refuses it)", ErrPayloadFileType, rel)
-		}
-		src := path
-		if d.Type()&fs.ModeSymlink != 0 {
-			if src, err = followLink(root, path, rel); err != nil {
-				return err
+	}
+	return nil
+}
+
+// chunkAt is where a chunk's bytes are in the tree.
+type chunkAt struct {
+	ref  blob.ChunkRef
+	file string // slash-separated, relative to the tree
+	off  int64
+}
+
+// sendChunks sends the chunks named in missing, reading each from the
+// first file that holds it.
+func (c *Client) sendChunks(ctx context.Context, dir string, m *blob.Manifest, manifest blob.Digest, missing []string, st *PayloadStats) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	where := make(map[string]chunkAt)
+	for _, e := range m.Entries {
+		for i, off := range blob.ChunkOffsets(e) {
+			ref := e.Chunks[i]
+			if _, ok := where[ref.Digest.String()]; !ok {
+				where[ref.Digest.String()] = chunkAt{ref: ref, file: e.Path, off: off}
 			}
 		}
-		fi, err := os.Stat(src)
-		if err != nil {
-			return err
+	}
+	todo := make([]chunkAt, 0, len(missing))
+	for _, d := range missing {
+		at, ok := where[d]
+		if !ok {
+			return fmt.Errorf("payload: the node asks for %.80s, which is not a chunk of the tree", d)
 		}
-		switch {
-		case fi.IsDir():
-			return tw.WriteHeader(header(name+"/", tar.TypeDir, fi.Mode(), 0))
-		case fi.Mode().IsRegular():
-			return packFile(tw, name, rel, src, fi)
-		default:
-			return fmt.Errorf("%w: %s is a %s; a payload holds regular files and directories", ErrPayloadFileType, rel, fileType(fi.Mode()))
+		todo = append(todo, at)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("payload %s: %w", dir, err)
+	}
+	defer root.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan chunkAt)
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
 		}
-	})
-	if walkErr == nil {
-		walkErr = tw.Close()
+		mu.Unlock()
 	}
-	if walkErr == nil {
-		walkErr = gz.Close()
+	var wg sync.WaitGroup
+	for range min(PayloadWorkers, len(todo)) {
+		wg.Go(func() {
+			buf := make([]byte, 0, blob.MaxChunkSize)
+			for at := range jobs {
+				data, err := readChunk(root, at, buf)
+				if err == nil {
+					err = c.putChunk(ctx, manifest, at.ref.Digest, data)
+				}
+				if err != nil {
+					fail(err)
+					continue
+				}
+				mu.Lock()
+				st.Uploaded++
+				st.UploadedBytes += at.ref.Size
+				mu.Unlock()
+			}
+		})
 	}
-	if walkErr != nil {
-		return fmt.Errorf("payload %s: %w", dir, walkErr)
+feed:
+	for _, at := range todo {
+		select {
+		case jobs <- at:
+		case <-ctx.Done():
+			break feed
+		}
 	}
-	return nil
+	close(jobs)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }
 
-// followLink resolves the link at path and returns its target when that is
-// inside root.
-func followLink(root, path, rel string) (string, error) {
-	target, err := filepath.EvalSymlinks(path)
+// readChunk reads a chunk from its file into buf and checks it.
+func readChunk(root *os.Root, at chunkAt, buf []byte) ([]byte, error) {
+	f, err := root.Open(at.file)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s is broken: %v", ErrPayloadLink, rel, err)
-	}
-	inside, err := filepath.Rel(root, target)
-	if err != nil || inside == ".." || strings.HasPrefix(inside, ".."+string(filepath.Separator)) || filepath.IsAbs(inside) {
-		return "", fmt.Errorf("%w: %s points outside the payload directory (to %s)", ErrPayloadLink, rel, target)
-	}
-	fi, err := os.Stat(target)
-	if err != nil {
-		return "", err
-	}
-	if fi.IsDir() {
-		return "", fmt.Errorf("%w: %s points at a directory; links are not followed into directories", ErrPayloadLink, rel)
-	}
-	return target, nil
-}
-
-func packFile(tw *tar.Writer, name, rel, src string, fi fs.FileInfo) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
+		return nil, fmt.Errorf("payload: %w", err)
 	}
 	defer f.Close()
-	if err := tw.WriteHeader(header(name, tar.TypeReg, fi.Mode(), fi.Size())); err != nil {
-		return err
-	}
-	n, err := io.CopyN(tw, f, fi.Size())
-	if err != nil {
+	data := buf[:at.ref.Size]
+	if _, err := f.ReadAt(data, at.off); err != nil {
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s shrank while being packed (%d of %d bytes)", rel, n, fi.Size())
+			err = errors.New("it shrank")
 		}
-		return fmt.Errorf("%s: %w", rel, err)
+		return nil, fmt.Errorf("payload: %s changed while it was sent (%v): send it again", at.file, err)
 	}
-	return nil
+	if blob.Sum(data) != at.ref.Digest {
+		return nil, fmt.Errorf("payload: %s changed while it was sent: send it again", at.file)
+	}
+	return data, nil
 }
 
-func header(name string, typ byte, mode fs.FileMode, size int64) *tar.Header {
-	return &tar.Header{
-		Typeflag: typ,
-		Name:     name,
-		Mode:     int64(mode.Perm()),
-		Size:     size,
-		ModTime:  time.Unix(0, 0),
-		Format:   tar.FormatPAX,
-	}
+func (c *Client) putChunk(ctx context.Context, manifest, chunk blob.Digest, data []byte) error {
+	p := "/v1/payloads/" + url.PathEscape(manifest.String()) + "/chunks/" + url.PathEscape(chunk.String())
+	return c.call(ctx, request{method: http.MethodPut, path: p, body: data, contentType: "application/octet-stream",
+		bodyHash: chunk.Hex(), stream: true}, nil)
 }
 
-func fileType(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return "special file"
-}
-
-// capWriter fails once more than left bytes are written.
-type capWriter struct {
-	w    io.Writer
-	left int64
-	over bool
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > c.left {
-		c.over = true
-		return 0, ErrPayloadTooLarge
-	}
-	c.left -= int64(len(p))
-	return c.w.Write(p)
-}
-
-// PayloadDigest returns the digest a PayloadRef carries for archive:
-// "sha256:" and 64 lower-case hex digits.
-func PayloadDigest(archive []byte) string {
-	sum := sha256.Sum256(archive)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// PutPayload uploads a payload archive (POST /v1/payloads) and returns the
-// reference to put in a spec's Payload. It checks that the node stored what
-// was sent: the reference's size and digest must be the archive's. The
-// upload has no timeout of its own (a 64 MiB archive over a slow link takes a
-// while): ctx bounds it.
-func (c *Client) PutPayload(ctx context.Context, archive []byte) (market.PayloadRef, error) {
-	if len(archive) == 0 {
-		return market.PayloadRef{}, errors.New("payload: empty archive")
-	}
-	if len(archive) > market.MaxPayloadBytes {
-		return market.PayloadRef{}, fmt.Errorf("payload: %w: %s, the most is %s", ErrPayloadTooLarge, text.Bytes(int64(len(archive))), text.Bytes(market.MaxPayloadBytes))
-	}
-	var ref market.PayloadRef
-	err := c.call(ctx, request{method: http.MethodPost, path: "/v1/payloads", body: archive, contentType: "application/gzip", stream: true, unsigned: true}, &ref)
-	if err != nil {
-		return market.PayloadRef{}, err
-	}
-	if want := PayloadDigest(archive); ref.Digest != want || ref.Size != int64(len(archive)) {
-		return market.PayloadRef{}, fmt.Errorf("payload: the node stored %s (%d bytes), but %s (%d bytes) was sent", ref.Digest, ref.Size, want, len(archive))
-	}
-	return ref, nil
+// signHash signs a content-addressed upload: its body hashes to hash,
+// which its path names.
+func signHash(key owner.Key, method, target, hash string, c *Client) string {
+	return owner.SignRequestHash(key, method, target, hash, c.now()).HeaderValue()
 }

@@ -6,20 +6,15 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
-	"github.com/gpumesh/gpumesh/node/executor"
 )
 
 // writeTree makes files under dir: name → content; a name ending in "/"
@@ -81,7 +76,10 @@ func readArchive(t *testing.T, archive []byte) map[string]entry {
 	}
 }
 
-func TestPackDirRoundTrip(t *testing.T) {
+// WriteTarGz writes a tree as the checkpoint download serves it: files and
+// directories with their modes, a link to a file inside as a copy, the
+// same bytes whatever the file times.
+func TestWriteTarGz(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{
 		"train.py":          "print('hi')\n",
@@ -94,10 +92,14 @@ func TestPackDirRoundTrip(t *testing.T) {
 	if err := os.Symlink("data/a.txt", filepath.Join(dir, "link-a")); err != nil {
 		t.Fatal(err)
 	}
-	archive, err := client.PackDir(dir, 0)
-	if err != nil {
-		t.Fatal(err)
+	pack := func() []byte {
+		var buf bytes.Buffer
+		if err := client.WriteTarGz(&buf, dir); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
 	}
+	archive := pack()
 	got := readArchive(t, archive)
 	want := map[string]entry{
 		"train.py":          {tar.TypeReg, 0o644, "print('hi')\n"},
@@ -119,59 +121,79 @@ func TestPackDirRoundTrip(t *testing.T) {
 			t.Errorf("%s: got %+v (present %v), want %+v", name, g, ok, w)
 		}
 	}
-
-	// The same tree packs to the same bytes, whatever the file times.
 	future := time.Now().Add(time.Hour)
 	if err := os.Chtimes(filepath.Join(dir, "train.py"), future, future); err != nil {
 		t.Fatal(err)
 	}
-	again, err := client.PackDir(dir, 0)
-	if err != nil || !bytes.Equal(again, archive) {
-		t.Errorf("packing again gave other bytes (err %v)", err)
-	}
-	// A changed file changes the digest.
-	writeTree(t, dir, map[string]string{"train.py": "print('bye')\n"})
-	changed, _ := client.PackDir(dir, 0)
-	if client.PayloadDigest(changed) == client.PayloadDigest(archive) {
-		t.Error("a changed file kept the digest")
+	if again := pack(); !bytes.Equal(again, archive) {
+		t.Error("writing again gave other bytes")
 	}
 }
 
-// The node's executor unpacks what PackDir packs, and the job sees the files
-// with their modes.
-func TestPackDirUnpacksInTheExecutor(t *testing.T) {
+// An upload sends the manifest and the chunks the node lacks: all of a
+// new tree, none of one sent before, and after an edit only the chunks
+// around it. The node ends up with the tree, byte for byte.
+func TestUploadPayloadSendsOnlyWhatTheNodeLacks(t *testing.T) {
+	b, c := newClient(t, "")
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"run.sh*": "#!/bin/sh\ncat data/a.txt\n", "data/a.txt": "payload seen\n"})
-	archive, err := client.PackDir(dir, 0)
+	big := make([]byte, 6<<20)
+	rand.Read(big)
+	writeTree(t, dir, map[string]string{"train.py": "print('hi')\n", "data/big.bin": string(big), "empty/": ""})
+	if err := os.Symlink("data/big.bin", filepath.Join(dir, "latest")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := upload(c, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := executor.New(executor.Config{Root: t.TempDir(), Isolation: executor.IsolationProcess, Grace: time.Second})
+	if st.Files != 2 || st.Dirs != 2 || st.Symlinks != 1 || st.Bytes != int64(len(big))+12 {
+		t.Errorf("stats %+v", st)
+	}
+	if st.Uploaded != st.Chunks || st.UploadedBytes != st.Bytes || st.Chunks < 3 {
+		t.Errorf("first upload sent %d of %d chunks, %d of %d bytes", st.Uploaded, st.Chunks, st.UploadedBytes, st.Bytes)
+	}
+	if st.Ref.Manifest == "" || st.Ref.Size != st.Bytes || st.Ref.Holder == "" {
+		t.Errorf("ref %+v", st.Ref)
+	}
+	files, ok := b.Payload(st.Ref.Manifest)
+	if !ok || !bytes.Equal(files["data/big.bin"], big) || string(files["train.py"]) != "print('hi')\n" {
+		t.Fatalf("the node does not hold the tree (%v)", ok)
+	}
+
+	again, err := upload(c, dir)
+	if err != nil || again.Uploaded != 0 || again.UploadedBytes != 0 || again.Ref != st.Ref {
+		t.Errorf("second upload of the same tree: %+v, %v; want nothing sent", again, err)
+	}
+	if got := b.ChunkBytesReceived(); got != st.Bytes {
+		t.Errorf("the node received %d chunk bytes in all, want %d", got, st.Bytes)
+	}
+
+	big[len(big)/2] ^= 0xff // one byte in the middle of the big file
+	writeTree(t, dir, map[string]string{"data/big.bin": string(big)})
+	edited, err := upload(c, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ex.Close()
-	run, err := ex.Start(executor.Attempt{JobID: "j1", Epoch: 1, Command: []string{"./run.sh"}, Payload: bytes.NewReader(archive)})
-	if errors.Is(err, executor.ErrUnsupported) {
-		t.Skip(err)
+	if edited.Ref.Manifest == st.Ref.Manifest || edited.Uploaded == 0 || edited.UploadedBytes > 3*int64(blobMaxChunk) || edited.UploadedBytes >= st.Bytes {
+		t.Errorf("after a one-byte edit: %d chunks, %d bytes sent of %d", edited.Uploaded, edited.UploadedBytes, edited.Bytes)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-run.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job did not end")
-	}
-	if res := run.Result(); res.ExitCode != 0 {
-		t.Fatalf("exit %d; output %q", res.ExitCode, run.Tail())
-	}
-	if got := string(run.Tail()); got != "payload seen\n" {
-		t.Errorf("job printed %q", got)
+	if files, ok := b.Payload(edited.Ref.Manifest); !ok || !bytes.Equal(files["data/big.bin"], big) {
+		t.Error("the node does not hold the edited tree")
 	}
 }
 
-func TestPackDirRefuses(t *testing.T) {
+const blobMaxChunk = 8 << 20
+
+// upload scans dir and uploads it.
+func upload(c *client.Client, dir string) (client.PayloadStats, error) {
+	p, err := client.ScanPayload(context.Background(), dir)
+	if err != nil {
+		return client.PayloadStats{}, err
+	}
+	return c.UploadPayload(context.Background(), p)
+}
+
+func TestUploadPayloadRefuses(t *testing.T) {
 	outside := t.TempDir()
 	writeTree(t, outside, map[string]string{"secret": "key"})
 	cases := []struct {
@@ -189,119 +211,38 @@ func TestPackDirRefuses(t *testing.T) {
 				return err
 			}
 			return os.Symlink(rel, filepath.Join(dir, "sub", "up"))
-		}, client.ErrPayloadLink, "points outside"},
-		{"broken link", func(dir string) error {
-			return os.Symlink("nowhere", filepath.Join(dir, "dangling"))
-		}, client.ErrPayloadLink, "dangling is broken"},
-		{"link to a directory", func(dir string) error {
-			return os.Symlink("sub", filepath.Join(dir, "again"))
-		}, client.ErrPayloadLink, "again points at a directory"},
-		{"link to itself", func(dir string) error {
-			return os.Symlink(".", filepath.Join(dir, "dot"))
-		}, client.ErrPayloadLink, "dot points at a directory"},
+		}, client.ErrPayloadLink, "sub/up points outside"},
 		{"named pipe", func(dir string) error {
 			return mkfifo(filepath.Join(dir, "pipe"))
-		}, client.ErrPayloadFileType, "pipe is a named pipe"},
+		}, client.ErrPayloadFileType, "pipe is not a file, directory or link"},
 		{"backslash in a name", func(dir string) error {
 			return os.WriteFile(filepath.Join(dir, `a\b`), nil, 0o644)
-		}, client.ErrPayloadFileType, "backslash"},
+		}, nil, "backslash"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			b, c := newClient(t, "")
 			dir := t.TempDir()
 			writeTree(t, dir, map[string]string{"ok.txt": "fine", "sub/x": "x"})
 			if err := tc.setup(dir); err != nil {
 				t.Skip(err)
 			}
-			archive, err := client.PackDir(dir, 0)
-			if !errors.Is(err, tc.want) || archive != nil {
+			_, err := upload(c, dir)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
 			if !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), dir) {
 				t.Errorf("error %q lacks %q or the directory", err, tc.text)
 			}
+			if b.ChunkBytesReceived() != 0 {
+				t.Error("chunks were sent")
+			}
 		})
 	}
 	for _, p := range []string{filepath.Join(outside, "secret"), filepath.Join(outside, "missing")} {
-		if _, err := client.PackDir(p, 0); err == nil || !strings.Contains(err.Error(), p) {
-			t.Errorf("PackDir(%s): %v", p, err)
+		_, c := newClient(t, "")
+		if _, err := upload(c, p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("UploadPayload(%s): %v", p, err)
 		}
-	}
-}
-
-func TestPackDirSizeCap(t *testing.T) {
-	dir := t.TempDir()
-	noise := make([]byte, 300<<10) // incompressible
-	rand.Read(noise)
-	if err := os.WriteFile(filepath.Join(dir, "noise.bin"), noise, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := client.PackDir(dir, 256<<10)
-	if !errors.Is(err, client.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "over 256 KiB") {
-		t.Fatalf("err = %v", err)
-	}
-	archive, err := client.PackDir(dir, 400<<10)
-	if err != nil || len(archive) <= 300<<10 || len(archive) > 400<<10 {
-		t.Fatalf("under the cap: %d bytes, %v", len(archive), err)
-	}
-	// Exactly at the cap fits; one byte less does not.
-	if _, err := client.PackDir(dir, int64(len(archive))); err != nil {
-		t.Errorf("at the cap: %v", err)
-	}
-	if _, err := client.PackDir(dir, int64(len(archive))-1); !errors.Is(err, client.ErrPayloadTooLarge) {
-		t.Errorf("one byte over: %v", err)
-	}
-}
-
-func TestPutPayload(t *testing.T) {
-	b, c := newClient(t, "")
-	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": "a"})
-	archive, _ := client.PackDir(dir, 0)
-	ref, err := c.PutPayload(context.Background(), archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ref.Digest != client.PayloadDigest(archive) || ref.Size != int64(len(archive)) {
-		t.Errorf("ref %+v", ref)
-	}
-	if stored, ok := b.Payload(ref.Digest); !ok || !bytes.Equal(stored, archive) {
-		t.Error("the node did not store the archive")
-	}
-	if _, err := c.PutPayload(context.Background(), make([]byte, market.MaxPayloadBytes+1)); !errors.Is(err, client.ErrPayloadTooLarge) {
-		t.Errorf("oversize: %v", err)
-	}
-	if _, err := c.PutPayload(context.Background(), nil); err == nil {
-		t.Error("empty archive accepted")
-	}
-}
-
-// A node that answers with another digest than the archive's is caught.
-func TestPutPayloadDigestMismatch(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(market.PayloadRef{Digest: "sha256:" + strings.Repeat("0", 64), Size: 3})
-	}))
-	defer srv.Close()
-	c, _ := client.New(srv.URL)
-	defer c.CloseIdleConnections()
-	_, err := c.PutPayload(context.Background(), []byte("abc"))
-	if err == nil || !strings.Contains(err.Error(), "the node stored sha256:000") {
-		t.Errorf("err = %v", err)
-	}
-}
-
-func TestPutPayloadTooLargeForNode(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusRequestEntityTooLarge)
-		w.Write([]byte(`{"error":"payload over 67108864 bytes"}`))
-	}))
-	defer srv.Close()
-	c, _ := client.New(srv.URL)
-	defer c.CloseIdleConnections()
-	_, err := c.PutPayload(context.Background(), []byte("abc"))
-	if !errors.Is(err, client.ErrBadRequest) || !strings.Contains(err.Error(), "payload over") {
-		t.Errorf("err = %v", err)
 	}
 }

@@ -469,7 +469,7 @@
       h('td', { text: p.region || '' }),
       h('td', { class: 'num', text: p.cards || 0 }),
       h('td', { class: 'num', text: p.free_cards || 0 }),
-      h('td', { class: 'mono', text: (p.models || []).join(', ') }),
+      h('td', { class: 'mono', text: (p.models || []).map((m) => (p.simulated_models || []).includes(m) ? `${m} (simulated)` : m).join(', ') }),
       h('td', { class: 'num', text: p.rtt_ms ? p.rtt_ms.toFixed(1) + ' ms' : '' }))));
   }
 
@@ -481,7 +481,7 @@
       return;
     }
     fill(tbody, cards.map((c) => h('tr', { 'data-card': c.id },
-      h('td', { class: 'mono', text: c.model }),
+      h('td', { class: 'mono', text: c.simulated ? `${c.model} (simulated)` : c.model }),
       h('td', { class: 'mono', title: c.id, text: short(c.id) }),
       h('td', {}, badge(c.state)),
       h('td', {}, c.job ? jobLink(c.job) : ''),
@@ -547,7 +547,7 @@
       return;
     }
     fill(tbody, offers.map((x) => h('tr', { 'data-offer': x.node + '/' + x.model, class: x.self ? 'self' : '' },
-      h('td', { class: 'mono', title: x.vendor, text: x.model }),
+      h('td', { class: 'mono', title: x.vendor, text: x.simulated ? `${x.model} (simulated)` : x.model }),
       h('td', { class: 'num', text: `${x.free}/${x.total}` }),
       h('td', { class: 'num', text: `${Math.floor((x.memory_mib || 0) / 1024)} GiB` }),
       h('td', { class: 'num', text: x.compute_units ? x.compute_units.toFixed(2) : '?' }),
@@ -669,7 +669,7 @@
         h('td', { class: 'num', text: p.share }),
         h('td', { class: 'num', text: p.epoch }),
         h('td', {}, peerLabel(p.node)),
-        h('td', { class: 'mono', text: p.model }),
+        h('td', { class: 'mono', text: p.simulated ? `${p.model} (simulated)` : p.model }),
         h('td', { class: 'num', text: (p.cards || []).length }),
         h('td', {}, badge(p.state), p.reason ? h('div', { class: 'muted', text: p.reason }) : null),
         h('td', { class: 'num', text: fmtMoney(p.price_cny) }),

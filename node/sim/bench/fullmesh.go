@@ -373,7 +373,7 @@ func (f *fullMesh) cancelAll(ctx context.Context, jobs []string) error {
 
 // sleepSpec is a job of cards cards that runs until cancelled.
 func sleepSpec(id string, cards int) market.JobSpec {
-	return market.JobSpec{ID: id, Cards: cards, MaxPriceCNY: 60, Command: []string{"sleep", "3600"}, ExpectedDuration: market.Duration(time.Hour)}
+	return market.JobSpec{ID: id, Cards: cards, AllowSimulated: true, MaxPriceCNY: 60, Command: []string{"sleep", "3600"}, ExpectedDuration: market.Duration(time.Hour)}
 }
 
 // submit submits spec through n (its owner is n's) and reports when the

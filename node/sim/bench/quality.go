@@ -178,7 +178,7 @@ func ratio(a, b float64) float64 {
 
 // qualityJob draws a job of the quality workload.
 func qualityJob(id string, r *rand.Rand) market.JobSpec {
-	spec := market.JobSpec{ID: id, MaxPriceCNY: 40, Command: []string{"train"},
+	spec := market.JobSpec{ID: id, AllowSimulated: true, MaxPriceCNY: 40, Command: []string{"train"},
 		ExpectedDuration: market.Duration(time.Duration(1+r.IntN(48)) * time.Hour)}
 	switch r.IntN(3) {
 	case 0:

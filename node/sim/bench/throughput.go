@@ -134,7 +134,7 @@ func marketThroughput(ctx context.Context, cfg Config, jobs int, o virtualOption
 		if at := t0.Add(throughputArrival * time.Duration(i) / time.Duration(jobs)); at.After(v.h.Now) {
 			v.h.RunFor(at.Sub(v.h.Now))
 		}
-		spec := market.JobSpec{ID: fmt.Sprintf("t%05d", i), Cards: 1, MaxPriceCNY: 60, Command: []string{"run"}}
+		spec := market.JobSpec{ID: fmt.Sprintf("t%05d", i), Cards: 1, AllowSimulated: true, MaxPriceCNY: 60, Command: []string{"run"}}
 		submitted[spec.ID] = v.h.Now
 		if _, err := v.h.Submit(spec); err != nil {
 			return marketFigures{}, err

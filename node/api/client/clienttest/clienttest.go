@@ -15,8 +15,7 @@ package clienttest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -31,6 +31,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
 // Coordinator is the node ID the fake puts in the records it makes.
@@ -42,7 +43,9 @@ type Backend struct {
 	mu       sync.Mutex
 	jobs     map[string]*jobEntry
 	order    []string
-	payloads map[string][]byte
+	payloads map[string]*blob.Manifest // by digest
+	chunks   map[string][]byte         // by digest
+	received int64                     // chunk bytes received
 	logs     map[logKey][]byte
 	gone     map[logKey]string // attempts whose output is out of reach, and why
 	feeds    map[logKey]chan []byte
@@ -58,6 +61,16 @@ type Backend struct {
 	now        func() time.Time
 	// failSubmit, when set, is returned by the next Submit.
 	failSubmit error
+	// failPayload, when set, is returned by the next PutPayloadManifest.
+	failPayload error
+	// files are the archives Files answers, by job and share; filesAsked
+	// what it was asked.
+	files      map[logKey][]byte
+	filesAsked []api.FilesRequest
+	// secrets are the values PutSecrets took, by digest.
+	secrets  map[string]map[string]string
+	bills    map[string]api.Bill
+	earnings api.ReceiptEarnings
 }
 
 type jobEntry struct {
@@ -72,16 +85,20 @@ type logKey struct {
 }
 
 var (
-	_ api.Backend     = (*Backend)(nil)
-	_ api.OfferLister = (*Backend)(nil)
-	_ api.JobLister   = (*Backend)(nil)
+	_ api.Backend      = (*Backend)(nil)
+	_ api.OfferLister  = (*Backend)(nil)
+	_ api.JobLister    = (*Backend)(nil)
+	_ api.PayloadStore = (*Backend)(nil)
+	_ api.FileCopier   = (*Backend)(nil)
+	_ api.SecretStore  = (*Backend)(nil)
 )
 
 // New returns an empty Backend whose clock is time.Now.
 func New() *Backend {
 	return &Backend{
 		jobs:     map[string]*jobEntry{},
-		payloads: map[string][]byte{},
+		payloads: map[string]*blob.Manifest{},
+		chunks:   map[string][]byte{},
 		logs:     map[logKey][]byte{},
 		gone:     map[logKey]string{},
 		feeds:    map[logKey]chan []byte{},
@@ -146,12 +163,46 @@ func (b *Backend) FailNextSubmit(err error) {
 	b.failSubmit = err
 }
 
-// Payload returns the payload stored under digest.
-func (b *Backend) Payload(digest string) ([]byte, bool) {
+// FailNextPayload makes the next PutPayloadManifest return err (an
+// *api.HTTPError for a refusal), keeping nothing.
+func (b *Backend) FailNextPayload(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p, ok := b.payloads[digest]
-	return p, ok
+	b.failPayload = err
+}
+
+// Payload returns the files of the payload whose manifest is digest, by
+// path, if the fake holds all of its chunks.
+func (b *Backend) Payload(digest string) (map[string][]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.payloads[digest]
+	if !ok {
+		return nil, false
+	}
+	files := map[string][]byte{}
+	for _, e := range m.Entries {
+		if e.Type != blob.TypeFile {
+			continue
+		}
+		var data []byte
+		for _, c := range e.Chunks {
+			part, ok := b.chunks[c.Digest.String()]
+			if !ok {
+				return nil, false
+			}
+			data = append(data, part...)
+		}
+		files[e.Path] = data
+	}
+	return files, true
+}
+
+// ChunkBytesReceived is the size of the payload chunks uploaded so far.
+func (b *Backend) ChunkBytesReceived() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.received
 }
 
 // SetPeers sets what Peers returns.
@@ -239,8 +290,8 @@ func (b *Backend) Submit(_ context.Context, spec market.JobSpec) (market.JobReco
 		return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Err: err}
 	}
 	if p := spec.Payload; p != nil {
-		if _, ok := b.payloads[p.Digest]; !ok {
-			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.digest", Err: fmt.Errorf("payload %s was never uploaded", p.Digest)}
+		if _, ok := b.payloads[p.Manifest]; !ok {
+			return market.JobRecord{}, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.manifest", Err: fmt.Errorf("payload %s was never uploaded", p.Manifest)}
 		}
 	}
 	if e, ok := b.jobs[spec.ID]; ok {
@@ -258,21 +309,49 @@ func (b *Backend) Submit(_ context.Context, spec market.JobSpec) (market.JobReco
 	return rec, nil
 }
 
-// PutPayload stores the archive under its sha256 digest.
-func (b *Backend) PutPayload(_ context.Context, r io.Reader) (market.PayloadRef, error) {
-	data, err := io.ReadAll(r)
+// PutPayloadManifest implements api.PayloadStore: it keeps the manifest
+// and names the chunks it lacks.
+func (b *Backend) PutPayloadManifest(_ context.Context, body []byte) (api.PayloadUpload, error) {
+	m, err := blob.DecodeManifest(body)
 	if err != nil {
-		return market.PayloadRef{}, err
+		return api.PayloadUpload{}, api.Errorf(http.StatusBadRequest, "payload manifest: %v", err)
 	}
-	if len(data) == 0 {
-		return market.PayloadRef{}, api.Errorf(http.StatusBadRequest, "empty payload")
-	}
-	sum := sha256.Sum256(data)
-	ref := market.PayloadRef{Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	d := blob.Sum(body).String()
 	b.mu.Lock()
-	b.payloads[ref.Digest] = data
-	b.mu.Unlock()
-	return ref, nil
+	defer b.mu.Unlock()
+	if err := b.failPayload; err != nil {
+		b.failPayload = nil
+		return api.PayloadUpload{}, err
+	}
+	b.payloads[d] = m
+	up := api.PayloadUpload{Ref: market.PayloadRef{Manifest: d, Size: m.Size(), Holder: Coordinator}, Missing: []string{}, Expires: b.now().Add(time.Hour)}
+	for _, c := range m.Chunks() {
+		if _, ok := b.chunks[c.Digest.String()]; !ok {
+			up.Missing = append(up.Missing, c.Digest.String())
+			up.MissingBytes += c.Size
+		}
+	}
+	return up, nil
+}
+
+// PutPayloadChunk implements api.PayloadStore: it keeps the chunk if its
+// bytes hash to its name.
+func (b *Backend) PutPayloadChunk(_ context.Context, manifest, chunk string, body io.Reader) error {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if got := blob.Sum(data).String(); got != chunk {
+		return api.Errorf(http.StatusBadRequest, "chunk %s: the bytes sent hash to %s", chunk, got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.payloads[manifest]; !ok {
+		return api.Errorf(http.StatusNotFound, "payload manifest %s was not put here", manifest)
+	}
+	b.chunks[chunk] = data
+	b.received += int64(len(data))
+	return nil
 }
 
 // Jobs lists the jobs in the order they were added.
@@ -482,3 +561,106 @@ func (b *Backend) Drain(context.Context) error { return nil }
 
 // Metrics serves nothing (404).
 func (b *Backend) Metrics() http.Handler { return nil }
+
+// SetFiles makes Files answer for a share of job with archive (a tar, as
+// the node sends it), whatever the path; nil makes it answer 404.
+func (b *Backend) SetFiles(job string, share int, archive []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.files == nil {
+		b.files = map[logKey][]byte{}
+	}
+	b.files[logKey{job: job, share: share}] = archive
+}
+
+// FilesAsked returns what Files was asked, in order.
+func (b *Backend) FilesAsked() []api.FilesRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]api.FilesRequest(nil), b.filesAsked...)
+}
+
+// Files implements api.FileCopier with the archive SetFiles gave.
+func (b *Backend) Files(_ context.Context, req api.FilesRequest, w io.Writer) error {
+	b.mu.Lock()
+	b.filesAsked = append(b.filesAsked, req)
+	_, known := b.jobs[req.Job]
+	archive, ok := b.files[logKey{job: req.Job, share: req.Share}]
+	b.mu.Unlock()
+	switch {
+	case !known:
+		return notFound(req.Job)
+	case !ok || archive == nil:
+		return &api.HTTPError{Status: http.StatusNotFound, Field: "path",
+			Err: fmt.Errorf("job %s share %d: no %q in its working directory", req.Job, req.Share, req.Path)}
+	}
+	_, err := w.Write(archive)
+	return err
+}
+
+// PutSecrets implements api.SecretStore: it keeps the values under a
+// digest of them.
+func (b *Backend) PutSecrets(_ context.Context, values map[string]string) (market.SecretsRef, error) {
+	if len(values) == 0 {
+		return market.SecretsRef{}, api.Errorf(http.StatusBadRequest, "no secrets")
+	}
+	body, _ := json.Marshal(values)
+	d := blob.Sum(body).String()
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.secrets == nil {
+		b.secrets = map[string]map[string]string{}
+	}
+	b.secrets[d] = values
+	return market.SecretsRef{Names: names, Digest: d, Holder: Coordinator}, nil
+}
+
+// Secrets returns the values PutSecrets took under digest.
+func (b *Backend) Secrets(digest string) (map[string]string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.secrets[digest]
+	return v, ok
+}
+
+// SetBill makes b the bill of its job.
+func (b *Backend) SetBill(bill api.Bill) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bills == nil {
+		b.bills = map[string]api.Bill{}
+	}
+	b.bills[bill.Job] = bill
+}
+
+// Bill implements api.BillReader.
+func (b *Backend) Bill(_ context.Context, id string) (api.Bill, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bill, ok := b.bills[id]
+	if !ok {
+		return api.Bill{}, api.Errorf(http.StatusNotFound, "no job %s", id)
+	}
+	return bill, nil
+}
+
+// SetEarnings sets what ReceiptEarnings answers.
+func (b *Backend) SetEarnings(e api.ReceiptEarnings) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.earnings = e
+}
+
+// ReceiptEarnings implements api.EarningsReader; it records since in Since.
+func (b *Backend) ReceiptEarnings(_ context.Context, since time.Time) (api.ReceiptEarnings, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.earnings
+	e.Since = since
+	return e, nil
+}

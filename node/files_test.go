@@ -1,0 +1,137 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/blob"
+)
+
+// outputsScript writes outputs/ in the job's working directory: a small
+// file, a 2.7 MB one in a subdirectory and a link; then it prints "ready"
+// and runs the rest.
+const outputsScript = `mkdir -p outputs/sub && printf hello > outputs/a.txt && seq 1 400000 > outputs/sub/big.txt && ln -s a.txt outputs/link && echo ready; `
+
+// seqText is what seq 1 n prints.
+func seqText(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintln(&b, i)
+	}
+	return b.String()
+}
+
+// checkOutputs checks a copy of outputs/ at dir.
+func checkOutputs(t *testing.T, dir string) {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(dir, "a.txt")); err != nil || string(b) != "hello" {
+		t.Errorf("a.txt: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sub", "big.txt")); err != nil || string(b) != seqText(400000) {
+		t.Errorf("sub/big.txt: %d bytes, %v", len(b), err)
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "link")); err != nil || l != "a.txt" {
+		t.Errorf("link: %q %v", l, err)
+	}
+}
+
+// gpumesh cp through a node that neither runs nor coordinates the job:
+// from a running share's working directory as it is, and from what an
+// ended share left there, which its runner keeps and the record names.
+func TestCopyOutOfARunningAndAnEndedJob(t *testing.T) {
+	alice, bob := testOwner(1), testOwner(2)
+	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
+	coord, runner, entry := sm.nodes[0], sm.nodes[1], sm.nodes[2]
+	sm.neverCoordinate(runner, entry)
+	sm.waitBook(entry, 1)
+	c := apiClient(t, entry, alice)
+	ctx := context.Background()
+
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "live", Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"sh", "-c", outputsScript + "sleep 300"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the running job wrote its outputs", func() bool {
+		var out strings.Builder // the attempt may not have started yet: 404
+		_, err := c.Logs(ctx, api.LogRequest{Job: "live"}, &out)
+		return err == nil && strings.Contains(out.String(), "ready")
+	})
+	dst := t.TempDir()
+	where, st, err := c.CopyOut(ctx, "live", 0, "/outputs", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if where != filepath.Join(dst, "outputs") || !st.Dir || st.Files != 2 || st.Symlinks != 1 || st.Dirs != 1 {
+		t.Errorf("copied to %s: %+v", where, st)
+	}
+	checkOutputs(t, where)
+	// One file, into a directory that exists.
+	if where, _, err := c.CopyOut(ctx, "live", 0, "outputs/a.txt", dst); err != nil || where != filepath.Join(dst, "a.txt") {
+		t.Errorf("a file into %s: %s %v", dst, where, err)
+	}
+	// Bad requests change nothing.
+	for _, bad := range []struct {
+		who    *client.Client
+		path   string
+		status int
+		want   string
+	}{
+		{c, "outputs/nope", http.StatusNotFound, `job live share 0: no "outputs/nope" in its working directory`},
+		{c, "../../etc", http.StatusBadRequest, `path "../../etc" leaves the job's working directory`},
+		{c, "outputs/link", http.StatusBadRequest, `is a symbolic link (to "a.txt")`},
+		{apiClient(t, entry, bob), "outputs", http.StatusForbidden, "job live belongs to another owner"},
+	} {
+		empty := t.TempDir()
+		_, _, err := bad.who.CopyOut(ctx, "live", 0, bad.path, empty)
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != bad.status || !strings.Contains(ae.Message, bad.want) {
+			t.Errorf("cp live:%s: %v; want %d saying %q", bad.path, err, bad.status, bad.want)
+		}
+		if left, _ := os.ReadDir(empty); len(left) != 0 {
+			t.Errorf("cp live:%s left %d entries behind", bad.path, len(left))
+		}
+	}
+	if _, err := c.Cancel(ctx, "live"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "ended", Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"sh", "-c", outputsScript + "rm outputs/a.txt; printf bye > outputs/a.txt"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "ended", 60*time.Second, market.JobSucceeded, market.JobFailed)
+	p, _ := latestPlacement(rec, 0)
+	if rec.State != market.JobSucceeded || p.Outputs == "" || p.Node != runner.ID().String() {
+		t.Fatalf("job %s, placement on %s with outputs %q", rec.State, p.Node, p.Outputs)
+	}
+	m, _ := blob.ParseDigest(p.Outputs)
+	l, err := runner.blobs.Lease(outputsLease("ended", 0, p.Epoch))
+	if err != nil || len(l.Manifests) != 1 || l.Manifests[0] != m || l.Expires.Sub(p.EndedAt) < 23*time.Hour {
+		t.Errorf("the runner keeps %+v (%v), want %s for --keep-outputs", l, err, m.Short())
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	where, _, err = c.CopyOut(ctx, "ended", 0, "outputs", out)
+	if err != nil || where != out {
+		t.Fatalf("copy of an ended job's outputs to %s: %s %v", out, where, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "a.txt")); string(b) != "bye" {
+		t.Errorf("a.txt of the ended job: %q", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "sub", "big.txt")); err != nil || string(b) != seqText(400000) {
+		t.Errorf("sub/big.txt: %d bytes, %v", len(b), err)
+	}
+	// A directory is not copied over one that exists.
+	if _, _, err := c.CopyOut(ctx, "ended", 0, "outputs/sub", out); err == nil || !strings.Contains(err.Error(), "exists: remove it or name another destination") {
+		t.Errorf("a copy over a directory that exists: %v", err)
+	}
+}
