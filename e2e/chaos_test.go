@@ -202,6 +202,37 @@ func TestChaosStallPastTheLease(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+func TestChaosCoordinatorFrozenPastItsOwnAttemptsLease(t *testing.T) {
+	// n0 is the cheapest: it coordinates the job and runs it on its own
+	// cards; n3 is where the share moves.
+	c := newPricedCluster(t, nil, 2, 9, 9, 3)
+	n := c.nodes
+	j, coord := c.submitAt(n[:1], c.batch(8, 0))
+	rec := c.running(j.id, 20*time.Second)
+	old := onlyLive(t, rec)
+	if coord != n[0] || old.Node != n[0].peerID {
+		t.Skipf("the job is coordinated by %s and runs on %s; the scenario needs n0 for both", coord.name, c.name(old.Node))
+	}
+	m := c.waitMarker(j.id, old.Share, old.Epoch, "start", 5*time.Second)
+
+	// Frozen past the lease, the node's fence keeper kills its attempt
+	// while a successor moves the share. When the node resumes, it acks
+	// its own renewal at once: that must not make the keeper's kill the
+	// job's own exit (-1), which would fail a job that did nothing wrong.
+	c.stall(n[0], 4500*time.Millisecond)
+	eventually(t, 2*time.Second, "the frozen coordinator's attempt is gone after it resumed", func() bool { return !groupAlive(m.pgid) })
+
+	recs, _ := c.finish(40 * time.Second)
+	if r := recs[j.id]; r.State != market.JobSucceeded {
+		t.Errorf("the job ended %s; want succeeded: %s", r.State, describe(&r))
+	}
+	for _, p := range recs[j.id].Placements {
+		if p.Epoch == old.Epoch && p.State == market.PlacementExited {
+			t.Errorf("the fenced attempt's end was taken as its exit: %s", describe(ptr(recs[j.id])))
+		}
+	}
+}
+
 func TestChaosPartition(t *testing.T) {
 	lab := newNetLab(t)
 	// n0..n2 coordinate; jobs run on n3 (cheapest) or n4.

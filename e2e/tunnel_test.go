@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/gpumesh/gpumesh/market"
+	apiclient "github.com/gpumesh/gpumesh/node/api/client"
 )
 
 // needReplica skips a test whose job program was not built.
@@ -354,28 +354,36 @@ func TestPortForwardCarriesHTTPAndFiftyConnections(t *testing.T) {
 // archive and uploads it through p.
 func payloadOf(t testing.TB, p *proc, files map[string]string) market.PayloadRef {
 	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
+	dir := t.TempDir()
 	for name, path := range files {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg})
-		tw.Write(b)
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	tw.Close()
-	gz.Close()
-	resp, err := p.signed("POST", "/v1/payloads", buf.Bytes())
+	opts := []apiclient.Option{apiclient.WithOwnerKey(testOwner())}
+	if p.token != "" {
+		opts = append(opts, apiclient.WithToken(p.token))
+	}
+	if p.httpc != nil {
+		opts = append(opts, apiclient.WithHTTPClient(p.httpc))
+	}
+	c, err := apiclient.New(p.apiAddr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var ref market.PayloadRef
-	if resp.StatusCode != 201 || json.NewDecoder(resp.Body).Decode(&ref) != nil {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("payload upload: %s %s", resp.Status, b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pl, err := apiclient.ScanPayload(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ref
+	st, err := c.UploadPayload(ctx, pl)
+	if err != nil {
+		t.Fatalf("payload upload: %v", err)
+	}
+	return st.Ref
 }

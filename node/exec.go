@@ -23,6 +23,7 @@ type runSlot struct {
 	run     *executor.Run
 	stop    executor.StopReason // asked before the process existed
 	stopped chan struct{}       // closed when stop is set
+	fence   fenceState          // what the keeper was told (fencing.go)
 }
 
 func attemptName(job string, share int, epoch uint64) string {
@@ -98,7 +99,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		})
 		return
 	}
-	n.armStarted(key, run) // before anything else: the node may freeze any moment
+	n.armStarted(key, slot, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
 	slot.run = run
 	stop := slot.stop
@@ -117,7 +118,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	why := n.sendOutputs(log, e, secrets, run.WorkDir())
 	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()
-	fenced := n.disarm(key, res.EndedAt)
+	fenced := n.disarm(key, slot, res.EndedAt)
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)
 	n.postWait(func() {
 		delete(n.runs, key)

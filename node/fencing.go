@@ -22,12 +22,13 @@ import (
 // little after the driver wrote it.
 const fenceMargin = 200 * time.Millisecond
 
-// fences are the attempts armed with the keeper and their deadlines.
+// fences are the keeper and the last acknowledgement of each attempt this
+// node runs. What each attempt was armed with lives in its runSlot
+// (fenceState), so that it goes when the attempt goes.
 type fences struct {
 	k fence.Fencer // nil: no keeper
 
-	mu    sync.Mutex
-	armed map[attemptKey]armed
+	mu sync.Mutex
 	// acked is when each attempt this node runs was last acknowledged
 	// (market.Lease.AckedAt), refreshed by the driver every tick: an
 	// attempt is armed from it the moment its process starts (armStarted),
@@ -36,13 +37,24 @@ type fences struct {
 	acked map[attemptKey]time.Time
 }
 
-type armed struct {
+// fenceState is what an attempt was armed with. Guarded by its
+// runSlot's mu.
+type fenceState struct {
+	armed    bool
 	ackedAt  time.Time // the ack the deadline counts from
 	deadline time.Time // when the keeper kills the attempt, by this node's clock
+	// lapsed is set once the node saw the deadline pass with the process
+	// still running: the keeper kills it, or has, whatever ack comes
+	// later, so the deadline is never moved again and the attempt ends
+	// fenced.
+	lapsed bool
+	// disarmed is set when the attempt's watcher disarmed it: nothing
+	// arms it again.
+	disarmed bool
 }
 
 func newFences(k fence.Fencer) *fences {
-	return &fences{k: k, armed: map[attemptKey]armed{}, acked: map[attemptKey]time.Time{}}
+	return &fences{k: k, acked: map[attemptKey]time.Time{}}
 }
 
 // armFences arms with the keeper every attempt whose process runs and
@@ -71,28 +83,14 @@ func (n *Node) armFences(now time.Time) {
 		if run == nil {
 			continue
 		}
-		pgid, cgroup, ok := run.Process()
-		if !ok {
-			continue
-		}
-		n.fences.mu.Lock()
-		prev, was := n.fences.armed[key]
-		n.fences.mu.Unlock()
-		if was && !l.AckedAt.After(prev.ackedAt) {
-			continue
-		}
-		n.arm(key, run, pgid, cgroup, l.AckedAt, lostAfter, now)
+		n.arm(key, slot, run, l.AckedAt, lostAfter, now)
 	}
 }
 
 // armStarted arms an attempt the moment its process started, from its
 // last ack as the driver last saw it. It runs on the attempt's watcher.
-func (n *Node) armStarted(key attemptKey, run *executor.Run) {
+func (n *Node) armStarted(key attemptKey, slot *runSlot, run *executor.Run) {
 	if n.fences.k == nil {
-		return
-	}
-	pgid, cgroup, ok := run.Process()
-	if !ok {
 		return
 	}
 	now := time.Now()
@@ -102,51 +100,89 @@ func (n *Node) armStarted(key attemptKey, run *executor.Run) {
 	if !known {
 		ackedAt = now // not seen by a tick yet: its award came a moment ago
 	}
-	n.arm(key, run, pgid, cgroup, ackedAt, n.lostAfter, now)
+	n.arm(key, slot, run, ackedAt, n.lostAfter, now)
 }
 
 // arm tells the keeper to kill the attempt LostAfter - fenceMargin after
-// ackedAt, unless armed again meanwhile.
-func (n *Node) arm(key attemptKey, run *executor.Run, pgid int, cgroup string, ackedAt time.Time, lostAfter time.Duration, now time.Time) {
-	deadline := ackedAt.Add(lostAfter - fenceMargin)
-	within := max(deadline.Sub(now), 0)
+// ackedAt, unless armed again meanwhile. It and disarm hold the slot's
+// lock while they tell the keeper, so an attempt its watcher disarmed is
+// never armed again. An attempt whose deadline this
+// node saw pass is not armed again: a node frozen past it hears its
+// coordinator's ack only after the keeper killed the attempt (or is about
+// to), and moving the deadline then would make that kill look like the
+// job's own exit (-1) instead of a fence.
+func (n *Node) arm(key attemptKey, slot *runSlot, run *executor.Run, ackedAt time.Time, lostAfter time.Duration, now time.Time) {
+	pgid, cgroup, ok := run.Process()
+	if !ok {
+		return
+	}
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	f := &slot.fence
+	within, ok, lapsed := f.next(ackedAt, lostAfter, now)
+	if lapsed {
+		run.Stop(executor.StopFenced) // the keeper's kill, should it be gone
+		n.log.Warn("an attempt's lease lapsed while this node could not renew it (frozen?): it ends fenced",
+			"job", key.job, "share", key.share, "epoch", key.epoch, "deadline", f.deadline)
+	}
+	if !ok {
+		return
+	}
 	if err := n.fences.k.Arm(attemptName(key.job, key.share, key.epoch), pgid, cgroup, within); err != nil {
 		n.log.Debug("cannot arm the fence keeper", "job", key.job, "share", key.share, "epoch", key.epoch, "err", err)
 		return
 	}
-	n.fences.mu.Lock()
-	if prev, ok := n.fences.armed[key]; !ok || !ackedAt.Before(prev.ackedAt) {
-		n.fences.armed[key] = armed{ackedAt: ackedAt, deadline: now.Add(within)}
+	f.armedAt(ackedAt, now.Add(within))
+}
+
+// next says whether to arm the attempt again for an ack at ackedAt, seen
+// at now, and within what: not once it was disarmed, nor for an ack no
+// newer than the one it is armed from, nor once its deadline passed
+// (lapsed reports that this call saw it pass first).
+func (f *fenceState) next(ackedAt time.Time, lostAfter time.Duration, now time.Time) (within time.Duration, arm, lapsed bool) {
+	switch {
+	case f.disarmed || f.lapsed:
+		return 0, false, false
+	case f.armed && !now.Before(f.deadline):
+		f.lapsed = true
+		return 0, false, true
+	case f.armed && !ackedAt.After(f.ackedAt):
+		return 0, false, false
 	}
-	n.fences.mu.Unlock()
-	select {
-	case <-run.Done():
-		// It ended as it was armed; its watcher may have disarmed it
-		// before: the keeper must not kill its group later, which
-		// another process may be given.
-		n.disarm(key, now)
-	default:
-	}
+	return max(ackedAt.Add(lostAfter-fenceMargin).Sub(now), 0), true, false
+}
+
+// armedAt records that the keeper was told to kill the attempt at
+// deadline, counting from the ack at ackedAt.
+func (f *fenceState) armedAt(ackedAt, deadline time.Time) {
+	f.armed, f.ackedAt, f.deadline = true, ackedAt, deadline
+}
+
+// end records that the attempt's process ended at endedAt and reports
+// whether the keeper was armed for it and whether it ended fenced.
+func (f *fenceState) end(endedAt time.Time) (armed, fenced bool) {
+	f.disarmed = true
+	return f.armed, f.armed && (f.lapsed || !endedAt.Before(f.deadline))
 }
 
 // disarm forgets an attempt whose process ended, and reports whether it
-// ended past its fence deadline: the keeper killed it, or would have (its
-// lease had lapsed while the node was frozen), so it ended fenced.
-func (n *Node) disarm(key attemptKey, endedAt time.Time) (fenced bool) {
+// ended fenced: its deadline had passed when it ended (the keeper killed
+// it, or would have: its lease lapsed while the node was frozen), or this
+// node saw the deadline pass while it ran (lapsed). It runs on the
+// attempt's watcher.
+func (n *Node) disarm(key attemptKey, slot *runSlot, endedAt time.Time) (fenced bool) {
 	if n.fences.k == nil {
 		return false
 	}
-	n.fences.mu.Lock()
-	a, ok := n.fences.armed[key]
-	delete(n.fences.armed, key)
-	n.fences.mu.Unlock()
-	if !ok {
-		return false
+	slot.mu.Lock()
+	armed, fenced := slot.fence.end(endedAt)
+	slot.mu.Unlock()
+	if armed {
+		if err := n.fences.k.Disarm(attemptName(key.job, key.share, key.epoch)); err != nil {
+			n.log.Debug("cannot disarm the fence keeper", "job", key.job, "err", err)
+		}
 	}
-	if err := n.fences.k.Disarm(attemptName(key.job, key.share, key.epoch)); err != nil {
-		n.log.Debug("cannot disarm the fence keeper", "job", key.job, "err", err)
-	}
-	return !endedAt.Before(a.deadline)
+	return fenced
 }
 
 // watchFenced logs the attempts the keeper killed. Their watchers report

@@ -44,9 +44,17 @@ func (f *apiFlags) registerOwner(cmd *cobra.Command) {
 	f.owner = true
 }
 
-// client builds the API client from the flags and the environment. Bad
-// values are usage errors naming where they came from.
-// extra are options for the client beyond the flags' (submit's retries).
+// jobClient checks a job ID, then makes the client that asks about it.
+func (f *apiFlags) jobClient(e env, id string) (*client.Client, error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
+	return f.client(e)
+}
+
+// client builds the API client from the flags and the environment; extra
+// are options beyond the flags' (submit's retries). Bad values are usage
+// errors naming where they came from.
 func (f *apiFlags) client(e env, extra ...client.Option) (*client.Client, error) {
 	addr, from := f.addr, "--api"
 	if addr == "" && f.flags != nil && f.flags.Changed("api") {

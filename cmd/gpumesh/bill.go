@@ -38,10 +38,7 @@ with --verify).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := checkJobID(id); err != nil {
-				return err
-			}
-			c, err := af.client(e)
+			c, err := af.jobClient(e, id)
 			if err != nil {
 				return err
 			}

@@ -44,11 +44,8 @@ Only the job's owner may copy.`,
 			if !ok {
 				return usagef("%q: want JOB:PATH (a job's ID, a colon, and a path in its working directory)", args[0])
 			}
-			if err := checkJobID(job); err != nil {
+			if err := checkJobShare(job, share); err != nil {
 				return err
-			}
-			if share < 0 {
-				return usagef("--share: must be 0 or more, got %d", share)
 			}
 			for _, el := range strings.Split(src, "/") {
 				if el == ".." {

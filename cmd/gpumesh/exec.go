@@ -64,11 +64,8 @@ ran what.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			job, command := args[0], args[1:]
-			if err := checkJobID(job); err != nil {
+			if err := checkJobShare(job, share); err != nil {
 				return err
-			}
-			if share < 0 {
-				return usagef("--share: must be 0 or more, got %d", share)
 			}
 			c, err := af.client(e)
 			if err != nil {

@@ -47,11 +47,8 @@ attempt whose node is gone says so, and the others are still printed.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := checkJobID(id); err != nil {
+			if err := checkJobShare(id, share); err != nil {
 				return err
-			}
-			if share < 0 {
-				return usagef("--share: must be 0 or more, got %d", share)
 			}
 			var epoch uint64
 			if attempt != "" && attempt != "all" {
@@ -247,10 +244,7 @@ job's state after: cancelled, or the state it had already ended in.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := checkJobID(id); err != nil {
-				return err
-			}
-			c, err := af.client(e)
+			c, err := af.jobClient(e, id)
 			if err != nil {
 				return err
 			}

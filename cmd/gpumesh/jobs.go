@@ -106,10 +106,7 @@ were lower; its DETAIL says so ("track record here: 3 of 5 attempts lost").
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := checkJobID(id); err != nil {
-				return err
-			}
-			c, err := af.client(e)
+			c, err := af.jobClient(e, id)
 			if err != nil {
 				return err
 			}
@@ -142,6 +139,17 @@ were lower; its DETAIL says so ("track record here: 3 of 5 attempts lost").
 func checkJobID(id string) error {
 	if err := market.ValidateJobID(id); err != nil {
 		return usagef("job ID %q: %s", id, strings.TrimPrefix(err.Error(), market.ErrInvalidJobID.Error()+": "))
+	}
+	return nil
+}
+
+// checkJobShare checks a job ID and a --share number.
+func checkJobShare(id string, share int) error {
+	if err := checkJobID(id); err != nil {
+		return err
+	}
+	if share < 0 {
+		return usagef("--share: must be 0 or more, got %d", share)
 	}
 	return nil
 }

@@ -48,11 +48,8 @@ refused with the reason on stderr, and the forwarding goes on.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			job := args[0]
-			if err := checkJobID(job); err != nil {
+			if err := checkJobShare(job, share); err != nil {
 				return err
-			}
-			if share < 0 {
-				return usagef("--share: must be 0 or more, got %d", share)
 			}
 			var fwds []forwardSpec
 			for _, a := range args[1:] {
