@@ -270,6 +270,9 @@ func (n *Node) step(ev market.Event) error {
 func (n *Node) drain() {
 	for n.mk.HasReady() {
 		rd := n.mk.Ready()
+		for _, rec := range rd.Jobs {
+			n.decided.note(n.id.String(), rec)
+		}
 		n.turn.ops = append(n.turn.ops, n.persist(rd)...)
 		n.turn.effects = append(n.turn.effects, rd)
 		n.mk.Advance(rd)
@@ -284,6 +287,7 @@ func (n *Node) effects(rd market.Ready) {
 			continue
 		}
 		n.view.put(rec) // the API shows what is on disk
+		n.decided.written(rec)
 		if rec.Coordinator != n.id.String() {
 			continue
 		}

@@ -92,12 +92,14 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view   *view
-	events *hub
-	repl   *replicator
-	gate   *gate   // decisions waiting for their record to reach the replicas (commit.go)
-	claims *claims // claims granted to would-be coordinators (claim.go)
-	fences *fences // attempts armed with the fence keeper (fencing.go)
+	view *view
+	// decided is this node's own records ahead of the view (decided.go).
+	decided *decided
+	events  *hub
+	repl    *replicator
+	gate    *gate   // decisions waiting for their record to reach the replicas (commit.go)
+	claims  *claims // claims granted to would-be coordinators (claim.go)
+	fences  *fences // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
 	lostAfter time.Duration
 	// awardTimeout is the market's AwardTimeout: an award held longer for
@@ -156,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		pendingAds: map[peer.ID]gossip.Ad{},
 		roles:      map[peer.ID]memberRole{},
 		view:       newView(),
+		decided:    newDecided(),
 		repl:       newReplicator(),
 		gate:       newGate(),
 		claims:     newClaims(),

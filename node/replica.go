@@ -340,7 +340,7 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 		// here to answer with; it tries again meanwhile.
 		return nil, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
-	if own, ok := n.view.job(rec.ID); ok && own.Coordinator == n.id.String() && settling(own) {
+	if own, ok := n.ownRecord(rec.ID); ok && settling(own) {
 		// This node coordinates the job too, at a lower term (outranking
 		// let rec through): it yields, on its driver. Otherwise the
 		// replica needs nothing of the driver, whose queue may be long.
@@ -368,15 +368,15 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 // coordinator's, and the sender lets the job go (onSuperseding) to the
 // succession that the holders of the newer record run.
 //
-// This node's own coordination is read from the view, where the driver
-// puts each record it persists in the turn that decided it: a replica is
-// stored without waiting behind the driver's queue, which under load is
-// the longest wait a submission has.
+// This node's own coordination is read as its driver decided it
+// (decided.go), not from the driver itself: a replica is stored without
+// waiting behind the driver's queue, which under load is the longest wait
+// a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
-	held, ok := n.view.job(rec.ID)
-	if ok && held.Coordinator == n.id.String() && settling(held) && market.Outranks(held.Term, n.id.String(), rec.Term, rec.Coordinator) {
-		return held, true
+	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
+		return own, true
 	}
+	held, ok := n.view.job(rec.ID)
 	switch {
 	case !ok, ended(rec) && !ended(held):
 		return market.JobRecord{}, false // an end is never refused
