@@ -105,6 +105,9 @@ type readmeSkip struct{ match, why string }
 // of a command as the README writes it; one that matches no command fails
 // the test.
 var readmeSkips = []readmeSkip{
+	{match: "gpumesh submit --gpus 1 --image pytorch/pytorch", why: "it pulls from Docker Hub, which this machine cannot reach; jobs in images are tested against an in-process registry in node/images_test.go and cmd/gpumesh/image_test.go"},
+	{match: "gpumesh submit --gpus 1 --image nvcr.io/nvidia/k8s/cuda-sample", why: "it pulls from nvcr.io, which this machine cannot reach (see node/images_test.go)"},
+	{match: "gpumesh submit --gpus 16 --image nvidia=nvcr.io", why: "it pulls from nvcr.io and a Moore Threads registry, which this machine cannot reach, and needs 16 cards of two vendors (per-vendor images are tested in market/testdata/images.txt and cmd/gpumesh/image_test.go)"},
 	{match: "curl -s -H \"$AUTH\" -X PUT --data-binary @manifest.json", why: "it needs a tree's manifest, which gpumesh submit --payload computes (the upload is tested in node/payloads_test.go)"},
 	{match: "gpumesh submit --gpus 1 --input s3://datasets/imagenet:/data", why: "it reaches AWS S3, which this machine cannot; S3 inputs, outputs and secrets are tested against a real S3 server (gofakes3) in node/data_test.go TestS3InputsAndOutputs and node/objstore"},
 	{match: "curl -s -H \"$AUTH\" -X PUT --data-binary @chunk", why: "it needs a chunk of that manifest (see the line before)"},

@@ -37,6 +37,8 @@ func declineText(f *Filter, matched, usable, min int, misses cardMisses) string 
 		return "no free card of the job's models (" + strings.Join(f.Models, ", ") + ")"
 	case ReasonVendor:
 		return "no free card of the job's vendors (" + joinVendors(f.Vendors) + ")"
+	case ReasonImage:
+		return "no free card of a vendor the job's images serve (" + joinVendors(f.ImageVendors) + ")"
 	case ReasonMemory:
 		return fmt.Sprintf("no free card with the job's %d MiB of memory", f.MinMemoryMiB)
 	case ReasonCompute:
@@ -52,6 +54,6 @@ func declineText(f *Filter, matched, usable, min int, misses cardMisses) string 
 }
 
 // checkOrder is the order the feasibility checks run in (matcher.check).
-func checkOrder() [7]Reason {
-	return [...]Reason{ReasonModel, ReasonVendor, ReasonMemory, ReasonCompute, ReasonSimulated, ReasonPrice, ReasonPreempt}
+func checkOrder() [8]Reason {
+	return [...]Reason{ReasonModel, ReasonVendor, ReasonImage, ReasonMemory, ReasonCompute, ReasonSimulated, ReasonPrice, ReasonPreempt}
 }

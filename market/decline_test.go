@@ -28,6 +28,8 @@ func TestSupplierDeclinesNameTheJobsUnmetCheck(t *testing.T) {
 			"no free card of the job's models (h100-*, h200-*)"},
 		{"vendor", "a100-80g:2", nil, market.Filter{Vendors: []device.Vendor{device.VendorAMD}, MaxPriceCNY: 50}, 1,
 			"no free card of the job's vendors (amd)"},
+		{"no image for the vendor", "a100-80g:2", nil, market.Filter{ImageVendors: []device.Vendor{device.VendorMThreads, device.VendorAMD}, MaxPriceCNY: 50}, 1,
+			"no free card of a vendor the job's images serve (mthreads, amd)"},
 		{"memory", "rtx4090-24g:2", nil, market.Filter{MinMemoryMiB: 48 * 1024, MaxPriceCNY: 50}, 1,
 			"no free card with the job's 49152 MiB of memory"},
 		{"compute", "rtx4090-24g:2", nil, market.Filter{MinComputeUnits: 1, MaxPriceCNY: 50}, 1,

@@ -137,6 +137,12 @@ type (
 		// (the node's fence keeper killed it while the node was frozen):
 		// the attempt ends fenced, whatever its exit code.
 		Fenced bool
+		// NotStarted says the supplier could not ready the attempt for
+		// reasons of its own (the job's image could not be pulled or
+		// unpacked there: Reason says why): it ends not_started, and the
+		// coordinator places the share elsewhere, failing the job once
+		// MaxNotStarted suppliers could not start it.
+		NotStarted bool
 		// Reason, when not empty, says why for the job's owner: above all
 		// why a process did not start ("executable file not found in
 		// $PATH: nvidia-smi"). It travels to the coordinator in the

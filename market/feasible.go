@@ -17,39 +17,44 @@ type Reason string
 
 // The reasons a candidate loses, in the order the pipeline applies them.
 const (
-	ReasonModel      Reason = "model_not_allowed"  // model not in spec.models
-	ReasonVendor     Reason = "vendor_not_allowed" // vendor not in spec.vendors
-	ReasonMemory     Reason = "memory_too_small"   // below spec.min_memory_mib
-	ReasonCompute    Reason = "compute_too_small"  // below spec.min_compute_units (or unknown)
-	ReasonPrice      Reason = "price_above_max"    // asks more than spec.max_price_cny
-	ReasonPreempt    Reason = "would_preempt"      // a preemptible job may not preempt
-	ReasonNoFree     Reason = "no_free_cards"      // book: nothing free on the node
-	ReasonExcluded   Reason = "node_has_share"     // node already runs a share that must be apart
-	ReasonLayout     Reason = "layout_unsatisfied" // too few feasible cards on the node for the layout
-	ReasonLease      Reason = "lease_expired"      // the bid's reservation lapsed before clearing
-	ReasonOutbid     Reason = "outbid"             // feasible, but cheaper candidates filled the job
-	ReasonNotNeeded  Reason = "not_needed"         // the node won; the layout takes no more of its cards
-	ReasonNotAsked   Reason = "not_asked"          // book: enough better candidates were asked
-	ReasonDeclined   Reason = "declined"           // the supplier declined the bid request
-	ReasonSilent     Reason = "no_reply"           // the supplier did not answer within the window
-	ReasonAvoided    Reason = "avoided"            // node lost a share of this job; used only as a last resort
-	ReasonRegion     Reason = "region_has_replica" // a service's replica runs in the node's region; one elsewhere won
-	ReasonSimulated  Reason = "simulated_cards"    // the cards are simulated and the job does not allow them
-	ReasonDuplicate  Reason = "duplicate_card"     // book: a card of the node is claimed by another peer too
-	ReasonUnverified Reason = "unverified"         // book: the node has not passed this coordinator's verification probe yet
-	ReasonProbe      Reason = "probe_failed"       // book: the node's cards failed this coordinator's verification probe
-	ReasonWon        Reason = "won"                // not a loss: the candidate won
-	ReasonRejected   Reason = "award_rejected"     // the supplier rejected the award
-	ReasonTimedOut   Reason = "award_timed_out"    // the supplier did not answer the award
-	reasonPassed     Reason = ""                   // passed every check
+	ReasonModel      Reason = "model_not_allowed"   // model not in spec.models
+	ReasonVendor     Reason = "vendor_not_allowed"  // vendor not in spec.vendors
+	ReasonImage      Reason = "no_image_for_vendor" // spec.images names no image for the card's vendor
+	ReasonMemory     Reason = "memory_too_small"    // below spec.min_memory_mib
+	ReasonCompute    Reason = "compute_too_small"   // below spec.min_compute_units (or unknown)
+	ReasonPrice      Reason = "price_above_max"     // asks more than spec.max_price_cny
+	ReasonPreempt    Reason = "would_preempt"       // a preemptible job may not preempt
+	ReasonNoFree     Reason = "no_free_cards"       // book: nothing free on the node
+	ReasonExcluded   Reason = "node_has_share"      // node already runs a share that must be apart
+	ReasonLayout     Reason = "layout_unsatisfied"  // too few feasible cards on the node for the layout
+	ReasonLease      Reason = "lease_expired"       // the bid's reservation lapsed before clearing
+	ReasonOutbid     Reason = "outbid"              // feasible, but cheaper candidates filled the job
+	ReasonNotNeeded  Reason = "not_needed"          // the node won; the layout takes no more of its cards
+	ReasonNotAsked   Reason = "not_asked"           // book: enough better candidates were asked
+	ReasonDeclined   Reason = "declined"            // the supplier declined the bid request
+	ReasonSilent     Reason = "no_reply"            // the supplier did not answer within the window
+	ReasonAvoided    Reason = "avoided"             // node lost a share of this job; used only as a last resort
+	ReasonRegion     Reason = "region_has_replica"  // a service's replica runs in the node's region; one elsewhere won
+	ReasonSimulated  Reason = "simulated_cards"     // the cards are simulated and the job does not allow them
+	ReasonDuplicate  Reason = "duplicate_card"      // book: a card of the node is claimed by another peer too
+	ReasonUnverified Reason = "unverified"          // book: the node has not passed this coordinator's verification probe yet
+	ReasonProbe      Reason = "probe_failed"        // book: the node's cards failed this coordinator's verification probe
+	ReasonWon        Reason = "won"                 // not a loss: the candidate won
+	ReasonRejected   Reason = "award_rejected"      // the supplier rejected the award
+	ReasonTimedOut   Reason = "award_timed_out"     // the supplier did not answer the award
+	reasonPassed     Reason = ""                    // passed every check
 )
 
 // Filter is the part of a job spec that decides whether one card may serve
 // the job. It travels in BidRequests so suppliers offer only cards that
 // qualify; the coordinator checks every bid card against it again.
 type Filter struct {
-	Models          []string        `json:"models,omitempty"`
-	Vendors         []device.Vendor `json:"vendors,omitempty"`
+	Models  []string        `json:"models,omitempty"`
+	Vendors []device.Vendor `json:"vendors,omitempty"`
+	// ImageVendors, when set, are the vendors the job's images serve
+	// (JobSpec.Images names an image for each and none for every vendor):
+	// a card of another vendor cannot run the job. Empty: any vendor.
+	ImageVendors    []device.Vendor `json:"image_vendors,omitempty"`
 	MinMemoryMiB    uint64          `json:"min_memory_mib,omitempty"`
 	MinComputeUnits float64         `json:"min_compute_units,omitempty"`
 	MaxPriceCNY     float64         `json:"max_price_cny"`
@@ -64,6 +69,7 @@ func FilterOf(s *JobSpec) Filter {
 	return Filter{
 		Models:          s.Models,
 		Vendors:         s.Vendors,
+		ImageVendors:    imageVendors(s.Images),
 		MinMemoryMiB:    s.MinMemoryMiB,
 		MinComputeUnits: s.MinComputeUnits,
 		MaxPriceCNY:     s.MaxPriceCNY,
@@ -73,7 +79,7 @@ func FilterOf(s *JobSpec) Filter {
 }
 
 func (f *Filter) validate() error {
-	if len(f.Models) > 64 || len(f.Vendors) > 16 {
+	if len(f.Models) > 64 || len(f.Vendors) > 16 || len(f.ImageVendors) > MaxImages {
 		return fmt.Errorf("filter: too many models or vendors")
 	}
 	if math.IsNaN(f.MaxPriceCNY) || f.MaxPriceCNY <= 0 || f.MaxPriceCNY > MaxPriceCap {
@@ -137,6 +143,8 @@ func (m *matcher) check(c *cardFacts) Reason {
 		return ReasonModel
 	case len(m.f.Vendors) > 0 && !slices.Contains(m.f.Vendors, c.vendor):
 		return ReasonVendor
+	case len(m.f.ImageVendors) > 0 && !slices.Contains(m.f.ImageVendors, c.vendor):
+		return ReasonImage
 	case roundedMiB(c.memMiB) < m.f.MinMemoryMiB:
 		return ReasonMemory
 	case m.f.MinComputeUnits > 0 && c.cu < m.f.MinComputeUnits:
@@ -158,6 +166,8 @@ func (m *matcher) detail(r Reason, c *cardFacts) string {
 		return fmt.Sprintf("model %s is not among %s", c.model, strings.Join(m.f.Models, ", "))
 	case ReasonVendor:
 		return fmt.Sprintf("vendor %s is not among %s", c.vendor, joinVendors(m.f.Vendors))
+	case ReasonImage:
+		return fmt.Sprintf("the job names no image for vendor %s (images for %s)", c.vendor, joinVendors(m.f.ImageVendors))
 	case ReasonMemory:
 		return fmt.Sprintf("%d GiB per card, job needs %d MiB", roundedMiB(c.memMiB)/1024, m.f.MinMemoryMiB)
 	case ReasonCompute:

@@ -132,12 +132,17 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 		c.settle(j, p, PlacementExited, m.Cause, fmt.Sprintf("exit status %d%s", code, why))
 	case m.Cause == CauseTimeLimit:
 		c.settle(j, p, PlacementExited, m.Cause, "stopped at the supplier's time limit")
+	case m.Cause == CauseNotStarted:
+		c.settle(j, p, PlacementLost, m.Cause, "could not start there"+why)
+		if n := notStarted(j); n >= MaxNotStarted && !j.state.Terminal() {
+			c.fail(j, fmt.Sprintf("share %d could not start on %d suppliers%s", p.Share, n, why), nil)
+		}
 	default:
 		c.settle(j, p, PlacementLost, m.Cause, string(m.Cause)+why)
 	}
 	// Fenced or a card lost: the supplier lost it. Preempted: it said so,
 	// for work the job's kind lets take its cards.
-	c.trackEnd(p, p.State == PlacementLost && m.Cause != CausePreempted)
+	c.trackEnd(p, p.State == PlacementLost && m.Cause != CausePreempted && m.Cause != CauseNotStarted)
 	switch p.State {
 	case PlacementExited:
 		c.onExit(j, p, code, why)
@@ -147,6 +152,22 @@ func (c *coordinator) onAttemptEnded(from string, m *AttemptEnded) error {
 	c.refresh(j)
 	c.checkDone(j)
 	return nil
+}
+
+// MaxNotStarted is how many placements of a job may end not_started (the
+// supplier could not ready its image) before the job fails: each is placed
+// again elsewhere until then.
+const MaxNotStarted = 3
+
+// notStarted counts the job's placements that ended not_started.
+func notStarted(j *job) int {
+	n := 0
+	for _, p := range j.placements {
+		if p.Cause == CauseNotStarted {
+			n++
+		}
+	}
+	return n
 }
 
 // onExit handles a share whose process exited by itself; why is what its

@@ -61,6 +61,9 @@ type (
 		Network  JobNetwork `json:"network,omitempty"`
 		Resources
 		MixedModels bool `json:"mixed_models,omitempty"`
+		// Image tells that the job runs in an OCI image (JobSpec.Images):
+		// suppliers that run no images decline it.
+		Image bool `json:"image,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -236,6 +239,7 @@ type BidCard struct {
 // Network is the spec's NetworkOrDefault; Resources are as the spec
 // declares them (zero fields: the supplier's defaults).
 type ExecSpec struct {
+	Images  []ImageRef        `json:"images,omitempty"`
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env,omitempty"`
 	Payload *PayloadRef       `json:"payload,omitempty"`
@@ -247,7 +251,7 @@ type ExecSpec struct {
 
 // ExecOf returns what an executor needs of spec.
 func ExecOf(spec *JobSpec) ExecSpec {
-	return ExecSpec{Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Data: spec.Data, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
+	return ExecSpec{Images: spec.Images, Command: spec.Command, Env: spec.Env, Payload: spec.Payload, Data: spec.Data, Network: spec.NetworkOrDefault(), Service: spec.Service, Resources: spec.Resources}
 }
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
@@ -270,6 +274,9 @@ const (
 	CauseCardLost  Cause = "card_lost"  // a card went unhealthy or disappeared
 	CauseFenced    Cause = "fenced"     // the runner could not renew its lease and stopped itself
 	CauseTimeLimit Cause = "time_limit" // it ran as long as the supplier's Policy.MaxDuration allows
+	// CauseNotStarted: the supplier could not ready it (its image could
+	// not be pulled or unpacked there); another supplier may.
+	CauseNotStarted Cause = "not_started"
 )
 
 // JobID implements Payload.
@@ -503,8 +510,11 @@ func (m *Award) validate() error {
 			return err
 		}
 	}
-	spec := JobSpec{ID: m.Job, Cards: 1, MaxPriceCNY: 1, Command: m.Exec.Command, Env: m.Exec.Env, Payload: m.Exec.Payload}
+	spec := JobSpec{ID: m.Job, Cards: 1, MaxPriceCNY: 1, Images: m.Exec.Images, Command: m.Exec.Command, Env: m.Exec.Env, Payload: m.Exec.Payload}
 	if err := spec.validateCommand(); err != nil {
+		return badf("exec: %v", err)
+	}
+	if err := spec.validateImages(); err != nil {
 		return badf("exec: %v", err)
 	}
 	if m.Exec.Network != "" {
@@ -604,7 +614,7 @@ func (m *AttemptEnded) validate() error {
 		return err
 	}
 	switch m.Cause {
-	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced, CauseTimeLimit:
+	case CauseExited, CauseStopped, CausePreempted, CauseCardLost, CauseFenced, CauseTimeLimit, CauseNotStarted:
 	default:
 		return badf("cause %q unknown", m.Cause)
 	}

@@ -37,6 +37,14 @@ type Policy struct {
 	// (JobSpec.Pids); a job that declares none gets the executor's default
 	// (8192) or this, the lower. 0: no cap. Else at least MinJobPids.
 	MaxPids int
+	// JobKinds lists the kinds of job this supplier runs: JobKindImage (an
+	// OCI image under a container runtime) and JobKindHost (a command on
+	// the supplier's own system). Empty: both.
+	JobKinds []JobKind
+	// NoImages, when set, says why this supplier cannot run images (no
+	// OCI runtime, not root): it declines image jobs with that reason
+	// whatever JobKinds says.
+	NoImages string
 	// MaxCPUWeight refuses jobs that declare a higher CPU weight
 	// (JobSpec.CPUWeight); a job that declares none gets 100 or this, the
 	// lower. 0: no cap. Else 1 to MaxJobCPUWeight.
@@ -51,11 +59,51 @@ type JobFacts struct {
 	Duration time.Duration
 	Network  JobNetwork
 	Resources
+	// Image tells that the job runs in an OCI image (JobSpec.Images).
+	Image bool
 }
+
+// JobKind is a kind of job a supplier may choose to run (Policy.JobKinds).
+type JobKind string
+
+// The job kinds of Policy.JobKinds.
+const (
+	// JobKindImage is a job that names images (JobSpec.Images): it runs
+	// in its image under the supplier's container runtime.
+	JobKindImage JobKind = "image"
+	// JobKindHost is a job without images: its command runs on the
+	// supplier's own system, in the node's sandbox.
+	JobKindHost JobKind = "host"
+)
+
+// ParseJobKinds reads a list of job kinds as a flag gives it ("image",
+// "host"); it refuses unknown and repeated kinds and an empty list.
+func ParseJobKinds(list []string) ([]JobKind, error) {
+	if len(list) == 0 {
+		return nil, fmt.Errorf("job kinds: name image, host or both")
+	}
+	var out []JobKind
+	for _, k := range list {
+		switch JobKind(k) {
+		case JobKindImage, JobKindHost:
+		default:
+			return nil, fmt.Errorf("unknown job kind %q (want image or host)", k)
+		}
+		if slices.Contains(out, JobKind(k)) {
+			return nil, fmt.Errorf("job kind %q named twice", k)
+		}
+		out = append(out, JobKind(k))
+	}
+	return out, nil
+}
+
+// runs tells whether the policy's JobKinds admit kind k.
+func (p *Policy) runs(k JobKind) bool { return len(p.JobKinds) == 0 || slices.Contains(p.JobKinds, k) }
 
 // FactsOf returns the facts of a spec.
 func FactsOf(spec *JobSpec) JobFacts {
-	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault(), Resources: spec.Resources}
+	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault(), Resources: spec.Resources,
+		Image: len(spec.Images) > 0}
 }
 
 // Admit reports whether the policy admits a job with facts f and, when
@@ -68,6 +116,12 @@ func (p *Policy) Admit(f JobFacts) (bool, string) {
 		return false, "this supplier serves listed owners only, and the job names no owner"
 	case len(p.AllowOwners) > 0 && !slices.Contains(p.AllowOwners, f.Owner):
 		return false, fmt.Sprintf("owner %s is not on this supplier's allow list", owner.ID(f.Owner).Short())
+	case f.Image && !p.runs(JobKindImage):
+		return false, "this supplier runs host-command jobs only, not images (gpumesh node --job-kinds host)"
+	case f.Image && p.NoImages != "":
+		return false, "this supplier cannot run images: " + p.NoImages
+	case !f.Image && !p.runs(JobKindHost):
+		return false, "this supplier runs jobs in images only (gpumesh node --job-kinds image): submit with --image"
 	case p.MaxDuration > 0 && f.Duration > p.MaxDuration:
 		return false, fmt.Sprintf("the job expects to run %v; this supplier runs jobs for at most %v", f.Duration, p.MaxDuration)
 	case p.MaxNetwork != "" && f.Network.rank() > p.MaxNetwork.rank():
@@ -94,6 +148,11 @@ func (p *Policy) validate() error {
 	}
 	if p.MaxDuration < 0 {
 		return fmt.Errorf("MaxDuration: must not be negative, got %v", p.MaxDuration)
+	}
+	for i, k := range p.JobKinds {
+		if k != JobKindImage && k != JobKindHost {
+			return fmt.Errorf("JobKinds[%d]: unknown job kind %q (want image or host)", i, k)
+		}
 	}
 	if p.MaxNetwork != "" {
 		if _, err := ParseJobNetwork(string(p.MaxNetwork)); err != nil {
@@ -126,7 +185,7 @@ func (s *supplier) judgeAward(m *Award, r *reservation) string {
 		return fmt.Sprintf("the signed spec is of job %s", spec.ID)
 	}
 	if !sameExec(m.Exec, ExecOf(spec)) {
-		return "the award's command, environment, payload, data, network, service or resources differ from the owner's signed spec"
+		return "the award's images, command, environment, payload, data, network, service or resources differ from the owner's signed spec"
 	}
 	if ok, reason := cfg.Policy.Admit(FactsOf(spec)); !ok {
 		return "policy: " + reason
@@ -146,7 +205,7 @@ func (s *supplier) simulatedIn(ids []string) int {
 }
 
 func sameExec(a, b ExecSpec) bool {
-	if !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources ||
+	if !slices.Equal(a.Images, b.Images) || !slices.Equal(a.Command, b.Command) || len(a.Env) != len(b.Env) || a.Network != b.Network || a.Resources != b.Resources ||
 		!sameService(a.Service, b.Service) || !a.Data.Equal(b.Data) {
 		return false
 	}

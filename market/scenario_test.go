@@ -350,6 +350,12 @@ func (s *scenario) exec(c scenarioCase) (string, error) {
 		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
 		code, _ := strconv.Atoi(pos[4])
 		return "", h.ExitWithOutputs(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, code, strings.Join(c.input, "\n"), kv["outputs"])
+	case "notstarted":
+		// notstarted NODE JOB SHARE EPOCH, then the runner's reason on the
+		// next line: the node could not ready the attempt (its image).
+		share, _ := strconv.Atoi(pos[2])
+		epoch, _ := strconv.ParseUint(pos[3], 10, 64)
+		return "", h.NotStarted(pos[0], markettest.AttemptKey{Job: pos[1], Share: share, Epoch: epoch}, strings.Join(c.input, "\n"))
 	case "unhealthy":
 		// unhealthy NODE CARD...: those cards report unhealthy from now on.
 		p := h.Peer(pos[0])
@@ -455,6 +461,14 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 		cfg.Cards = cards
 		cfg.Region = kv["region"]
 		cfg.Policy.MaxNetwork = market.JobNetwork(kv["network"])
+		if v, ok := kv["kinds"]; ok {
+			kinds, err := market.ParseJobKinds(strings.Split(v, ","))
+			if err != nil {
+				return err
+			}
+			cfg.Policy.JobKinds = kinds
+		}
+		cfg.Policy.NoImages = kv["noimages"]
 		if v, ok := kv["mtbf"]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {

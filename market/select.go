@@ -545,6 +545,9 @@ func describeFilter(s *JobSpec) string {
 	if len(s.Vendors) > 0 {
 		parts = append(parts, "by "+joinVendors(s.Vendors))
 	}
+	if iv := imageVendors(s.Images); len(iv) > 0 {
+		parts = append(parts, "of a vendor its images serve ("+joinVendors(iv)+")")
+	}
 	if s.MinMemoryMiB > 0 {
 		parts = append(parts, fmt.Sprintf("with at least %d MiB", s.MinMemoryMiB))
 	}

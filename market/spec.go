@@ -166,7 +166,15 @@ type JobSpec struct {
 	// cards (see ScaleJob).
 	Elastic *Elastic `json:"elastic,omitempty"`
 
-	// Command is the program and its arguments. Required.
+	// Images, when set, makes the job run in an OCI image: each share in
+	// the image named for its cards' vendor (see ImageRef and ImageFor),
+	// under the supplier's container runtime. A job whose images name
+	// vendors is placed only on cards of those vendors. Empty: the command
+	// runs on the supplier's own system (a host-command job).
+	Images []ImageRef `json:"images,omitempty"`
+	// Command is the program and its arguments. Required without Images;
+	// with Images it replaces the image's Cmd (as docker run's arguments
+	// do), and empty runs the image's Entrypoint and Cmd.
 	Command []string `json:"command"`
 	// Env is extra environment for the job. Names starting with GPUMESH_ are
 	// reserved for what the executor sets.
@@ -293,6 +301,9 @@ func (s *JobSpec) Validate(cat *device.Catalog) error {
 		return err
 	}
 	if err := s.validateCommand(); err != nil {
+		return err
+	}
+	if err := s.validateImages(); err != nil {
 		return err
 	}
 	if err := s.validateNetwork(); err != nil {
@@ -484,7 +495,7 @@ func (s *JobSpec) validateCards(cat *device.Catalog) error {
 }
 
 func (s *JobSpec) validateCommand() error {
-	if len(s.Command) == 0 || s.Command[0] == "" {
+	if len(s.Images) == 0 && (len(s.Command) == 0 || s.Command[0] == "") {
 		return specErr("command", "required: the program to run and its arguments")
 	}
 	if len(s.Command) > maxCommandArgs {

@@ -222,7 +222,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		}
 		return nil
 	}
-	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network, Resources: m.Resources}
+	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network, Resources: m.Resources, Image: m.Image}
 	if facts.Network == "" {
 		facts.Network = NetworkNone
 	}
@@ -346,6 +346,14 @@ func (s *supplier) onAward(from string, m *Award) error {
 			return reject(ErrStale, "card "+id+" is gone")
 		}
 		cards = append(cards, c)
+	}
+	if len(m.Exec.Images) > 0 {
+		for _, c := range cards {
+			if _, ok := m.Exec.ImageFor(c.card.Vendor); !ok {
+				s.release(r)
+				return reject(ErrRefused, "the job names no image for vendor "+string(c.card.Vendor)+" (card "+c.card.ID+")")
+			}
+		}
 	}
 	s.release(r) // the award consumes the lease; cards it does not name are free again
 	slices.SortFunc(cards, func(x, y *cardState) int { return cmp.Compare(s.position(x), s.position(y)) })
@@ -614,6 +622,9 @@ func (s *supplier) onExecutionExited(ev ExecutionExited) error {
 	}
 	if ev.Fenced && (a.stopCause == "" || a.stopCause == CauseStopped) {
 		a.stopCause = CauseFenced
+	}
+	if ev.NotStarted && a.stopCause == "" {
+		a.stopCause = CauseNotStarted
 	}
 	outputs := ev.Outputs
 	if !sha256Digest.MatchString(outputs) {

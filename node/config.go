@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/probe"
 )
 
@@ -88,6 +89,12 @@ type Config struct {
 	// Isolation to auto, HideDirs to include DataDir, and BlockPorts to
 	// include the API's port and every port the mesh listens on.
 	Executor executor.Config
+	// Images configures how images are pulled and kept (node/image):
+	// Keychain, Mirrors, MaxBytes (gpumesh node --image-cache-max),
+	// Transport, Platform. The node fills in Dir (DataDir/images), Blobs
+	// (its content store), UIDShift (the executor's ContainerIDBase),
+	// Peers (its peers' layers) and Logger.
+	Images image.Config
 	// FenceCommand starts the node's fence keeper (node/fence.Command():
 	// this binary with the keeper's hidden subcommand), which kills an
 	// attempt whose lease lapses while the node is frozen or dead. nil

@@ -10,6 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -74,14 +75,18 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	}
 	secrets, err := n.fetchSecrets(e)
 	var a executor.Attempt
+	var root *image.Root
 	if err == nil {
-		a, err = n.attemptOf(e, master, secrets)
+		a, root, err = n.attemptOf(e, master, secrets)
 	}
 	var run *executor.Run
 	if err == nil {
 		startAt := time.Now()
 		run, err = n.exec.Start(a)
 		n.stages.since(metrics.StageStart, startAt)
+		if err != nil && root != nil {
+			root.Release()
+		}
 	}
 	if err != nil {
 		// The owner reads why in the job's stderr and in its record, not
@@ -91,13 +96,17 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		if werr := n.exec.StartFailed(executor.Attempt{JobID: e.Job, Share: e.Share, Epoch: e.Epoch}, why); werr != nil {
 			log.Warn("the attempt's stderr does not say why it did not start", "err", werr)
 		}
+		notStarted := isNotStarted(err)
 		n.postWait(func() {
 			delete(n.runs, key)
 			n.step(market.ExecutionStarted{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch})
 			n.step(market.ExecutionExited{Now: time.Now(), Job: e.Job, Share: e.Share, Epoch: e.Epoch, ExitCode: exitCannotStart,
-				Reason: "did not start: " + why})
+				Reason: "did not start: " + why, NotStarted: notStarted})
 		})
 		return
+	}
+	if root != nil {
+		defer root.Release() // once the attempt is over (below)
 	}
 	n.armStarted(key, slot, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
@@ -165,8 +174,9 @@ func stopReason(c market.Cause) executor.StopReason {
 }
 
 // attemptOf builds what the executor runs for an execution; secrets (the
-// job's, from their holder) join its environment.
-func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]string) (a executor.Attempt, err error) {
+// job's, from their holder) join its environment; root, for a job in an
+// image, is its root file system, to release once the attempt is over.
+func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]string) (a executor.Attempt, root *image.Root, err error) {
 	inventory := n.devices.Cards()
 	byID := make(map[string]device.Card, len(inventory))
 	for _, c := range inventory {
@@ -176,7 +186,7 @@ func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]s
 	for _, id := range e.Cards {
 		c, ok := byID[id]
 		if !ok {
-			return a, fmt.Errorf("card %s is no longer on this node", id)
+			return a, nil, fmt.Errorf("card %s is no longer on this node", id)
 		}
 		cards = append(cards, c)
 	}
@@ -190,11 +200,11 @@ func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]s
 		LocalCards: len(cards),
 	}
 	if a.Limits, err = n.limitsOf(e, executor.CardDevices(n.cfg.Executor.DevDir, cards)); err != nil {
-		return a, err
+		return a, nil, err
 	}
 	if e.Gang != nil {
 		if master == "" {
-			return a, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+			return a, nil, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
 		}
 		a.Gang = &executor.Gang{
 			NNodes:     e.Gang.NNodes,
@@ -206,7 +216,12 @@ func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]s
 	}
 	a.Work = n.workInto(e, secrets)
 	a.Checkpoint = n.restoreInto(e)
-	return a, nil
+	if len(e.Exec.Images) > 0 {
+		if a.Image, root, err = n.imageOf(e, cards); err != nil {
+			return a, nil, err
+		}
+	}
+	return a, root, nil
 }
 
 func envMap(kv []string) map[string]string {

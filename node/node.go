@@ -22,6 +22,8 @@ import (
 	"github.com/gpumesh/gpumesh/node/blob/transfer"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
+	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/layers"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -110,15 +112,18 @@ type Node struct {
 	stages       *stageClock // where submitted jobs' time goes (stages.go)
 	admitted     admission   // submissions coordinated now (admission.go)
 	ship         *shipper
-	blobs        *blob.Store        // the content store (blobs.go)
-	xfer         *transfer.Service  // its transfers to and from peers
-	pushes       pushes             // checkpoints this node agreed to hold
-	grants       grants             // reads allowed for an owner's download
-	sizes        manifestSizes      // of payloads counted against owners' quotas (payloads.go)
-	uploads      uploads            // chunk sizes of the payloads being uploaded
-	secrets      pendingSecrets     // secrets given to this node that no job names yet (secrets.go)
-	obs          *observer          // driver-owned, but for its atomic status
-	resume       []market.JobRecord // own jobs to adopt again once peers can be asked
+	blobs        *blob.Store                 // the content store (blobs.go)
+	images       *image.Cache                // images pulled into it (images.go)
+	layerAuth    atomic.Pointer[image.Cache] // images, for blobAuth (set after the transfers start)
+	layerPeers   *layers.Service             // layers shared with peers (images.go)
+	xfer         *transfer.Service           // its transfers to and from peers
+	pushes       pushes                      // checkpoints this node agreed to hold
+	grants       grants                      // reads allowed for an owner's download
+	sizes        manifestSizes               // of payloads counted against owners' quotas (payloads.go)
+	uploads      uploads                     // chunk sizes of the payloads being uploaded
+	secrets      pendingSecrets              // secrets given to this node that no job names yet (secrets.go)
+	obs          *observer                   // driver-owned, but for its atomic status
+	resume       []market.JobRecord          // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -299,6 +304,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.exec.Close() })
+	if err := n.openImages(); err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.closeImages)
 	n.fences = newFences(nil)
 	if len(cfg.FenceCommand) > 0 {
 		k, err := fence.Start(cfg.FenceCommand, n.log)
@@ -386,6 +395,7 @@ func (n *Node) Close() error {
 		}
 		n.adv.Close()
 		n.direct.Close()
+		n.closeImages()
 		n.closeBlobs()
 		n.gossip.Close()
 		n.mesh.Close()

@@ -126,6 +126,7 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 	for _, a := range n.mesh.Addrs() {
 		st.Node.Addrs = append(st.Node.Addrs, a.String())
 	}
+	st.Images = n.imagesStatus()
 	for _, s := range n.mk.Cards() {
 		st.Node.Cards = append(st.Node.Cards, api.Card{Card: s.Card, Simulated: s.Card.Simulated(), Healthy: s.Card.Health.Healthy, State: string(s.State), Job: s.Job, Share: s.Share, Epoch: s.Epoch})
 	}

@@ -31,12 +31,19 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	order := market.Coordinators(id, coords, 3)
 	coord, skipped, successor := sm.byID(order[0]), sm.byID(order[1]), sm.byID(order[2])
 	// The submission is acknowledged once the job's group of the moment
-	// (the coordinator and the successor) holds the record; only then
-	// does the skipped member join the group, out of the coordinator's
-	// reach.
+	// (the coordinator and the successor) holds the record; only once the
+	// job runs does the skipped member join the group, out of the
+	// coordinator's reach.
 	sm.neverCoordinate(runner, skipped)
 	if _, err := successor.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
 		t.Fatal(err)
+	}
+	// Running before the skipped member joins: an award leaves only once
+	// every replica of the list as it is holds the record (commit.go),
+	// and a member the coordinator cannot reach would hold it back.
+	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
+	if rec.Coordinator != coord.ID().String() {
+		t.Fatalf("coordinated by %s, want %s", rec.Coordinator, coord.ID())
 	}
 	sm.net.Cut(coord.ID(), skipped.ID())
 	if err := skipped.SetCoordinator(context.Background(), CoordinatorAuto); err != nil {
@@ -45,10 +52,6 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 	eventually(t, 10*time.Second, "the successor counts the skipped member among the job's group", func() bool {
 		return slices.Equal(successor.coordinators(id, 3), []peer.ID{coord.ID(), skipped.ID(), successor.ID()})
 	})
-	rec := waitState(t, runner, id, 20*time.Second, market.JobRunning)
-	if rec.Coordinator != coord.ID().String() {
-		t.Fatalf("coordinated by %s, want %s", rec.Coordinator, coord.ID())
-	}
 	eventually(t, 10*time.Second, "the successor holds a replica", func() bool {
 		r, ok := successor.view.job(id)
 		return ok && r.State == market.JobRunning

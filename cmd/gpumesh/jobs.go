@@ -181,7 +181,21 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 	if !j.EndedAt.IsZero() {
 		line("ENDED", stamp(now, j.EndedAt))
 	}
-	line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	for _, im := range j.Spec.Images {
+		for_ := "every vendor"
+		if im.Vendor != "" {
+			for_ = string(im.Vendor)
+		}
+		line("IMAGE", im.Ref+" ("+for_+")")
+	}
+	switch {
+	case len(j.Spec.Command) > 0:
+		line("COMMAND", oneLine(strings.Join(j.Spec.Command, " ")))
+	case len(j.Spec.Images) > 0:
+		line("COMMAND", "the image's own")
+	default:
+		line("COMMAND", "")
+	}
 	if j.Spec.AllowSimulated {
 		line("SIMULATED", "allowed (--allow-simulated): the job may run on simulated cards")
 	}

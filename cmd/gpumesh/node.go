@@ -53,6 +53,10 @@ type nodeFlags struct {
 	ckptMaxMiB  int
 	storeMax    string
 	keepOutputs time.Duration
+	ociRuntime  string
+	mirrors     []string
+	imageCache  string
+	jobKinds    []string
 	maxPayload  string
 	ownerQuota  string
 	policy      policyFlags
@@ -198,6 +202,10 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints, payload and outputs of a job that ended are kept")
 	fl.StringVar(&f.maxPayload, "max-payload", "", "the largest payload this node takes from an owner, or holds for a job it coordinates: a `SIZE` such as 50GiB (default: no limit but --store-max and --owner-quota)")
 	fl.StringVar(&f.ownerQuota, "owner-quota", "", "the most this node keeps of payloads for one owner: a `SIZE` such as 100GiB (default: half of --store-max)")
+	fl.StringArrayVar(&f.jobKinds, "job-kinds", nil, "the kinds of job this node runs: image (in an OCI image, under crun or runc), host (a command on this machine, in the sandbox) or image,host (default both)")
+	fl.StringVar(&f.ociRuntime, "oci-runtime", executor.RuntimeAuto, "the OCI runtime that runs jobs in images: auto (crun, else runc: the first that works here), a command or path, or none")
+	fl.StringArrayVar(&f.mirrors, "registry-mirror", nil, "pull a registry's images through a mirror first, `REGISTRY=URL` such as docker.io=https://mirror.example.com (repeatable; tried in order, then the registry)")
+	fl.StringVar(&f.imageCache, "image-cache-max", "", "the most the unpacked images kept for jobs may take: a `SIZE` such as 100GiB (default 64GiB); images no job uses go first, least recently used")
 	fl.DurationVar(&f.drain, "drain-timeout", 0, "on SIGTERM, first move the shares this node runs elsewhere, waiting at most this long (0: stop them at once)")
 	fl.StringArrayVar(&f.policy.allow, "allow-owner", nil, "run only jobs of this owner `ID` (repeatable, or comma-separated; default every owner)")
 	fl.StringArrayVar(&f.policy.deny, "deny-owner", nil, "never run jobs of this owner `ID` (repeatable, or comma-separated)")
@@ -281,6 +289,9 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	cfg.Executor.Isolation = iso
 	cfg.Executor.KeepAttemptDirs = f.keepDirs
 	if cfg.Policy, err = f.policy.policy(logger); err != nil {
+		return cfg, err
+	}
+	if err := f.images(&cfg, e); err != nil {
 		return cfg, err
 	}
 	cfg.Mesh.Network = f.network

@@ -41,6 +41,7 @@ type submitOptions struct {
 	pids        int
 	cpuWeight   int
 	env         []string
+	images      []string // --image [VENDOR=]REF, as given
 	command     []string
 }
 
@@ -69,6 +70,7 @@ var specFlags = map[string]string{
 	"expected_duration":  "--duration",
 	"elastic":            "--elastic",
 	"command":            "COMMAND",
+	"images":             "--image",
 	"env":                "--env",
 	"payload":            "--payload",
 	"data":               "--input/--output/--secret",
@@ -84,13 +86,21 @@ var specFlags = map[string]string{
 // buildSpec turns the flags into a job spec checked against the catalog. It
 // reports whether the max price was defaulted. Every error is a usage error
 // naming the flag; nothing is sent anywhere.
-func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defaultedPrice bool, err error) {
+//
+// resolve turns each --image reference into one by digest (see
+// resolveImages); it is called last, once every other flag is known good,
+// and may be nil when no --image is given.
+func buildSpec(o submitOptions, cat *device.Catalog, resolve imageResolver) (spec market.JobSpec, defaultedPrice bool, err error) {
 	spec = market.JobSpec{ID: o.id, Name: o.name, Cards: o.gpus, MinComputeUnits: o.minCU, MixedModels: o.mixedModels, AllowSimulated: o.allowSim, Command: o.command}
 	if o.gpus == 0 {
 		return spec, false, usagef("--gpus: required: the number of cards, 1 to %d", market.MaxCards)
 	}
-	if len(o.command) == 0 {
-		return spec, false, usagef("no command: give the program and its arguments after --, as in: gpumesh submit --gpus 1 -- python train.py")
+	if len(o.command) == 0 && len(o.images) == 0 {
+		return spec, false, usagef("no command: give the program and its arguments after --, as in: gpumesh submit --gpus 1 -- python train.py (or run an image's own command with --image REF)")
+	}
+	images, err := parseImageFlags(o.images)
+	if err != nil {
+		return spec, false, err
 	}
 	for _, m := range o.models {
 		m = strings.TrimSpace(m)
@@ -174,6 +184,16 @@ func buildSpec(o submitOptions, cat *device.Catalog) (spec market.JobSpec, defau
 		spec.MaxPriceCNY = o.maxPrice
 	} else if defaultedPrice, err = spec.FillMaxPrice(cat); err != nil {
 		return spec, false, specUsageError(err)
+	}
+	if len(images) > 0 {
+		// Everything else is checked first: resolving asks registries.
+		spec.Images = placeholderImages(images)
+		if err := spec.Validate(cat); err != nil {
+			return spec, false, specUsageError(err)
+		}
+		if spec.Images, err = resolveImages(images, resolve); err != nil {
+			return spec, false, err
+		}
 	}
 	if err := spec.Validate(cat); err != nil {
 		return spec, false, specUsageError(err)

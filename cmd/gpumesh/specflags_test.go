@@ -69,7 +69,7 @@ func TestBuildSpec(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, defaulted, err := buildSpec(opts(tc.mod), cat)
+			got, defaulted, err := buildSpec(opts(tc.mod), cat, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +148,7 @@ func TestBuildSpecBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := buildSpec(opts(tc.mod), cat)
+			_, _, err := buildSpec(opts(tc.mod), cat, nil)
 			var ue usageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("err = %v (%T), want a usage error", err, err)
@@ -188,7 +188,7 @@ func TestDefaultMaxPrice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := opts(tc.mod)
 			o.maxPriceSet, o.maxPrice = false, 0
-			spec, defaulted, err := buildSpec(o, cat)
+			spec, defaulted, err := buildSpec(o, cat, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func TestDefaultMaxPrice(t *testing.T) {
 	}
 	// Every allowed card at its default price is within the default.
 	o := opts(func(o *submitOptions) { o.maxPriceSet, o.vendors = false, []string{"amd", "huawei"} })
-	spec, _, err := buildSpec(o, cat)
+	spec, _, err := buildSpec(o, cat, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

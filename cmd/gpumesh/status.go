@@ -126,6 +126,9 @@ func writeStatus(w io.Writer, st *api.Status) error {
 	if st.Earnings != nil {
 		writeEarnings(w, st.Earnings, len(n.Cards) > 0)
 	}
+	if st.Images != nil {
+		writeImages(w, st.Images)
+	}
 
 	m := st.Mesh
 	fmt.Fprintf(w, "\nMESH   %s: %d alive, %d suspect, %d dead, %d left\n",
@@ -176,6 +179,21 @@ func writeStatus(w io.Writer, st *api.Status) error {
 		fmt.Fprintf(w, "  ! %s\n", oneLine(s))
 	}
 	return nil
+}
+
+// writeImages prints whether the node runs images and where the layers
+// it pulled came from:
+//
+//	IMAGES runs them with /usr/sbin/runc · 2 pulls, 1 unpacked (1.2 GiB kept)
+//	       layers: 1.5 GiB from peers (6), 820 MiB from registries (3), 2 cached
+func writeImages(w io.Writer, im *api.ImagesStatus) {
+	runs := "runs them with " + im.Runtime
+	if im.Runtime == "" {
+		runs = "runs none: " + oneLine(im.NoImages)
+	}
+	fmt.Fprintf(w, "\nIMAGES %s · %s, %d unpacked (%s kept)\n", runs, text.Count(int(im.Pulls), "pull"), im.Unpacks, text.Bytes(im.RootfsBytes))
+	fmt.Fprintf(w, "       layers: %s from peers (%d), %s from registries (%d), %d cached\n",
+		text.Bytes(im.PeerBytes), im.PeerLayers, text.Bytes(im.RegistryBytes), im.RegistryLayers, im.CachedLayers)
 }
 
 // writeEarnings prints what this node's cards earned: today, this week and

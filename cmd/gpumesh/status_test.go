@@ -269,3 +269,21 @@ func TestFmtHelpers(t *testing.T) {
 		}
 	}
 }
+
+// gpumesh status says whether the node runs images and where the layers
+// it pulled came from.
+func TestStatusShowsImages(t *testing.T) {
+	var b strings.Builder
+	writeImages(&b, &api.ImagesStatus{Runtime: "/usr/sbin/runc", PeerBytes: 3 << 30, PeerLayers: 6, RegistryBytes: 1536 << 20, RegistryLayers: 3,
+		CachedLayers: 2, Pulls: 2, Unpacks: 1, RootfsBytes: 5 << 30})
+	for _, want := range []string{"IMAGES runs them with /usr/sbin/runc · 2 pulls, 1 unpacked", "from peers (6)", "from registries (3), 2 cached"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	writeImages(&b, &api.ImagesStatus{NoImages: "no working OCI runtime: crun is not installed"})
+	if !strings.Contains(b.String(), "IMAGES runs none: no working OCI runtime: crun is not installed") {
+		t.Errorf("status:\n%s", b.String())
+	}
+}

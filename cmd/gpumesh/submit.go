@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/image"
 )
 
 func newSubmitCommand(e env) *cobra.Command {
@@ -73,6 +74,19 @@ A replica is ready, and counts as running, only while its readiness probe
 answers: an HTTP GET of --ready-path (2xx or 3xx), or without it a TCP
 connect to PORT. --public lets nodes started with --ingress ADDR serve it
 to anyone at http://ADDR/JOB_ID/….
+
+Images: --image REF runs each share in an OCI image (docker run's way:
+the image's entrypoint, with the command after -- replacing its Cmd, or
+its own Cmd without one; its Env, WorkingDir and User) under the
+supplier's container runtime, on suppliers that run images (gpumesh node
+--job-kinds). --image VENDOR=REF names the image for the shares on one
+vendor's cards (nvidia, amd, hygon, mthreads, huawei, kunlunxin): with
+--image nvidia=REF1 --image mthreads=REF2 a job may span both vendors, and
+is never placed on cards of a vendor it names no image for (a REF without
+VENDOR= serves every vendor). Tags are resolved to digests here, before
+signing, with the credentials of the docker config file ($DOCKER_CONFIG,
+else ~/.docker: docker login writes it), so every share of every attempt
+runs the same bits; the spec names each image as repo@sha256:….
 
 --payload DIR sends the directory to the node and has it restored into the
 job's working directory before the command starts: files, directories and
@@ -141,6 +155,8 @@ submitted.`,
   gpumesh submit --gpus 8 --model h100-sxm-80g --per-node 4 --max-price 25 --payload ./train --wait -- \
       sh -c 'torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$GPUMESH_LOCAL_CARDS \
         --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT train.py'
+  gpumesh submit --gpus 1 --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime -- python -c 'import torch; print(torch.cuda.device_count())'
+  gpumesh submit --gpus 8 --image nvidia=nvcr.io/nvidia/pytorch:24.05-py3 --image mthreads=registry.mthreads.com/musa/torch:latest -- python train.py
   gpumesh submit --gpus 2 --min-mem 48GiB --vendor nvidia --preemptible --env HF_HOME=/tmp/hf -- python infer.py
   gpumesh submit --gpus 1 --replicas 3 --model 'rtx4090-*' -- python serve.py
   gpumesh submit --gpus 1 --replicas 3 --port 8000 --ready-path /health --public -- \
@@ -158,7 +174,10 @@ submitted.`,
 				o.id = id
 			}
 			cat := device.DefaultCatalog()
-			spec, defaulted, err := buildSpec(o, cat)
+			resolver := image.Resolver{Keychain: image.DockerConfig(dockerConfigDir(e))}
+			spec, defaulted, err := buildSpec(o, cat, func(ref string) (string, error) {
+				return resolver.Resolve(cmd.Context(), ref)
+			})
 			if err != nil {
 				return err
 			}
@@ -259,6 +278,7 @@ submitted.`,
 	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")
 	f.StringArrayVar(&o.env, "env", nil, "set `NAME=VALUE` in the job's environment (repeatable)")
+	f.StringArrayVar(&o.images, "image", nil, "run in the OCI image `[VENDOR=]REF` (repeatable: one per vendor, such as nvidia=REF; tags are resolved to digests here)")
 	f.StringVar(&payload, "payload", "", "send `DIR` (as chunks the node lacks) and restore it into the job's working directory")
 	f.StringArrayVar(&df.inputs, "input", nil, "stage `SRC[:PATH]` into the working directory (PATH, default the directory itself) before the command starts: s3://BUCKET/PREFIX, or a local directory sent as --payload is (repeatable)")
 	f.StringArrayVar(&df.outputs, "output", nil, "send `PATH:s3://BUCKET/PREFIX` (a file or directory of the working directory) to object storage after the command ends (repeatable)")

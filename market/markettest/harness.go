@@ -365,11 +365,26 @@ func (h *Harness) ExitWithOutputs(node string, k AttemptKey, code int, reason, o
 }
 
 func (h *Harness) exitProcess(p *Peer, k AttemptKey, code int, reason, outputs string) {
+	h.endProcess(p, k, market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code, Reason: reason, Outputs: outputs})
+}
+
+// NotStarted ends an attempt as a node does whose image could not be
+// readied (ExecutionExited.NotStarted), with its reason.
+func (h *Harness) NotStarted(node string, k AttemptKey, reason string) error {
+	p := h.peers[node]
+	if p == nil || p.Running[k] == nil {
+		return fmt.Errorf("markettest: %s runs no %+v", node, k)
+	}
+	h.endProcess(p, k, market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: 127, Reason: reason, NotStarted: true})
+	return nil
+}
+
+func (h *Harness) endProcess(p *Peer, k AttemptKey, ev market.ExecutionExited) {
 	if p.Running[k] == nil {
 		return
 	}
 	delete(p.Running, k)
-	h.count(p.Node.Step(market.ExecutionExited{Now: h.Now, Job: k.Job, Share: k.Share, Epoch: k.Epoch, ExitCode: code, Reason: reason, Outputs: outputs}))
+	h.count(p.Node.Step(ev))
 	h.drain(p)
 }
 

@@ -18,10 +18,36 @@ type Status struct {
 	// Earnings is what this node's cards earned; nil from a node that
 	// does not count it.
 	Earnings *Earnings `json:"earnings,omitempty"`
+	// Images is what this node did for jobs in images; nil from a node
+	// that keeps no image cache.
+	Images *ImagesStatus `json:"images,omitempty"`
 	// Warnings are short sentences an operator should act on ("card
 	// GPU-1234 unhealthy: Xid 79", "clock skew: ...", "peer 12D3… flapping:
 	// 6 state changes in 10m"). Empty, never null, when all is well.
 	Warnings []string `json:"warnings"`
+}
+
+// ImagesStatus is a node's images: whether it runs them, and where the
+// layers it pulled came from.
+type ImagesStatus struct {
+	// Runtime is the OCI runtime that runs jobs in images; "" when this
+	// node runs none, NoImages then says why.
+	Runtime  string `json:"runtime,omitempty"`
+	NoImages string `json:"no_images,omitempty"`
+	// PeerBytes and RegistryBytes are the layer bytes fetched from peers
+	// and from registries (or their mirrors); PeerLayers and
+	// RegistryLayers count those layers, CachedLayers the layers a pull
+	// found stored already.
+	PeerBytes      int64 `json:"peer_bytes"`
+	RegistryBytes  int64 `json:"registry_bytes"`
+	PeerLayers     int64 `json:"peer_layers"`
+	RegistryLayers int64 `json:"registry_layers"`
+	CachedLayers   int64 `json:"cached_layers"`
+	// Pulls counts images pulled; Unpacks, root file systems unpacked;
+	// RootfsBytes is the size of those kept.
+	Pulls       int64 `json:"pulls"`
+	Unpacks     int64 `json:"unpacks"`
+	RootfsBytes int64 `json:"rootfs_bytes"`
 }
 
 // The values of NodeStatus.Reachability, AutoNAT's verdict on this node.

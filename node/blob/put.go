@@ -247,9 +247,15 @@ func (p *putter) file(path, name string) error {
 	if !info.Mode().IsRegular() {
 		return fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
 	}
+	return p.stream(name, info.Mode().Perm(), f)
+}
+
+// stream cuts the bytes of r into chunks, hands them to the ingest and
+// adds a file entry at path.
+func (p *putter) stream(path string, mode fs.FileMode, r io.Reader) error {
 	pf := putFile{entry: len(p.entries)}
-	e := Entry{Path: name, Type: TypeFile, Mode: info.Mode().Perm()}
-	p.split.reset(f)
+	e := Entry{Path: path, Type: TypeFile, Mode: mode}
+	p.split.reset(r)
 	for {
 		if err := p.ctx.Err(); err != nil {
 			return err

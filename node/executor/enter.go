@@ -143,17 +143,27 @@ func (r *Run) Exec(x ExecRequest) (*Process, error) {
 	if ended || isClosed(r.done) {
 		return nil, ErrAttemptEnded
 	}
-	env := r.env()
-	for k, v := range x.Env {
-		env[k] = v
+	var cmd *exec.Cmd
+	if r.attempt.Image != nil {
+		// The runtime finds the command in the image (jail.enter).
+		env := r.containerEnv()
+		for k, v := range x.Env {
+			env[k] = v
+		}
+		cmd = &exec.Cmd{Path: x.Command[0], Args: x.Command, Dir: r.attempt.Image.Cwd, Env: envList(env), WaitDelay: time.Second}
+	} else {
+		env := r.env()
+		for k, v := range x.Env {
+			env[k] = v
+		}
+		path, err := lookPath(x.Command[0], env["PATH"], r.WorkDir(), j.hiddenBy)
+		if err != nil {
+			return nil, fmt.Errorf("executor: exec: %w", err)
+		}
+		// Its output is drained for a second after it exits, in case a stray
+		// child still holds it; the process group is killed first.
+		cmd = &exec.Cmd{Path: path, Args: x.Command, Dir: r.WorkDir(), Env: envList(env), WaitDelay: time.Second}
 	}
-	path, err := lookPath(x.Command[0], env["PATH"], r.WorkDir(), j.hiddenBy)
-	if err != nil {
-		return nil, fmt.Errorf("executor: exec: %w", err)
-	}
-	// Its output is drained for a second after it exits, in case a stray
-	// child still holds it; the process group is killed first.
-	cmd := &exec.Cmd{Path: path, Args: x.Command, Dir: r.WorkDir(), Env: envList(env), WaitDelay: time.Second}
 	if !x.TTY {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = x.Stdin, x.Stdout, x.Stderr
 	}

@@ -104,6 +104,21 @@ type Config struct {
 	// out lowest first). Default DefaultEgressNet (8192 links), inside
 	// link-local space and clear of 169.254.169.0/24.
 	EgressNet netip.Prefix
+	// Runtime is the OCI runtime (a crun or runc executable) that runs
+	// attempts in images (Attempt.Image), in sandbox mode only; "" runs
+	// none. See FindRuntime.
+	Runtime string
+	// ContainerDir holds a directory per running image attempt: its
+	// runtime bundle and the mount points the container's user must be
+	// able to reach (its parents are searchable by all, unlike the
+	// attempts' own). Default DefaultContainerDir.
+	ContainerDir string
+	// ContainerIDBase is the host uid and gid that uid and gid 0 of every
+	// image attempt's user namespace map to (ids 0-65535 map to
+	// ContainerIDBase+0 to +65535); the image's files are owned by ids of
+	// that range (node/image's Config.UIDShift). Default
+	// DefaultContainerIDBase.
+	ContainerIDBase uint32
 	// Nameservers go into the resolv.conf of a job on NetworkEgress.
 	// Default: the node's own nameservers that are public addresses, else
 	// 1.1.1.1 and 8.8.8.8.
@@ -119,6 +134,10 @@ const (
 	DefaultCgroupParent = "gpumesh"
 	DefaultDevDir       = "/dev"
 	DefaultEgressNet    = "169.254.64.0/18" // Config.EgressNet
+	// DefaultContainerIDBase is Config.ContainerIDBase's default: 2^24,
+	// far above the ids of accounts and the usual subordinate ranges.
+	DefaultContainerIDBase = 1 << 24
+	DefaultContainerDir    = "/run/gpumesh-containers" // Config.ContainerDir
 )
 
 func (c Config) withDefaults() Config {
@@ -155,6 +174,12 @@ func (c Config) withDefaults() Config {
 	if !c.EgressNet.IsValid() {
 		c.EgressNet = netip.MustParsePrefix(DefaultEgressNet)
 	}
+	if c.ContainerDir == "" {
+		c.ContainerDir = DefaultContainerDir
+	}
+	if c.ContainerIDBase == 0 {
+		c.ContainerIDBase = DefaultContainerIDBase
+	}
 	return c
 }
 
@@ -168,6 +193,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("executor: uid range %d..%d: want 0 < UIDMin <= UIDMax", c.UIDMin, c.UIDMax)
 	case c.UIDMax >= 1<<31:
 		return fmt.Errorf("executor: uid range %d..%d: UIDMax must be below 2^31", c.UIDMin, c.UIDMax)
+	case c.ContainerIDBase < 65536 || c.ContainerIDBase > 1<<31-65536 || (c.ContainerIDBase <= c.UIDMax && c.ContainerIDBase+65535 >= c.UIDMin):
+		return fmt.Errorf("executor: ContainerIDBase %d: want 65536 to 2^31-65536, clear of the uid range %d..%d", c.ContainerIDBase, c.UIDMin, c.UIDMax)
 	case !c.EgressNet.Addr().Is4() || c.EgressNet.Bits() > 30:
 		return fmt.Errorf("executor: egress net %s: want an IPv4 prefix of /30 or wider", c.EgressNet)
 	case !filepath.IsAbs(c.LockDir) || !filepath.IsAbs(c.DevDir) || !filepath.IsAbs(c.CgroupRoot):
@@ -227,6 +254,10 @@ type Attempt struct {
 	// Limits is what the attempt may use, already capped by the supplier's
 	// Policy; enforced in sandbox mode only.
 	Limits Limits
+	// Image, when set, runs the attempt in an OCI image under the OCI
+	// runtime (Config.Runtime; sandbox mode): its process is Image's, and
+	// Command is not used.
+	Image *Container
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -240,6 +271,10 @@ func (a Attempt) validate() error {
 		return fmt.Errorf("executor: job id %q: want 1-128 of [A-Za-z0-9._-], not starting with a symbol", a.JobID)
 	case a.Share < 0:
 		return fmt.Errorf("executor: share %d: must not be negative", a.Share)
+	case a.Image != nil:
+		if err := a.Image.validate(); err != nil {
+			return err
+		}
 	case len(a.Command) == 0 || a.Command[0] == "":
 		return errors.New("executor: command is empty")
 	case len(a.Command) > maxCommandArgs:

@@ -33,7 +33,7 @@ func forEachIsolation(t *testing.T, test func(t *testing.T, iso Isolation)) {
 
 // requireSandbox skips the test when this host cannot run the sandbox,
 // saying why.
-func requireSandbox(t *testing.T) {
+func requireSandbox(t testing.TB) {
 	t.Helper()
 	ex, err := New(Config{Root: t.TempDir(), Isolation: IsolationSandbox})
 	if err != nil {
@@ -66,7 +66,7 @@ func waitDone(t *testing.T, r *Run, within time.Duration) Result {
 	}
 }
 
-func readAll(t *testing.T, ex *Executor, name string, s Stream) string {
+func readAll(t testing.TB, ex *Executor, name string, s Stream) string {
 	t.Helper()
 	b, _, err := ReadLog(ex.cfg.Root, name, s, 0, 1<<20)
 	if err != nil {

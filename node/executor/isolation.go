@@ -90,6 +90,10 @@ type Capabilities struct {
 	Networks []NetworkMode `json:"networks"`
 	// Reason says why auto mode fell back to process mode ("" otherwise).
 	Reason string `json:"reason,omitempty"`
+	// Runtime is the OCI runtime that runs attempts in images (Attempt.Image),
+	// "" when this executor runs none; ImagesReason then says why.
+	Runtime      string `json:"runtime,omitempty"`
+	ImagesReason string `json:"images_reason,omitempty"`
 }
 
 // Provides tells whether a job that asks for network mode m gets exactly

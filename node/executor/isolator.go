@@ -83,10 +83,18 @@ type processIsolator struct {
 	reason string // why auto mode chose it
 }
 
-func (p processIsolator) jail(*Run) (jail, error) { return &processJail{}, nil }
+func (p processIsolator) jail(r *Run) (jail, error) {
+	if r.attempt.Image != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoRuntime, processImagesReason)
+	}
+	return &processJail{}, nil
+}
+
+// processImagesReason says why process mode runs no images.
+const processImagesReason = "images run only in the sandbox (gpumesh node as root, --isolation sandbox or auto)"
 
 func (p processIsolator) capabilities() Capabilities {
-	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason}
+	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason, ImagesReason: processImagesReason}
 }
 
 // processJail is a process group: Stop reaches every process that stayed

@@ -238,16 +238,25 @@ func (r *Run) start() error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	a := r.attempt
-	path, err := lookPath(a.Command[0], r.env()["PATH"], r.WorkDir(), r.jail.hiddenBy)
-	if err != nil {
-		r.closeFiles()
-		return fmt.Errorf("executor: %w", err)
+	var path, dir string
+	var args, env []string
+	if a.Image != nil {
+		// The runtime finds the command in the image (jail.start makes
+		// the runtime's own command line of these).
+		path, args, dir, env = a.Image.Args[0], a.Image.Args, a.Image.Cwd, envList(r.containerEnv())
+	} else {
+		path, err = lookPath(a.Command[0], r.env()["PATH"], r.WorkDir(), r.jail.hiddenBy)
+		if err != nil {
+			r.closeFiles()
+			return fmt.Errorf("executor: %w", err)
+		}
+		args, dir, env = a.Command, r.WorkDir(), envList(r.env())
 	}
 	cmd := &exec.Cmd{
 		Path:   path,
-		Args:   a.Command,
-		Dir:    r.WorkDir(),
-		Env:    envList(r.env()),
+		Args:   args,
+		Dir:    dir,
+		Env:    env,
 		Stdout: &logWriter{file: r.stdout, tail: r.tail, changed: r.changed},
 		Stderr: &logWriter{file: r.stderr, tail: r.tail, changed: r.changed},
 		// Output pipes are drained for this long after the process exits,
@@ -256,7 +265,7 @@ func (r *Run) start() error {
 	}
 	if err := r.jail.start(cmd); err != nil {
 		r.closeFiles()
-		return fmt.Errorf("executor: starting %q: %w", a.Command[0], err)
+		return fmt.Errorf("executor: starting %q: %w", args[0], err)
 	}
 	r.mu.Lock()
 	r.cmd = cmd

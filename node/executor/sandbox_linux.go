@@ -42,6 +42,8 @@ type sandbox struct {
 	hide        []string
 	scratch     []string
 	nameservers []netip.Addr
+	runtime     string // the OCI runtime that runs images ("": none)
+	runtimeWhy  string // why no image runs ("" when runtime runs them)
 }
 
 func newSandbox(cfg Config) (isolator, error) {
@@ -73,6 +75,10 @@ func newSandbox(cfg Config) (isolator, error) {
 	if n := uids.skipped(); n > 0 {
 		s.log.Info("executor: sandbox uids used by accounts or subordinate ranges are skipped", "count", n)
 	}
+	s.runtime, s.runtimeWhy = pickRuntime(cfg.Runtime, filepath.Join(cfg.Root, ".probe"))
+	if s.runtimeWhy != "" && cfg.Runtime != "" {
+		s.log.Warn("executor: images are not run", "reason", s.runtimeWhy)
+	}
 	s.reapOrphans()
 	s.log.Info("executor: isolation is sandbox", "cgroup", cg.version(), "devices_cgroup", cg.enforcesDevices(),
 		"egress", s.net != nil, "uids", fmt.Sprintf("%d-%d", cfg.UIDMin, cfg.UIDMax), "hidden", s.hide)
@@ -81,7 +87,8 @@ func newSandbox(cfg Config) (isolator, error) {
 
 func (s *sandbox) capabilities() Capabilities {
 	c := Capabilities{Isolation: IsolationSandbox, Limits: true, Cgroup: s.cg.version(),
-		Networks: []NetworkMode{NetworkNone, NetworkHost}}
+		Networks: []NetworkMode{NetworkNone, NetworkHost}, ImagesReason: s.runtimeWhy}
+	c.Runtime = s.runtime
 	if s.net != nil {
 		c.Networks = []NetworkMode{NetworkNone, NetworkEgress, NetworkHost}
 	}
@@ -136,6 +143,14 @@ func (s *sandbox) reapOrphans() {
 // jail allocates the attempt's uid, hands it its directories, and makes
 // its cgroup and network.
 func (s *sandbox) jail(r *Run) (_ jail, err error) {
+	if r.attempt.Image != nil {
+		return s.containerJail(r)
+	}
+	return s.hostJail(r)
+}
+
+// hostJail makes a host-command attempt's jail.
+func (s *sandbox) hostJail(r *Run) (_ jail, err error) {
 	l := r.attempt.Limits.withDefaults()
 	if l.Network == NetworkEgress && s.net == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNetworkUnavailable, s.netWhy)

@@ -23,7 +23,7 @@ import (
 
 // sandboxed returns a sandbox executor for the test; mut adjusts its
 // config.
-func sandboxed(t *testing.T, mut func(*Config)) *Executor {
+func sandboxed(t testing.TB, mut func(*Config)) *Executor {
 	t.Helper()
 	requireSandbox(t)
 	cfg := Config{Root: t.TempDir(), Isolation: IsolationSandbox, Grace: time.Second, TailBytes: 64 << 10,
@@ -40,7 +40,7 @@ func sandboxed(t *testing.T, mut func(*Config)) *Executor {
 }
 
 // testWriter sends log lines to t.Log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

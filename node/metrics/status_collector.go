@@ -35,6 +35,15 @@ var (
 	warningsDesc = prometheus.NewDesc("gpumesh_warnings",
 		"Warnings the node's status shows now (unhealthy cards, clock skew, flapping peers).",
 		nil, nil)
+	imageLayerBytesDesc = prometheus.NewDesc("gpumesh_image_layer_bytes_total",
+		"Image layer bytes this node fetched, by source: peer (another node of the mesh) or registry (a registry or its mirror).",
+		[]string{"source"}, nil)
+	imageLayersDesc = prometheus.NewDesc("gpumesh_image_layers_total",
+		"Image layers this node's pulls needed, by source: peer, registry, or cache (already stored).",
+		[]string{"source"}, nil)
+	imageRootfsBytesDesc = prometheus.NewDesc("gpumesh_image_rootfs_bytes",
+		"Bytes of the unpacked image root file systems this node keeps (gpumesh node --image-cache-max bounds them).",
+		nil, nil)
 	statusTimeDesc = prometheus.NewDesc("gpumesh_status_timestamp_seconds",
 		"When the node last built its status, in Unix seconds. A value falling behind time() means the node's driver is stuck.",
 		nil, nil)
@@ -65,7 +74,8 @@ func vendorLabel(v string) string {
 type statusCollector struct{ m *Metrics }
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{membersDesc, meshCardsDesc, nodeCardsDesc, jobsDesc, reachabilityDesc, warningsDesc, statusTimeDesc} {
+	for _, d := range []*prometheus.Desc{membersDesc, meshCardsDesc, nodeCardsDesc, jobsDesc, reachabilityDesc, warningsDesc, statusTimeDesc,
+		imageLayerBytesDesc, imageLayersDesc, imageRootfsBytesDesc} {
 		ch <- d
 	}
 }
@@ -82,6 +92,17 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(statusTimeDesc, float64(st.At.UnixNano())/1e9)
 	}
 	gauge(warningsDesc, float64(len(st.Warnings)))
+	if im := st.Images; im != nil {
+		counter := func(d *prometheus.Desc, v int64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+		}
+		counter(imageLayerBytesDesc, im.PeerBytes, "peer")
+		counter(imageLayerBytesDesc, im.RegistryBytes, "registry")
+		counter(imageLayersDesc, im.PeerLayers, "peer")
+		counter(imageLayersDesc, im.RegistryLayers, "registry")
+		counter(imageLayersDesc, im.CachedLayers, "cache")
+		gauge(imageRootfsBytesDesc, float64(im.RootfsBytes))
+	}
 
 	reach := oneOf(st.Node.Reachability, reachabilities...)
 	if reach == OtherLabel {

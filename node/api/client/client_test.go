@@ -240,3 +240,28 @@ func TestPeersAndCards(t *testing.T) {
 		t.Errorf("status: %s, %v", st, err)
 	}
 }
+
+// The API takes a job's images as the CLI sends them: by digest, for
+// every vendor or per vendor; a tag is refused, naming the field.
+func TestSubmitImages(t *testing.T) {
+	b, c := newClient(t, "")
+	ctx := context.Background()
+	digest := "@sha256:" + strings.Repeat("0f", 32)
+	s := spec("img1")
+	s.Command = nil
+	s.Images = []market.ImageRef{{Vendor: "nvidia", Ref: "nvcr.io/nvidia/pytorch" + digest}, {Ref: "docker.io/library/ubuntu" + digest}}
+	rec, err := c.Submit(ctx, s)
+	if err != nil || len(rec.Spec.Images) != 2 || rec.Spec.Images[0] != s.Images[0] {
+		t.Fatalf("submit: %+v, %v", rec.Spec.Images, err)
+	}
+	if got := b.Submitted(); len(got) != 1 || len(got[0].Images) != 2 {
+		t.Fatalf("the node got %+v", got)
+	}
+	bad := spec("img2")
+	bad.Images = []market.ImageRef{{Ref: "ubuntu:22.04"}}
+	_, err = c.Submit(ctx, bad)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != "images[0].ref" || !strings.Contains(ae.Message, "names no digest") {
+		t.Errorf("a tag: %v", err)
+	}
+}

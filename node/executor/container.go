@@ -1,0 +1,96 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Container is how an attempt runs in an OCI image: the image's root file
+// system, which attempts share and never write (each gets a writable
+// layer of its own over it, removed when it ends), and the process the
+// image makes of the job's command (node/image's Process).
+type Container struct {
+	// Rootfs is the image's unpacked root file system, owned by ids of the
+	// range Config.ContainerIDBase maps.
+	Rootfs string
+	// Args is the process's argv, looked up in the image's PATH.
+	Args []string
+	// Env is the image's environment (NAME=VALUE); the job's variables,
+	// its devices' and gpumesh's go over it.
+	Env []string
+	// Cwd is the working directory inside the image.
+	Cwd string
+	// UID, GID and Groups are the user inside the image (0-65535).
+	UID, GID uint32
+	Groups   []uint32
+}
+
+// ErrNoRuntime is matched by Start's error for an image attempt on an
+// executor without an OCI runtime (Capabilities.Runtime is "").
+var ErrNoRuntime = errors.New("executor: this node runs no images")
+
+// Paths inside an image attempt's container.
+const (
+	containerWorkDir       = "/gpumesh/work"
+	containerCheckpointDir = "/gpumesh/checkpoint"
+	containerTmpDir        = "/tmp"
+	defaultContainerPath   = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+func (c *Container) validate() error {
+	switch {
+	case c.Rootfs == "" || !path.IsAbs(c.Rootfs):
+		return fmt.Errorf("executor: image root file system %q: want an absolute path", c.Rootfs)
+	case len(c.Args) == 0 || c.Args[0] == "":
+		return errors.New("executor: the image's command is empty")
+	case len(c.Args) > maxCommandArgs:
+		return fmt.Errorf("executor: command has %d arguments, at most %d", len(c.Args), maxCommandArgs)
+	case !path.IsAbs(c.Cwd):
+		return fmt.Errorf("executor: image working directory %q: want an absolute path", c.Cwd)
+	case c.UID > 65535 || c.GID > 65535:
+		return fmt.Errorf("executor: image user %d:%d: ids go up to 65535", c.UID, c.GID)
+	}
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" || strings.ContainsRune(e, 0) {
+			return fmt.Errorf("executor: image environment entry %q: want NAME=VALUE", e)
+		}
+	}
+	return nil
+}
+
+// containerEnv is an image attempt's environment: the image's, the job's
+// own, its devices', then gpumesh's (with the paths the job sees inside
+// its container), which the job cannot override. HOME is the image's, or
+// the work directory; PATH the image's, or the usual default.
+func (r *Run) containerEnv() map[string]string {
+	a := r.attempt
+	env := map[string]string{"PATH": defaultContainerPath, "HOME": containerWorkDir}
+	for _, e := range a.Image.Env {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+	}
+	for k, v := range a.Env {
+		env[k] = v
+	}
+	for k, v := range a.DeviceEnv {
+		env[k] = v
+	}
+	env["TMPDIR"] = containerTmpDir
+	env["GPUMESH_JOB_ID"] = a.JobID
+	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
+	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)
+	env["GPUMESH_LOCAL_CARDS"] = strconv.Itoa(a.LocalCards)
+	env["GPUMESH_WORK_DIR"] = containerWorkDir
+	env["GPUMESH_CHECKPOINT_DIR"] = containerCheckpointDir
+	if g := a.Gang; g != nil {
+		env["NNODES"] = strconv.Itoa(g.NNodes)
+		env["NODE_RANK"] = strconv.Itoa(g.NodeRank)
+		env["MASTER_ADDR"] = g.MasterAddr
+		env["MASTER_PORT"] = strconv.Itoa(g.MasterPort)
+		env["WORLD_SIZE"] = strconv.Itoa(g.WorldSize)
+	}
+	return env
+}
