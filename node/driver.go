@@ -173,6 +173,7 @@ func (n *Node) readTrackRecords() ([]market.TrackRecord, error) {
 // decides.
 func (n *Node) drive() {
 	defer n.wg.Done()
+	defer close(n.persister.driverGone)
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {

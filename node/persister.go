@@ -36,10 +36,14 @@ type persister struct {
 	// done carries the turns written, in order, to the driver, which
 	// takes them before any other input (drive).
 	done chan []turn
+	// driverGone is closed when the driver has returned: the last turn
+	// it hands over may come after the node's context ended, and is
+	// written all the same.
+	driverGone chan struct{}
 }
 
 func newPersister(n *Node) *persister {
-	return &persister{n: n, wake: make(chan struct{}, 1), done: make(chan []turn, 64)}
+	return &persister{n: n, wake: make(chan struct{}, 1), done: make(chan []turn, 64), driverGone: make(chan struct{})}
 }
 
 func (p *persister) push(t turn) {
@@ -53,12 +57,14 @@ func (p *persister) push(t turn) {
 }
 
 // run commits what the driver hands over until the node closes; what is
-// queued then is still written (its effects are not carried out).
+// queued then, up to the driver's last turn, is still written (its
+// effects are not carried out).
 func (p *persister) run(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
 	for {
 		select {
 		case <-ctx.Done():
+			<-p.driverGone // its last turn may still be on its way
 			p.flush(false)
 			return
 		case <-p.wake:
