@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -80,7 +81,9 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	}
 	var run *executor.Run
 	if err == nil {
+		startAt := time.Now()
 		run, err = n.exec.Start(a)
+		n.stages.since(metrics.StageStart, startAt)
 		if err != nil && root != nil {
 			root.Release()
 		}
