@@ -111,6 +111,7 @@ var readmeSkips = []readmeSkip{
 	{match: "curl -s -H \"$AUTH\" -X PUT --data-binary @manifest.json", why: "it needs a tree's manifest, which gpumesh submit --payload computes (the upload is tested in node/payloads_test.go)"},
 	{match: "gpumesh submit --gpus 1 --input s3://datasets/imagenet:/data", why: "it reaches AWS S3, which this machine cannot; S3 inputs, outputs and secrets are tested against a real S3 server (gofakes3) in node/data_test.go TestS3InputsAndOutputs and node/objstore"},
 	{match: "curl -s -H \"$AUTH\" -X PUT --data-binary @chunk", why: "it needs a chunk of that manifest (see the line before)"},
+	{match: "gpumesh logs j7k2… --stderr", why: "it needs a job whose checkpoint does not fit a store; node/checkpoint_test.go TestCheckpointIntoAFullStoreKeepsTheJobAndThePreviousCheckpoint checks that note in the job's stderr, for the runner's store and for the holder's"},
 }
 
 func readmeSkipOf(c readmeCmd) (readmeSkip, bool) {

@@ -398,6 +398,14 @@ func (m *Mesh) Close() error {
 	return m.shutdown(true)
 }
 
+// Halt stops the mesh as Close does but without leaving: members find this
+// node dead, as after a crash. What a process that is being interrupted
+// needs: a graceful leave takes up to Config.LeaveTimeout. Calling Close
+// or Halt again returns the first result.
+func (m *Mesh) Halt() error {
+	return m.shutdown(false)
+}
+
 // leave announces that this node is leaving (Meta.Leaving, so that members
 // record a leave even if memberlist's leave message reaches them first or
 // not at all), then leaves memberlist and waits for the news to be written

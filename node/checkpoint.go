@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,10 +85,11 @@ type shipper struct {
 	stamps   map[string]string      // attempt name → the tree's stamp when it was last shipped
 	shipping map[string]bool
 	lastAt   map[string]time.Time // attempt name → last time it was looked at
+	noted    map[string]string    // attempt name → why its last checkpoint was not shipped, as told its owner
 }
 
 func newShipper() *shipper {
-	return &shipper{sent: map[string]blob.Digest{}, stamps: map[string]string{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}}
+	return &shipper{sent: map[string]blob.Digest{}, stamps: map[string]string{}, shipping: map[string]bool{}, lastAt: map[string]time.Time{}, noted: map[string]string{}}
 }
 
 // treeStamp sums what a tree's entries say of themselves — path, type,
@@ -168,7 +171,7 @@ func (n *Node) checkpointLoop() {
 					n.wg.Add(1)
 					go func() {
 						defer n.wg.Done()
-						n.shipCheckpoint(a, dir)
+						n.shipCheckpoint(run)
 					}()
 				}
 			}
@@ -179,7 +182,15 @@ func (n *Node) checkpointLoop() {
 // shipCheckpoint stores an attempt's checkpoint directory and, if it
 // holds something new, has it held and reports it. It returns once the
 // coordinator has the checkpoint in the job's record, or it was refused.
-func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
+//
+// A checkpoint that cannot be stored (the store is full, the disk is
+// full), is over the node's limit, or that no member would hold, is not
+// shipped: the job goes on, its previous checkpoint stays the one a next
+// attempt restores, and the reason goes to the node's log and, as a line
+// starting "gpumesh: ", to the attempt's stderr, where its owner reads it
+// (`gpumesh logs JOB --stderr`).
+func (n *Node) shipCheckpoint(run *executor.Run) {
+	a, dir := run.Attempt(), run.CheckpointDir()
 	name := a.Name()
 	if !n.ship.begin(name) {
 		return
@@ -206,10 +217,23 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 		log.Warn("checkpoint not stored", "err", err)
 		return
 	}
+	// notShipped says why, where the node's operator and the job's owner
+	// read it (the owner once per reason in a row: a checkpoint that
+	// fails each interval for the same reason is not told of again).
+	notShipped := func(why string) {
+		log.Warn("checkpoint not shipped; the job goes on and its previous checkpoint stays", "err", why)
+		n.ship.mu.Lock()
+		told := n.ship.noted[name] == why
+		n.ship.noted[name] = why
+		n.ship.mu.Unlock()
+		if !told {
+			_ = run.Note("checkpoint of " + now.UTC().Format(time.RFC3339) + " not shipped; the job goes on and its previous checkpoint stays: " + why) // fails only once the attempt ended
+		}
+	}
 	put, err := n.blobs.Put(ctx, dir, lease)
 	if err != nil {
 		_ = n.blobs.DeleteLease(lease)
-		log.Warn("checkpoint not stored; the job goes on and its previous checkpoint stays", "err", err)
+		notShipped(err.Error())
 		return
 	}
 	n.ship.mu.Lock()
@@ -224,12 +248,12 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 	}
 	if lim := n.cfg.CheckpointLimit; lim > 0 && put.Bytes > lim {
 		_ = n.blobs.DeleteLease(lease)
-		log.Warn("checkpoint over the node's limit; not shipped", "bytes", put.Bytes, "limit", lim)
+		notShipped(fmt.Sprintf("it is %d bytes, over this node's limit of %d (--checkpoint-max-mib)", put.Bytes, lim))
 		return
 	}
-	holders, shipped := n.holdCheckpoint(ctx, a, put)
+	holders, shipped, refusals := n.holdCheckpoint(ctx, a, put)
 	if len(holders) == 0 {
-		log.Warn("no member would hold the checkpoint; it is kept here and shipped again next time", "manifest", put.Manifest.Short())
+		notShipped(fmt.Sprintf("no member would hold manifest %s; it is shipped again next time: %s", put.Manifest.Short(), refusals))
 		return
 	}
 	cp := market.Checkpoint{Share: a.Share, Epoch: a.Epoch, Manifest: put.Manifest.String(), Bytes: put.Bytes,
@@ -251,6 +275,7 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 	}
 	n.ship.mu.Lock()
 	n.ship.sent[name], n.ship.stamps[name] = put.Manifest, stamp
+	delete(n.ship.noted, name)
 	n.ship.mu.Unlock()
 	n.keepNewestCheckpoints(a.JobID, a.Share, n.checkpointKeep())
 	log.Debug("checkpoint recorded", "manifest", put.Manifest.Short(), "bytes", put.Bytes, "new_bytes", cp.NewBytes, "holders", len(holders))
@@ -258,9 +283,9 @@ func (n *Node) shipCheckpoint(a executor.Attempt, dir string) {
 
 // holdCheckpoint has up to checkpointHolders members of the job's group
 // hold a checkpoint: each agrees, then fetches from this node what it
-// lacks. It returns the members that hold it whole and the most bytes any
-// of them had to fetch.
-func (n *Node) holdCheckpoint(ctx context.Context, a executor.Attempt, put blob.PutStats) (holders []string, shipped int64) {
+// lacks. It returns the members that hold it whole, the most bytes any
+// of them had to fetch, and why the others do not hold it.
+func (n *Node) holdCheckpoint(ctx context.Context, a executor.Attempt, put blob.PutStats) (holders []string, shipped int64, refusals string) {
 	req := checkpointHold{Job: a.JobID, Share: a.Share, Epoch: a.Epoch, Manifest: put.Manifest.String(), Bytes: put.Bytes}
 	var candidates []peer.ID
 	for _, id := range n.coordinators(a.JobID, n.cfg.Replicas+1) {
@@ -270,17 +295,25 @@ func (n *Node) holdCheckpoint(ctx context.Context, a executor.Attempt, put blob.
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var why []string
+	refused := func(id peer.ID, err error) {
+		mu.Lock()
+		why = append(why, fmt.Sprintf("%s: %v", id.ShortString(), err))
+		mu.Unlock()
+	}
 	for _, id := range candidates[:min(len(candidates), checkpointHolders)] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := n.jsonCall(ctx, id, kindCheckpointHold, req); err != nil {
 				n.log.Debug("member will not hold the checkpoint", "job", a.JobID, "member", id.ShortString(), "err", err)
+				refused(id, err)
 				return
 			}
 			st, err := n.xfer.Push(ctx, id, put.Manifest)
 			if err != nil {
 				n.log.Debug("checkpoint not pushed", "job", a.JobID, "member", id.ShortString(), "err", err)
+				refused(id, err)
 				return
 			}
 			mu.Lock()
@@ -290,7 +323,11 @@ func (n *Node) holdCheckpoint(ctx context.Context, a executor.Attempt, put blob.
 		}()
 	}
 	wg.Wait()
-	return holders, shipped
+	if len(candidates) == 0 {
+		why = append(why, "no other member of the job's group")
+	}
+	slices.Sort(why)
+	return holders, shipped, strings.Join(why, "; ")
 }
 
 // serveCheckpointHold agrees to hold a share's checkpoint for its runner:

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/executor"
 )
 
 // stepScript counts to 30 steps, keeping its count in its checkpoint.
@@ -237,5 +238,104 @@ func TestCheckpointHeldByItsRunnerAloneDoesNotCount(t *testing.T) {
 	rec := waitState(t, n, "alone", 30*time.Second, market.JobSucceeded)
 	if len(rec.Checkpoints) != 0 {
 		t.Errorf("checkpoints %+v recorded with no holder but the runner", rec.Checkpoints)
+	}
+}
+
+// fullScript checkpoints step 1, waits for $GO, then writes a checkpoint
+// of 6 MiB (past a 4 MiB store), and runs on until $DONE.
+const fullScript = `d=$GPUMESH_CHECKPOINT_DIR
+echo 1 > $d/step && touch $d/.ready
+echo first
+while [ ! -e "$GO" ]; do sleep 0.05; done
+head -c 6291456 /dev/urandom > $HOME/big && mv $HOME/big $d/big
+echo 2 > $d/step && touch $d/.ready
+echo second
+while [ ! -e "$DONE" ]; do sleep 0.05; done
+echo done`
+
+// A checkpoint that does not fit a store — the runner's, or that of the
+// member that would hold it — is not shipped: the job's stderr says why,
+// naming the full store; the job runs on and ends as it would have; the
+// record's newest checkpoint is still the previous one, which its holder
+// still has whole and restores.
+func TestCheckpointIntoAFullStoreKeepsTheJobAndThePreviousCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		runner bool // the runner's store is the small one, else the holder's
+		want   string
+	}{
+		{"runner's store", true, "blob: store full:"},
+		{"holder's store", false, "no member would hold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fullStore(t, tc.runner, tc.want)
+		})
+	}
+}
+
+func fullStore(t *testing.T, smallRunner bool, want string) {
+	sm := newSimMeshWith(t, func(c *Config) {
+		c.CheckpointInterval = time.Hour // only when the job asks (.ready)
+		if runs := len(c.Devices) > 0; runs == smallRunner {
+			c.StoreMax = 4 << 20
+		}
+	}, "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.neverCoordinate(runner)
+	sm.waitBook(coord, 1)
+	marks := t.TempDir()
+	goFile, doneFile := filepath.Join(marks, "go"), filepath.Join(marks, "done")
+	spec := market.JobSpec{AllowSimulated: true, ID: "full", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", fullScript},
+		Env: map[string]string{"GO": goFile, "DONE": doneFile}}
+	if _, err := coord.Submit(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	var first *market.Checkpoint
+	eventually(t, 20*time.Second, "the first checkpoint in the record", func() bool {
+		rec, _ := coord.Job(context.Background(), "full")
+		first = newestCheckpoint(rec, 0)
+		return first != nil
+	})
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	run, ok := runner.exec.Lookup(attemptName("full", first.Share, first.Epoch))
+	if !ok {
+		t.Fatal("the runner has no such attempt")
+	}
+	var stderr string
+	eventually(t, 20*time.Second, "the job's stderr says the checkpoint was not shipped", func() bool {
+		b, _, err := executor.ReadLog(filepath.Join(runner.cfg.DataDir, "attempts"), run.Attempt().Name(), executor.Stderr, 0, 1<<20)
+		stderr = string(b)
+		return err == nil && strings.Contains(stderr, "not shipped")
+	})
+	if !strings.HasPrefix(stderr, executor.NotePrefix+"checkpoint of ") || !strings.Contains(stderr, "the job goes on and its previous checkpoint stays: ") ||
+		!strings.Contains(stderr, want) || !strings.Contains(stderr, "store full") {
+		t.Errorf("stderr %q, want a note saying %q, naming the full store", stderr, want)
+	}
+	t.Logf("the job's stderr: %s", stderr)
+	select {
+	case <-run.Done():
+		t.Fatalf("the job ended when its checkpoint did not fit: %+v", run.Result())
+	default:
+	}
+	rec, _ := coord.Job(context.Background(), "full")
+	if cp := newestCheckpoint(rec, 0); cp == nil || cp.Manifest != first.Manifest {
+		t.Fatalf("newest checkpoint %+v, want still %s", cp, first.Manifest)
+	}
+	if step, err := stepIn(t, sm, first.Manifest); err != nil || step != 1 {
+		t.Fatalf("the previous checkpoint restores step %d (%v), want 1", step, err)
+	}
+
+	if err := os.WriteFile(doneFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec = waitState(t, coord, "full", 30*time.Second, market.JobSucceeded, market.JobFailed)
+	if rec.State != market.JobSucceeded || rec.Epoch != 1 {
+		t.Fatalf("job %s at epoch %d (%s), want succeeded in its first attempt", rec.State, rec.Epoch, rec.Reason)
+	}
+	if out := string(run.Tail()); !strings.Contains(out, "second") || !strings.Contains(out, "done") {
+		t.Errorf("the job's output %q: want it to have run on to the end", out)
 	}
 }

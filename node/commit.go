@@ -285,6 +285,7 @@ func (n *Node) committed(rec market.JobRecord) {
 	}
 	if !settling(rec) {
 		n.gate.forget(rec.ID) // the job is over here: nothing more to gate
+		n.repl.forget(rec.ID)
 	}
 }
 

@@ -52,8 +52,11 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 	if as := attemptsOf(sm, id); len(as) != 1 {
 		t.Errorf("%d attempts of the job on the runner, want 1: %v", len(as), as)
 	}
-	if got, ok := replica.view.job(id); !ok || got.State != market.JobRunning {
-		t.Errorf("the replica that was cut off holds %s, want the record of the running job", got.State)
-	}
+	// Records reach the replicas after they are on the coordinator's disk,
+	// a moment after the job runs there.
+	eventually(t, 5*time.Second, "the replica that was cut off holds the record of the running job", func() bool {
+		got, ok := replica.view.job(id)
+		return ok && got.State == market.JobRunning
+	})
 	t.Logf("running once the replica was back: %s", describePlacements(rec))
 }

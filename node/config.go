@@ -51,6 +51,7 @@ const (
 	DefaultSendWorkers      = 8
 	DefaultReplicas         = 3
 	DefaultMetaFreeEvery    = 10 * time.Second
+	DefaultMaxSubmissions   = 256
 )
 
 // Config configures a Node. DataDir is required; every other field has the
@@ -184,6 +185,11 @@ type Config struct {
 	// to at once; each destination has its own queue, so one that does not
 	// answer holds up only its own messages. Default 8.
 	SendWorkers int
+	// MaxSubmissions bounds the submissions this node works on at once as
+	// their coordinator; one more is answered 429 with a Retry-After, and
+	// so is any while the driver's queue is half full (admission.go).
+	// Default 256.
+	MaxSubmissions int
 	// Version is this binary's version, shown in status and metrics.
 	Version string
 	// Logger receives the node's logs. Default: discard.
@@ -214,6 +220,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SendWorkers <= 0 {
 		c.SendWorkers = DefaultSendWorkers
+	}
+	if c.MaxSubmissions == 0 {
+		c.MaxSubmissions = DefaultMaxSubmissions
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -246,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.CoordinatorAfter < 0 {
 		return fmt.Errorf("node: CoordinatorAfter %s: must not be negative", c.CoordinatorAfter)
+	}
+	if c.MaxSubmissions < 0 {
+		return fmt.Errorf("node: MaxSubmissions %d: must not be negative", c.MaxSubmissions)
 	}
 	if c.ReserveSettle < 0 {
 		return fmt.Errorf("node: ReserveSettle %s: must not be negative", c.ReserveSettle)

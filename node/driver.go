@@ -82,6 +82,14 @@ func (n *Node) startMarket(cards []device.Card) error {
 		n.log.Info("state restored", "jobs_to_resume", restored, "other_records", ended, "attempts_ended", len(mcfg.EndedAttempts))
 	}
 	n.drain()
+	t := n.turn // before the driver starts: written and carried out here
+	n.turn = turn{}
+	if err := n.storeApply(t.ops); err != nil {
+		return fmt.Errorf("node: writing the restored state: %w", err)
+	}
+	for _, rd := range t.effects {
+		n.effects(rd)
+	}
 	return nil
 }
 
@@ -165,12 +173,25 @@ func (n *Node) readTrackRecords() ([]market.TrackRecord, error) {
 // decides.
 func (n *Node) drive() {
 	defer n.wg.Done()
+	defer close(n.persister.driverGone)
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
+		// What is on disk is carried out first: a decision written waits
+		// for no other input.
+		select {
+		case ts := <-n.persister.done:
+			n.carryOut(ts)
+			n.drain()
+			n.endTurn()
+			continue
+		default:
+		}
 		select {
 		case <-n.ctx.Done():
 			return
+		case ts := <-n.persister.done:
+			n.carryOut(ts)
 		case now := <-ticker.C:
 			n.updateCoordinatorFlag()
 			n.flushMeta(now)
@@ -178,16 +199,53 @@ func (n *Node) drive() {
 			n.refreshStatus(now)
 			if now.Sub(n.book.checked) > time.Second {
 				n.checkBook(now)
+				n.stages.sweep(now)
 			}
 			n.step(market.Tick{Now: time.Now()})
 			n.armFences(time.Now())
 		case f := <-n.inputs:
 			f()
+			n.takeQueued()
 		case <-n.wake:
 			n.foldPending()
 		}
 		n.drain()
+		n.endTurn()
 	}
+}
+
+// maxTurnInputs bounds the inputs one driver turn takes before it writes
+// what they decided: enough that a burst shares one transaction (one
+// fsync), few enough that a tick is not held back long.
+const maxTurnInputs = 64
+
+// takeQueued runs the inputs already waiting, up to a turn's worth, so
+// that the turn's drain persists what all of them decided at once (group
+// commit) rather than an input at a time. Driver only.
+func (n *Node) takeQueued() {
+	for range maxTurnInputs - 1 {
+		select {
+		case f := <-n.inputs:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// afterTurn runs f on the driver once this turn's decisions are on disk
+// and carried out. Driver only.
+func (n *Node) afterTurn(f func()) { n.turn.after = append(n.turn.after, f) }
+
+// endTurn hands the turn's writes and effects to the persister. Driver
+// only.
+func (n *Node) endTurn() {
+	t := n.turn
+	n.turn = turn{}
+	if len(t.ops) == 0 && len(t.effects) == 0 && len(t.after) == 0 {
+		return
+	}
+	n.persister.push(t)
 }
 
 // step applies one event; expected refusals (stale, unknown job) are
@@ -204,38 +262,67 @@ func (n *Node) step(ev market.Event) error {
 	return err
 }
 
-// drain carries out everything the market has decided, in the order Ready
-// documents: persist, send, stop, start, notify, advertise. What may start
-// an attempt or acknowledge an end waits until the job's replicas hold the
-// record that decided it (commit.go).
+// drain takes everything the market has decided and carries it out in
+// the order Ready documents — persist, send, stop, start, notify,
+// advertise — without the driver waiting for the disk: the writes go into
+// this turn's batch, which the persister commits (with the batches of the
+// turns before it that are still waiting, in one transaction) while the
+// driver goes on; the rest of each Ready (its effects) runs on the driver
+// once the write that decided it is on disk, in the order decided
+// (persister.go). What may start an attempt or acknowledge an end waits,
+// further, until the job's replicas hold the record that decided it
+// (commit.go).
 func (n *Node) drain() {
 	for n.mk.HasReady() {
 		rd := n.mk.Ready()
-		n.persist(rd)
-		n.sendCommitted(rd.Messages)
-		for _, s := range rd.Stop {
-			n.stopExecution(s)
+		for _, rec := range rd.Jobs {
+			n.decided.note(n.id.String(), rec)
 		}
-		for _, e := range rd.Start {
-			n.startExecution(e)
-		}
-		for _, note := range rd.Notifications {
-			n.notify(note)
-		}
-		n.notifyAttempts(rd)
-		if rd.Ad != nil {
-			n.advertise(*rd.Ad)
-		} else if n.supplyChanged() {
-			n.publishSupply()
-		}
+		n.turn.ops = append(n.turn.ops, n.persist(rd)...)
+		n.turn.effects = append(n.turn.effects, rd)
 		n.mk.Advance(rd)
 	}
 }
 
-// persist writes the changed job records and attempts, and what the
-// attempts earned, in one transaction before anything that depends on them
-// leaves the node.
-func (n *Node) persist(rd market.Ready) {
+// effects carries out a Ready whose writes are on disk. Driver only.
+func (n *Node) effects(rd market.Ready) {
+	for _, rec := range rd.Jobs {
+		if rec.State == market.JobMoved && rec.MovedTo != "" {
+			n.view.putNewer(n.pointerTo(rec))
+			continue
+		}
+		n.view.put(rec) // the API shows what is on disk
+		n.decided.written(rec)
+		if rec.Coordinator != n.id.String() {
+			continue
+		}
+		n.repl.enqueue(rec) // its replicas get what this node holds
+		n.observeBill(rec)
+		if rec.Version == 1 || rec.State.Terminal() {
+			n.settleClaim(rec) // this node's own claim, once it coordinates or the job ended
+		}
+	}
+	n.sendCommitted(rd.Messages)
+	for _, s := range rd.Stop {
+		n.stopExecution(s)
+	}
+	for _, e := range rd.Start {
+		n.startExecution(e)
+	}
+	for _, note := range rd.Notifications {
+		n.notify(note)
+	}
+	n.notifyAttempts(rd)
+	if rd.Ad != nil {
+		n.advertise(*rd.Ad)
+	} else if n.supplyChanged() {
+		n.publishSupply()
+	}
+}
+
+// persist returns the writes of a Ready: the changed job records and
+// attempts, and what the attempts earned. Driver only.
+func (n *Node) persist(rd market.Ready) []store.Op {
 	var ops []store.Op
 	for _, node := range rd.ForgetTrackRecords { // before TrackRecords: one may be dropped and seen again
 		ops = append(ops, store.Delete(store.TrackRecords, node))
@@ -249,19 +336,8 @@ func (n *Node) persist(rd market.Ready) {
 			// the coordinator it yielded to, so that it notices if that
 			// one is lost or never took the job up (audit.go).
 			rec = n.pointerTo(rec)
-			ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
-			n.view.putNewer(rec)
-			continue
 		}
 		ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
-		n.view.put(rec)
-		if rec.Coordinator == n.id.String() {
-			n.repl.enqueue(rec)
-			n.observeBill(rec)
-			if rec.Version == 1 || rec.State.Terminal() {
-				n.settleClaim(rec) // this node's own claim, once it coordinates or the job ended
-			}
-		}
 	}
 	now := time.Now()
 	for _, a := range rd.Attempts {
@@ -276,9 +352,7 @@ func (n *Node) persist(rd market.Ready) {
 	if len(rd.Attempts) > 0 {
 		ops = append(ops, n.ledger.ops(now)...) // what was counted goes with the attempts it was counted of
 	}
-	if err := n.storeApply(ops); err != nil {
-		n.log.Error("cannot write state; what this node decides now may not survive a restart", "err", err)
-	}
+	return ops
 }
 
 // onAd is gossip's callback for a new capacity ad: it records the newest

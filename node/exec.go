@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/metrics"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -80,7 +81,9 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	}
 	var run *executor.Run
 	if err == nil {
+		startAt := time.Now()
 		run, err = n.exec.Start(a)
+		n.stages.since(metrics.StageStart, startAt)
 		if err != nil && root != nil {
 			root.Release()
 		}
@@ -120,7 +123,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	<-run.Done() // the executor stops every run when the node closes
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
-	n.shipCheckpoint(run.Attempt(), run.CheckpointDir())
+	n.shipCheckpoint(run)
 	why := n.sendOutputs(log, e, secrets, run.WorkDir())
 	outputs := n.keepOutputs(log, e, run.WorkDir())
 	res := run.Result()

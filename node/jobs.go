@@ -190,6 +190,12 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	if err := checkSpec(&spec); err != nil {
 		return market.JobRecord{}, err
 	}
+	release, err := n.admit(spec.ID)
+	if err != nil {
+		return market.JobRecord{}, err
+	}
+	defer release()
+	n.stages.received(spec.ID, time.Now())
 	if err := n.checkSubmission(&signed, time.Now()); err != nil {
 		return market.JobRecord{}, err
 	}
@@ -213,9 +219,13 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	}
 	var rec market.JobRecord
 	var stepErr error
-	err := n.do(ctx, func() {
-		stepErr = n.mk.Step(market.JobSubmitted{Now: time.Now(), Spec: spec, Signature: &signed.Signature})
-		n.drain() // persisted before the acknowledgement leaves
+	n.stages.queued(spec.ID, time.Now())
+	err = n.doDurable(ctx, func() {
+		now := time.Now()
+		n.stages.stepped(spec.ID, now)
+		stepErr = n.mk.Step(market.JobSubmitted{Now: now, Spec: spec, Signature: &signed.Signature})
+	}, func() { // persisted before the acknowledgement leaves, with the turn's other submissions
+		n.stages.persisted(spec.ID, time.Now())
 		rec, _ = n.mk.Job(spec.ID)
 	})
 	if err != nil {
@@ -239,6 +249,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	if err := n.durable(ctx, rec, "submission", "submit it again with the same ID"); err != nil {
 		return market.JobRecord{}, err
 	}
+	n.stages.replicated(spec.ID, time.Now())
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards)
 	return rec, nil
 }

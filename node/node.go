@@ -77,15 +77,17 @@ type Node struct {
 	started time.Time
 
 	// Driver-owned (touched only on the driver goroutine).
-	mk       *market.Node
-	book     *book
-	trust    trust               // claims, receipts, probes (trust.go)
-	ledger   *ledger             // what this node's cards earned (earnings.go)
-	endsSent map[attemptKey]bool // attempts whose end was published (events.go)
-	runs     map[attemptKey]*runSlot
-	coordNow atomic.Bool // this node advertises itself as a coordinator
-	standby  atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
-	draining atomic.Bool // Drain was called: no new work
+	turn      turn       // what this turn decided, for the persister (persister.go)
+	persister *persister // writes the turns' decisions, then has them carried out
+	mk        *market.Node
+	book      *book
+	trust     trust               // claims, receipts, probes (trust.go)
+	ledger    *ledger             // what this node's cards earned (earnings.go)
+	endsSent  map[attemptKey]bool // attempts whose end was published (events.go)
+	runs      map[attemptKey]*runSlot
+	coordNow  atomic.Bool // this node advertises itself as a coordinator
+	standby   atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
+	draining  atomic.Bool // Drain was called: no new work
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
 	pendingMu      sync.Mutex
@@ -93,19 +95,23 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view   *view
-	events *hub
-	repl   *replicator
-	gate   *gate   // decisions waiting for their record to reach the replicas (commit.go)
-	claims *claims // claims granted to would-be coordinators (claim.go)
-	fences *fences // attempts armed with the fence keeper (fencing.go)
+	view *view
+	// decided is this node's own records ahead of the view (decided.go).
+	decided *decided
+	events  *hub
+	repl    *replicator
+	gate    *gate   // decisions waiting for their record to reach the replicas (commit.go)
+	claims  *claims // claims granted to would-be coordinators (claim.go)
+	fences  *fences // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
 	lostAfter time.Duration
 	// awardTimeout is the market's AwardTimeout: an award held longer for
 	// its record's commit is dropped (commit.go).
 	awardTimeout  time.Duration
 	keeper        *fence.Keeper
-	adopting      adopting // jobs this node is claiming now (claim.go)
+	adopting      adopting    // jobs this node is claiming now (claim.go)
+	stages        *stageClock // where submitted jobs' time goes (stages.go)
+	admitted      admission   // submissions coordinated now (admission.go)
 	ship          *shipper
 	blobs         *blob.Store                 // the content store (blobs.go)
 	images        *image.Cache                // images pulled into it (images.go)
@@ -160,6 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		pendingAds: map[peer.ID]gossip.Ad{},
 		roles:      map[peer.ID]memberRole{},
 		view:       newView(),
+		decided:    newDecided(),
 		repl:       newReplicator(),
 		gate:       newGate(),
 		claims:     newClaims(),
@@ -168,6 +175,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		started:    time.Now(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.persister = newPersister(n)
 	n.out = newLanes(n.ctx, &n.wg, cfg.SendWorkers, n.deliver, func(to peer.ID, count int, err error) {
 		n.log.Debug("market messages not delivered", "to", to, "count", count, "err", err)
 	})
@@ -262,6 +270,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err = n.newMetrics(); err != nil {
 		return nil, err
 	}
+	n.stages = newStageClock(n.obs.m, n.log)
 
 	if err := n.openBlobs(); err != nil {
 		return nil, err
@@ -346,7 +355,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.watchFenced(n.keeper)
 	}
-	n.wg.Add(8)
+	n.wg.Add(9)
+	go n.persister.run(n.ctx, &n.wg)
 	go n.blobJanitor()
 	go n.replicateLoop()
 	go n.auditLoop()
@@ -407,6 +417,14 @@ func (n *Node) Close() error {
 	return nil
 }
 
+// Halt stops the node as Close does, but without leaving the mesh
+// gracefully (each leave waits up to the mesh's LeaveTimeout): its peers
+// find it dead, as after a crash. For a process being interrupted.
+func (n *Node) Halt() error {
+	n.mesh.Halt()
+	return n.Close()
+}
+
 // do runs f on the driver goroutine and waits for it, or for ctx or the
 // node to end. Either f ran to its end before do returns nil, or it never
 // runs and do returns the error: a caller that gives up may read what f
@@ -447,6 +465,32 @@ func (n *Node) do(ctx context.Context, f func()) error {
 	}
 	<-done // f is running on the driver: it ends
 	return nil
+}
+
+// doDurable runs f on the driver goroutine, then after on the driver once
+// the turn that ran f has persisted (and sent) what it decided, and
+// returns after that: the turn's other inputs are written in the same
+// transaction. It returns do's error when f never ran, and ErrClosed when
+// the node closes before the turn ends.
+func (n *Node) doDurable(ctx context.Context, f, after func()) error {
+	persisted := make(chan struct{})
+	err := n.do(ctx, func() {
+		f()
+		n.afterTurn(func() {
+			after()
+			close(persisted)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	// f ran: the turn it ran in ends without waiting for anything else.
+	select {
+	case <-persisted:
+		return nil
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // post queues f for the driver without waiting. It reports false when the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,11 +43,44 @@ type replicator struct {
 	pending  map[string]market.JobRecord
 	inflight map[string]bool
 	failed   map[string]bool
-	wake     chan struct{}
+	// acks is the newest record of each job each replica acknowledged:
+	// what a submission waiting for its replicas names when some did not.
+	acks map[string]map[peer.ID]mark
+	wake chan struct{}
 }
 
 func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{},
+		acks: map[string]map[peer.ID]mark{}, wake: make(chan struct{}, 1)}
+}
+
+// acked notes that replica t holds job's record at m.
+func (r *replicator) acked(job string, t peer.ID, m mark) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	by := r.acks[job]
+	if by == nil {
+		by = map[peer.ID]mark{}
+		r.acks[job] = by
+	}
+	if m.atLeast(by[t]) {
+		by[t] = m
+	}
+}
+
+// holds reports whether replica t acknowledged job's record at m or later.
+func (r *replicator) holds(job string, t peer.ID, m mark) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got, ok := r.acks[job][t]
+	return ok && got.atLeast(m)
+}
+
+// forget drops what is known of job's replicas (it is over here).
+func (r *replicator) forget(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.acks, job)
 }
 
 func (r *replicator) enqueue(rec market.JobRecord) {
@@ -122,8 +154,9 @@ func (r *replicator) takeFailed() []string {
 // replica that refused a dial for a moment answers again.
 const replicaRetry = 250 * time.Millisecond
 
-// maxReplications bounds the replications in flight at once.
-const maxReplications = 32
+// maxReplications bounds the replications in flight at once: one per job,
+// each to every replica of the job at once.
+const maxReplications = 128
 
 // replicateLoop sends queued records to their replicas until the node
 // closes — each job's newest, one at a time per job, up to
@@ -182,46 +215,44 @@ func (n *Node) replicaTargets(job string) []peer.ID {
 
 // replicaAckWait bounds how long a submission waits for its record to
 // reach every replica (replicateForAck) before it is answered 503.
-// replicaAckPause is the pause before a replica that failed at once (a
-// refused dial, a reset stream) is asked again within that time.
-const (
-	replicaAckWait  = 3 * time.Second
-	replicaAckPause = 100 * time.Millisecond
-)
+const replicaAckWait = 3 * time.Second
 
-// replicateForAck sends rec to the job's replicas — the members after this
-// node in its HRW list when the call starts; fewer when the mesh has fewer
-// coordinator-eligible members than Config.Replicas — and asks again those
-// that did not confirm, until every one has or replicaAckWait (or ctx) has
-// passed. It returns the replicas that never confirmed.
+// replicateForAck waits until rec's job's replicas — the members after
+// this node in its HRW list; fewer when the mesh has fewer
+// coordinator-eligible members than Config.Replicas — hold rec or a later
+// record of the job (it commits), or replicaAckWait (or ctx) passes. The
+// replicate loop sends it, with the records of every other job in
+// flight, and again every replicaRetry to a replica that missed it;
+// waiting for its commit rather than sending rec once more here halves
+// what a submission costs the replicas. It returns the replicas that did
+// not confirm.
 func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
+	need := markOf(rec)
+	committed := n.gate.await(rec.ID, need) // persist queued rec (or a later record) for the loop
 	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
 	defer cancel()
-	confirmed := map[peer.ID]bool{}
-	for {
-		// The targets are asked again each round: a replica that crashed
-		// leaves the list once the mesh sees it dead, and the member
-		// after it takes its place (commit.go's rule is every replica
-		// of the list as it is when the record commits).
-		missing := slices.DeleteFunc(n.replicaTargets(rec.ID), func(t peer.ID) bool { return confirmed[t] })
-		if len(missing) == 0 {
-			break
-		}
-		for t := range n.replicateTo(ctx, rec, missing) {
-			confirmed[t] = true
-		}
-		missing = slices.DeleteFunc(missing, func(t peer.ID) bool { return confirmed[t] })
-		if len(missing) == 0 {
-			continue // the list may have changed meanwhile
-		}
-		select {
-		case <-ctx.Done():
-			return missing
-		case <-time.After(replicaAckPause):
+	select {
+	case <-committed:
+		return nil
+	case <-ctx.Done():
+	}
+	var missing []peer.ID
+	for _, t := range n.replicaTargets(rec.ID) {
+		if !n.repl.holds(rec.ID, t, need) {
+			missing = append(missing, t)
 		}
 	}
-	n.committed(rec)
-	return nil
+	select {
+	case <-committed: // it committed as the wait ended
+		return nil
+	default:
+	}
+	if len(missing) == 0 {
+		// Each confirmed, but not in one round: the loop commits it on
+		// its next round, which asks them all again.
+		missing = n.replicaTargets(rec.ID)
+	}
+	return missing
 }
 
 // replicateTo sends rec to targets, at once, each call bounded by
@@ -248,6 +279,7 @@ func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []
 					mu.Lock()
 					acked[t] = true
 					mu.Unlock()
+					n.repl.acked(rec.ID, t, markOf(rec))
 					return nil
 				case kindSuperseded:
 					var held market.JobRecord
@@ -308,7 +340,12 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 		// here to answer with; it tries again meanwhile.
 		return nil, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
-	n.postWait(func() { n.yieldTo(rec) })
+	if own, ok := n.ownRecord(rec.ID); ok && settling(own) {
+		// This node coordinates the job too, at a lower term (outranking
+		// let rec through): it yields, on its driver. Otherwise the
+		// replica needs nothing of the driver, whose queue may be long.
+		n.postWait(func() { n.yieldTo(rec) })
+	}
 	if !n.view.putNewer(rec) {
 		// The same record again, or an older version of it (a retry
 		// overtaken by the next change): this node holds one at least as
@@ -330,13 +367,13 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 // effect there (commit.go) must not be overwritten by an older
 // coordinator's, and the sender lets the job go (onSuperseding) to the
 // succession that the holders of the newer record run.
+//
+// This node's own coordination is read as its driver decided it
+// (decided.go), not from the driver itself: a replica is stored without
+// waiting behind the driver's queue, which under load is the longest wait
+// a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
-	var own market.JobRecord
-	var mine bool
-	if err := n.do(n.ctx, func() { own, mine = n.mk.Job(rec.ID) }); err != nil {
-		return market.JobRecord{}, false
-	}
-	if mine && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
+	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
 		return own, true
 	}
 	held, ok := n.view.job(rec.ID)

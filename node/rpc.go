@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
@@ -63,6 +64,9 @@ type callError struct {
 	Status int    `json:"status"`
 	Field  string `json:"field,omitempty"`
 	Error  string `json:"error"`
+	// RetryAfterMs is the HTTPError's RetryAfter (a busy coordinator's
+	// 429), in milliseconds; 0 when none.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 // asCallError encodes err for the caller, keeping an *api.HTTPError's
@@ -72,6 +76,7 @@ func asCallError(err error) error {
 	var he *api.HTTPError
 	if errors.As(err, &he) {
 		ce.Status, ce.Field, ce.Error = he.Status, he.Field, he.Err.Error()
+		ce.RetryAfterMs = he.RetryAfter.Milliseconds()
 	}
 	b, _ := json.Marshal(ce)
 	return errors.New(string(b))
@@ -92,7 +97,7 @@ func fromCallError(err error) error {
 	if json.Unmarshal([]byte(msg[i:]), &ce) != nil || ce.Status == 0 {
 		return err
 	}
-	return &api.HTTPError{Status: ce.Status, Field: ce.Field, Err: errors.New(ce.Error)}
+	return &api.HTTPError{Status: ce.Status, Field: ce.Field, Err: errors.New(ce.Error), RetryAfter: time.Duration(ce.RetryAfterMs) * time.Millisecond}
 }
 
 func isNotFound(err error) bool {

@@ -196,6 +196,9 @@ func (n *Node) receive(m gossip.Message) {
 		n.log.Info("market message for another node refused", "from", m.Sender, "to", msg.To)
 		return
 	}
+	if r, ok := msg.Payload.(*market.Renewal); ok {
+		n.stages.renewed(r.Job, time.Now())
+	}
 	if !n.post(func() {
 		after := n.receiptsIn(&msg)
 		n.step(market.MessageReceived{Now: time.Now(), Message: msg})

@@ -44,8 +44,6 @@ func (f *apiFlags) registerOwner(cmd *cobra.Command) {
 	f.owner = true
 }
 
-// client builds the API client from the flags and the environment. Bad
-// values are usage errors naming where they came from.
 // jobClient checks a job ID, then makes the client that asks about it.
 func (f *apiFlags) jobClient(e env, id string) (*client.Client, error) {
 	if err := checkJobID(id); err != nil {
@@ -54,7 +52,10 @@ func (f *apiFlags) jobClient(e env, id string) (*client.Client, error) {
 	return f.client(e)
 }
 
-func (f *apiFlags) client(e env) (*client.Client, error) {
+// client builds the API client from the flags and the environment; extra
+// are options beyond the flags' (submit's retries). Bad values are usage
+// errors naming where they came from.
+func (f *apiFlags) client(e env, extra ...client.Option) (*client.Client, error) {
 	addr, from := f.addr, "--api"
 	if addr == "" && f.flags != nil && f.flags.Changed("api") {
 		return nil, usagef("--api: empty address: want host:port, such as %s", api.DefaultAddr)
@@ -89,7 +90,7 @@ func (f *apiFlags) client(e env) (*client.Client, error) {
 	if f.owner && key == nil && token == "" {
 		return nil, fmt.Errorf("no owner key at %s: your jobs belong to your key; make one with `gpumesh key create` (or give --key, $%s, or an owner token)", keyPath, envKey)
 	}
-	var opts []client.Option
+	opts := extra
 	if key != nil {
 		opts = append(opts, client.WithOwnerKey(*key))
 	}

@@ -6,21 +6,32 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/gpumesh/gpumesh/node/sim"
 	"github.com/gpumesh/gpumesh/node/sim/bench"
+	"github.com/gpumesh/gpumesh/node/sim/procbench"
 )
 
 // benchFlags are the flags of `gpumesh bench`.
 type benchFlags struct {
-	scenarios []string
-	nodes     int
-	out       string
-	json      bool
-	seed      uint64
-	logFile   string
+	scenarios  []string
+	nodes      int
+	out        string
+	json       bool
+	seed       uint64
+	logFile    string
+	cards      int
+	submitters int
+	jobs       int
+	profile    string
+	maxStart   time.Duration
+	flags      *pflag.FlagSet // to tell a flag given from its default
 }
 
 func newBenchCommand(e env) *cobra.Command {
@@ -40,6 +51,8 @@ Scenarios (--scenario, repeatable or comma-separated; default all):
   failover    reroute latency after a crash and after a silent loss
   gossip      ad propagation, idle bytes/s and memory per node, 1000 nodes
   quality     cost and throughput against an ideal central matcher
+  processes   real gpumesh node processes on loopback under many submitters
+              (runs alone; not part of the default)
 
 Real-time figures come from an in-process mesh of --nodes full nodes
 (default 100, each about 10 MiB); a mesh that would not fit in the memory
@@ -49,10 +62,25 @@ The default run takes a few minutes on 2 cores.
 
 It prints a markdown table on stdout (--json: results.json instead) and,
 with --out DIR, writes results.json, results.csv and the plots
-placement.svg and failover.svg there. Ctrl-C stops it; what was measured
-so far is still printed and written.`,
+placement.svg and failover.svg there. Ctrl-C stops it within a couple of
+seconds; what was measured so far is still printed and written.
+
+The processes scenario starts --nodes (default 5) real ` + "`gpumesh node`" + ` processes
+of this binary on loopback, each with --cards (default 64) simulated cards,
+waits until they form a mesh and coordinate (about 30 s), watches the idle
+mesh for 10 s, then has --submitters (default 32) clients submit --jobs
+(default 300) 1-card ` + "`true`" + ` jobs through the nodes' HTTP APIs at once, with an
+owner token. It reports jobs accepted and placed per second, submit →
+acknowledged and submit → running (p50, p99), refusals by status after the
+client's retries, the CPU of all node processes per placed job (Linux
+/proc), and idle CPU and memory per node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if procs, err := f.processes(); err != nil {
+				return err
+			} else if procs {
+				return f.runProcesses(cmd.Context(), e)
+			}
 			cfg, closeLog, err := f.config(e)
 			if err != nil {
 				return err
@@ -65,7 +93,14 @@ so far is still printed and written.`,
 				}
 				return runErr
 			}
-			return f.report(e, res, runErr)
+			err = f.report(e, res, runErr)
+			// After Ctrl-C the nodes halt in the background; the process
+			// ends with them stopped or a second later.
+			select {
+			case <-res.Stopped():
+			case <-time.After(time.Second):
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()
@@ -75,6 +110,12 @@ so far is still printed and written.`,
 	fl.BoolVar(&f.json, "json", false, "print results.json on stdout instead of the table")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the suppliers, prices and workloads")
 	fl.StringVar(&f.logFile, "log-file", "", "write the nodes' logs to this file")
+	fl.DurationVar(&f.maxStart, "max-start", 3*time.Minute, "refuse an in-process mesh estimated to take longer to start and form (0: no limit)")
+	fl.IntVar(&f.cards, "cards", procbench.DefaultCards, "processes: simulated cards per node")
+	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
+	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
+	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile of the load's first 10 s to `DIR`")
+	f.flags = fl
 	return cmd
 }
 
@@ -84,7 +125,15 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	noop := func() {}
 	scenarios, err := bench.ParseScenarios(f.scenarios)
 	if err != nil {
+		if errors.Is(err, bench.ErrUnknownScenario) {
+			err = fmt.Errorf("%v; and %s, which runs alone", err, procbench.Scenario)
+		}
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
+	}
+	for _, name := range []string{"cards", "submitters", "jobs", "profile"} {
+		if f.flags != nil && f.flags.Changed(name) {
+			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procbench.Scenario)
+		}
 	}
 	if f.nodes < 4 || f.nodes > bench.MaxNodes {
 		return bench.Config{}, noop, usagef("--nodes %d: want at least 4 (3 coordinators and a supplier) and at most %d", f.nodes, bench.MaxNodes)
@@ -95,6 +144,13 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	}
 	if err := bench.CheckMemory(cfg); err != nil {
 		return cfg, noop, usagef("--nodes %d: %v", f.nodes, err)
+	}
+	if f.maxStart < 0 {
+		return cfg, noop, usagef("--max-start %v: want 0 (no limit) or more", f.maxStart)
+	}
+	if est := sim.EstimateStart(f.nodes); f.maxStart > 0 && est > f.maxStart && usesFullMesh(scenarios) {
+		return cfg, noop, usagef("--nodes %d: %d full nodes in one process take about %v to start and form on %d CPUs (measured on 2 CPUs: 50 in 5 s, 100 in 14 s, growing as nodes^1.5); at most about %d start within --max-start %v: ask for fewer, or raise --max-start",
+			f.nodes, f.nodes, est.Round(10*time.Second), runtime.NumCPU(), sim.MaxNodesWithin(f.maxStart), f.maxStart)
 	}
 	if f.out != "" {
 		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
@@ -158,7 +214,89 @@ func writeBenchHeader(w io.Writer, res *bench.Results) error {
 	if m.LoadAvg != "" {
 		load = ", load average " + m.LoadAvg
 	}
-	_, err := fmt.Fprintf(w, "gpumesh bench, %s: %d CPUs (GOMAXPROCS %d)%s%s, %s/%s, %s; %d full nodes, seed %d; took %.0f s\n\n",
-		res.Started.Format(time.RFC3339), m.CPUs, m.GOMAXPROCS, mem, load, m.OS, m.Arch, m.Go, res.Config.Nodes, res.Config.Seed, res.Took)
+	setup := fmt.Sprintf("%d full nodes, seed %d", res.Config.Nodes, res.Config.Seed)
+	if res.Setup != "" {
+		setup = res.Setup
+	}
+	_, err := fmt.Fprintf(w, "gpumesh bench, %s: %d CPUs (GOMAXPROCS %d)%s%s, %s/%s, %s; %s; took %.0f s\n\n",
+		res.Started.Format(time.RFC3339), m.CPUs, m.GOMAXPROCS, mem, load, m.OS, m.Arch, m.Go, setup, res.Took)
 	return err
+}
+
+// processes reports whether --scenario names the processes scenario, which
+// runs alone: with another scenario it is a usage error.
+func (f benchFlags) processes() (bool, error) {
+	found, others := false, 0
+	for _, arg := range f.scenarios {
+		for _, n := range strings.Split(arg, ",") {
+			switch n = strings.TrimSpace(strings.ToLower(n)); n {
+			case "":
+			case procbench.Scenario:
+				found = true
+			default:
+				others++
+			}
+		}
+	}
+	if found && others > 0 {
+		return false, usagef("--scenario %s runs alone: its --nodes are processes, not in-process nodes", procbench.Scenario)
+	}
+	return found, nil
+}
+
+// runProcesses runs the processes scenario with this binary as the nodes.
+func (f benchFlags) runProcesses(ctx context.Context, e env) error {
+	nodes := f.nodes
+	if f.flags == nil || !f.flags.Changed("nodes") {
+		nodes = procbench.DefaultNodes
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"nodes", nodes}, {"cards", f.cards}, {"submitters", f.submitters}, {"jobs", f.jobs}} {
+		if v.n <= 0 {
+			return usagef("--%s %d: want at least 1", v.name, v.n)
+		}
+	}
+	if f.out != "" {
+		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+			return usagef("--out %s: not a directory", f.out)
+		}
+	}
+	if f.logFile != "" {
+		return usagef("--log-file: the processes scenario keeps each node's log in its data dir (kept when the run fails)")
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
+	}
+	start := time.Now()
+	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile,
+		Progress: func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }}
+	if err := cfg.Validate(); err != nil {
+		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {
+			return usagef("%s", strings.TrimPrefix(err.Error(), procbench.ErrBadConfig.Error()+": "))
+		}
+		return err
+	}
+	res, runErr := procbench.Run(ctx, cfg)
+	if res == nil {
+		if errors.Is(runErr, procbench.ErrBadConfig) {
+			return usagef("%s", strings.TrimPrefix(runErr.Error(), procbench.ErrBadConfig.Error()+": "))
+		}
+		return runErr
+	}
+	return f.report(e, res, runErr)
+}
+
+// usesFullMesh reports whether a scenario of the run starts the in-process
+// mesh of full nodes (gossip and quality do not).
+func usesFullMesh(scenarios []string) bool {
+	for _, s := range scenarios {
+		switch s {
+		case bench.ScenarioPlacement, bench.ScenarioThroughput, bench.ScenarioScaleup, bench.ScenarioFailover:
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,17 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--nodes", "50000000"}, "--nodes 50000000: want at least 4 (3 coordinators and a supplier) and at most 10000"},
 		{[]string{"--out", file}, "not a directory"},
 		{[]string{"extra"}, "unknown command"},
+		{[]string{"--scenario", "processes", "--nodes", "0"}, "--nodes 0: want at least 1"},
+		{[]string{"--scenario", "processes", "--nodes", "-2"}, "--nodes -2: want at least 1"},
+		{[]string{"--scenario", "processes", "--submitters", "0"}, "--submitters 0: want at least 1"},
+		{[]string{"--scenario", "processes", "--jobs", "-1"}, "--jobs -1: want at least 1"},
+		{[]string{"--scenario", "processes", "--cards", "0"}, "--cards 0: want at least 1"},
+		{[]string{"--scenario", "processes", "--nodes", "100000"}, "--nodes 100000: want 1 to 500 node processes"},
+		{[]string{"--scenario", "processes", "--cards", "5000"}, "--cards 5000: want 1 to 1024"},
+		{[]string{"--scenario", "processes,placement"}, "--scenario processes runs alone"},
+		{[]string{"--scenario", "throughput", "--jobs", "10"}, "--jobs applies to --scenario processes only"},
+		{[]string{"--scenario", "nope"}, "and processes, which runs alone"},
+		{[]string{"--max-start", "-1s"}, "--max-start -1s: want 0 (no limit) or more"},
 	} {
 		start := time.Now()
 		code, stdout, stderr := runBench(t, c.args...)
@@ -51,6 +62,18 @@ func TestBenchBadInput(t *testing.T) {
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("%q took %v: it ran something", c.args, d)
+		}
+	}
+	if m := bench.ThisMachine(); m.AvailMiB > 0 && m.AvailMiB < 30000 {
+		_, _, stderr := runBench(t, "--scenario", "processes", "--nodes", "499")
+		if !strings.Contains(stderr, "MiB is available") || !strings.Contains(stderr, "nodes fit here") {
+			t.Errorf("the processes memory refusal gives no estimate: %q", stderr)
+		}
+	}
+	if m := bench.ThisMachine(); m.AvailMiB > 1000*bench.FullNodeMiB*5/4+200 {
+		code, _, stderr := runBench(t, "--scenario", "placement", "--nodes", "1000")
+		if code != exitUsage || !strings.Contains(stderr, "to start and form on") || !strings.Contains(stderr, "raise --max-start") {
+			t.Errorf("1000 in-process nodes: exit %d, %q; want 2 and the time it would take", code, stderr)
 		}
 	}
 	if bench.ThisMachine().AvailMiB > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -22,14 +23,16 @@ import (
 
 // demoFlags are the flags of `gpumesh demo`.
 type demoFlags struct {
-	nodes    int
-	duration time.Duration
-	seed     uint64
-	api      string
-	noChaos  bool
-	trace    string
-	avail    string
-	logFile  string
+	nodes      int
+	duration   time.Duration
+	seed       uint64
+	api        string
+	noChaos    bool
+	trace      string
+	traceFrom  string
+	traceSpeed float64
+	avail      string
+	logFile    string
 }
 
 func newDemoCommand(e env) *cobra.Command {
@@ -63,7 +66,11 @@ suppliers, workload and churn.
 
 --trace replays a job trace instead of the synthetic workload: a CSV with
 submit_s,gpus,duration_s (see the README), or philly-ee9e8c / philly-11cb48
-for the embedded samples of Microsoft's Philly trace, 60 times faster.
+for the embedded samples of Microsoft's Philly trace. It is replayed
+--trace-speed times faster (60: an hour of the trace a minute), from
+--trace-from: its busiest stretch by default (the window as long as the
+replay covers that holds the most jobs), "start", or a time of the trace
+such as 36h. The summary says which part of the trace was replayed.
 
 --availability makes suppliers leave and come back as a node availability
 trace says instead of at random: a CSV with node,up_s,down_s, one
@@ -126,6 +133,8 @@ is refused with the estimate.`,
 	fl.StringVar(&f.api, "api", api.DefaultAddr, "serve one node's API on this address (\"\" for none)")
 	fl.BoolVar(&f.noChaos, "no-chaos", false, "keep every supplier up")
 	fl.StringVar(&f.trace, "trace", "", "job trace to replay: a CSV file, philly-ee9e8c or philly-11cb48")
+	fl.StringVar(&f.traceFrom, "trace-from", "busiest", "where in the trace the replay starts: busiest (its busiest stretch), start, or a time of the trace such as 36h")
+	fl.Float64Var(&f.traceSpeed, "trace-speed", sim.DefaultTimeScale, "how many times faster than life the trace is replayed")
 	fl.StringVar(&f.avail, "availability", "", "node availability trace (CSV node,up_s,down_s) the churn follows")
 	fl.StringVar(&f.logFile, "log-file", "", "write the nodes' logs to this file")
 	return cmd
@@ -146,10 +155,32 @@ func (f demoFlags) config(e env) (sim.DemoConfig, func(), error) {
 	if err := sim.CheckDemoMemory(f.nodes); err != nil {
 		return cfg, noop, usagef("--nodes %d: %v", f.nodes, err)
 	}
+	if !(f.traceSpeed > 0) || math.IsInf(f.traceSpeed, 0) {
+		return cfg, noop, usagef("--trace-speed %v: want more than 0 (60: an hour of the trace a minute)", f.traceSpeed)
+	}
+	cfg.TraceSpeed = f.traceSpeed
+	switch f.traceFrom {
+	case "busiest", "":
+		cfg.TraceFrom = sim.TraceFromBusiest
+	case "start":
+		cfg.TraceFrom = sim.TraceFromStart
+	default:
+		d, err := time.ParseDuration(f.traceFrom)
+		if err != nil || d < 0 {
+			return cfg, noop, usagef("--trace-from %q: want busiest, start or a time of the trace such as 36h", f.traceFrom)
+		}
+		cfg.TraceFrom = d
+		if d == 0 {
+			cfg.TraceFrom = sim.TraceFromStart
+		}
+	}
 	if f.trace != "" {
 		tr, err := loadTrace(f.trace)
 		if err != nil {
 			return cfg, noop, usagef("--trace: %v", err)
+		}
+		if cfg.TraceFrom > tr.Span() {
+			return cfg, noop, usagef("--trace-from %v: the trace's last job arrives at %v", cfg.TraceFrom, tr.Span())
 		}
 		cfg.Trace = &tr
 	}

@@ -65,6 +65,11 @@ func TestDemoBadInput(t *testing.T) {
 		{[]string{"--availability", badAv}, "--availability: " + badAv + ":3: column up_s: node home-1 is already up then"},
 		{[]string{"--availability", goodAv, "--no-chaos"}, "--availability with --no-chaos"},
 		{[]string{"--log-file", filepath.Join(missing, "log")}, "--log-file: open " + filepath.Join(missing, "log")},
+		{[]string{"--trace", "philly-ee9e8c", "--trace-speed", "0"}, "--trace-speed 0: want more than 0"},
+		{[]string{"--trace-speed", "-3"}, "--trace-speed -3: want more than 0"},
+		{[]string{"--trace", "philly-ee9e8c", "--trace-from", "soon"}, `--trace-from "soon": want busiest, start or a time of the trace such as 36h`},
+		{[]string{"--trace", "philly-ee9e8c", "--trace-from", "-1h"}, `--trace-from "-1h"`},
+		{[]string{"--trace", "philly-ee9e8c", "--trace-from", "100000h"}, "--trace-from 100000h0m0s: the trace's last job arrives at"},
 		{[]string{"extra"}, `unknown command "extra" for "gpumesh demo"`},
 	} {
 		start := time.Now()

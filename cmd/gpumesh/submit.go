@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,12 +20,13 @@ import (
 
 func newSubmitCommand(e env) *cobra.Command {
 	var (
-		o       submitOptions
-		af      apiFlags
-		payload string
-		df      dataFlags
-		wait    bool
-		asJSON  bool
+		o        submitOptions
+		af       apiFlags
+		payload  string
+		df       dataFlags
+		wait     bool
+		asJSON   bool
+		retryFor time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "submit --gpus N [flags] -- COMMAND [ARGS...]",
@@ -112,6 +114,10 @@ supplier running the job can read its secrets: give scoped keys.
 
 The job ID is made here unless --id gives one, so submitting again with the
 same --id after an error whose outcome is unknown never starts the job twice.
+A node that answers 429 (saturated: it says when to come back) or 503 (the
+job's coordinator or replicas did not answer in time) gets the same
+submission again, with the same ID, for --retry-for (default 30s; 0: never),
+each time said on stderr.
 
 --wait waits for the job to end and exits with its status: 0 when it
 succeeded, the job's exit code when it failed with one, 1 when it failed
@@ -186,7 +192,12 @@ submitted.`,
 				}
 				payload, payloadPath = local.dir, local.path
 			}
-			c, err := af.client(e)
+			if retryFor < 0 {
+				return usagef("--retry-for %v: want 0 (never) or more", retryFor)
+			}
+			c, err := af.client(e, client.WithSubmitRetry(retryFor, func(n client.RetryNote) {
+				fmt.Fprintf(e.stderr, "gpumesh: %s\n", n)
+			}))
 			if err != nil {
 				return err
 			}
@@ -274,6 +285,7 @@ submitted.`,
 	f.StringArrayVar(&df.secrets, "secret", nil, "give the job's runners the secret `NAME[=VALUE]` as an environment variable (the value from your environment when not given; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION reach --input/--output's storage) (repeatable)")
 	f.StringVar(&o.id, "id", "", "the job ID (default: a new random one)")
 	f.BoolVar(&wait, "wait", false, "wait until the job ends and exit with its status")
+	f.DurationVar(&retryFor, "retry-for", client.DefaultSubmitRetry, "submit again with the same ID while the node answers 429 or 503, for at most this long (0: never)")
 	f.BoolVar(&asJSON, "json", false, "print the job's record as JSON instead of its ID")
 	af.registerOwner(cmd)
 	return cmd

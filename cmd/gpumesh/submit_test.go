@@ -239,6 +239,36 @@ func TestSubmitHelp(t *testing.T) {
 	}
 }
 
+// A node that answers 503 (or 429) gets the same submission again: the
+// user is told on stderr, the job is submitted once, with the ID printed.
+func TestSubmitRetriesAnUnavailableNodeWithTheSameID(t *testing.T) {
+	n := newFakeNode(t)
+	n.b.FailNextSubmit(api.Errorf(http.StatusServiceUnavailable, "job retry-me: 1 of its 2 replicas did not confirm the submission"))
+	code, out, errOut := n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "retry-me", "true")
+	if code != 0 || strings.TrimSpace(out) != "retry-me" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, w := range []string{"gpumesh: job retry-me: the node answered 503", "did not confirm", "submitting it again with the same ID", "try 2"} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr %q does not say %q", errOut, w)
+		}
+	}
+	if got := n.b.Submitted(); len(got) != 2 || got[0].ID != "retry-me" || !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("the node got %d submissions, want the same spec twice: %+v", len(got), got)
+	}
+	// --retry-for 0: the 503 is the answer, with how to retry safely.
+	n.b.FailNextSubmit(api.Errorf(http.StatusServiceUnavailable, "no coordinator reachable"))
+	code, _, errOut = n.run("submit", "--gpus", "1", "--max-price", "5", "--id", "once", "--retry-for", "0", "true")
+	if code != exitError {
+		t.Fatalf("exit %d", code)
+	}
+	oneLineErr(t, "503, no retry", errOut, "no coordinator reachable", "--id once")
+	code, _, errOut = n.run("submit", "--gpus", "1", "--max-price", "5", "--retry-for", "-1s", "true")
+	if code != exitUsage || !strings.Contains(errOut, "--retry-for") {
+		t.Errorf("--retry-for -1s: exit %d, %q", code, errOut)
+	}
+}
+
 // A payload the node refuses is not submitted: over the owner's quota the
 // node's 413 names the quota (exit 2, naming --payload), and an upload
 // without the owner's key gets the 403's message (exit 1).

@@ -44,9 +44,23 @@ type Caller struct {
 	Proof *owner.Proof
 	// Body is the request body Proof covers.
 	Body []byte
+	// Admin says the request presented the node's admin token
+	// (Config.Token), which alone opens /debug/pprof/.
+	Admin bool
 }
 
 type callerKey struct{}
+
+type receivedKey struct{}
+
+// ReceivedAt returns when the API took the request of ctx up, before it
+// authenticated and read it; ok is false for a context that did not come
+// from an API request. The node times the API's part of a submission by
+// it (gpumesh_job_stage_seconds{stage="api"}).
+func ReceivedAt(ctx context.Context) (at time.Time, ok bool) {
+	at, ok = ctx.Value(receivedKey{}).(time.Time)
+	return at, ok
+}
 
 // WithCaller returns ctx carrying c.
 func WithCaller(ctx context.Context, c Caller) context.Context {
@@ -98,6 +112,7 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 	}
 	admin := []byte(cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(context.WithValue(r.Context(), receivedKey{}, time.Now()))
 		_, pattern := mux.Handler(r)
 		switch pattern {
 		case "GET /healthz", "GET /readyz", dashboardPattern:
@@ -118,7 +133,7 @@ func authenticate(cfg Config, mux *http.ServeMux) http.Handler {
 			gate = false
 			switch {
 			case len(admin) > 0 && subtle.ConstantTimeCompare([]byte(token), admin) == 1:
-				gate = true
+				gate, caller.Admin = true, true
 			default:
 				if k, found := ownerToken(cfg.OwnerTokens, token); found {
 					id := k.ID()

@@ -54,6 +54,7 @@ func Handler(cfg Config, b Backend, dashboard http.Handler) http.Handler {
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /metrics", h.metrics)
+	mux.Handle(pprofPrefix, profiles(cfg))
 	// What no route takes lands on the two catch-all patterns: the
 	// dashboard's static files, and else a JSON 404, or a 405 naming the
 	// methods the path has routes for. The dashboard shares "/" with the

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -147,6 +148,10 @@ type HTTPError struct {
 	Status int
 	Field  string
 	Err    error
+	// RetryAfter, when above 0, is sent as the Retry-After header (whole
+	// seconds, rounded up): how long the client should wait before it
+	// sends the request again (a 429 or a 503).
+	RetryAfter time.Duration
 }
 
 func (e *HTTPError) Error() string { return e.Err.Error() }
@@ -155,6 +160,18 @@ func (e *HTTPError) Unwrap() error { return e.Err }
 // Errorf returns an HTTPError.
 func Errorf(status int, format string, args ...any) *HTTPError {
 	return &HTTPError{Status: status, Err: fmt.Errorf(format, args...)}
+}
+
+// Busy returns the 429 of a node too busy to take a request now, asking
+// the client to send it again after retryAfter.
+func Busy(retryAfter time.Duration, format string, args ...any) *HTTPError {
+	return &HTTPError{Status: http.StatusTooManyRequests, Err: fmt.Errorf(format, args...), RetryAfter: retryAfter}
+}
+
+// RetryAfterSeconds is the Retry-After header's value for d: whole
+// seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
 
 // writeJSON writes v with status code.
@@ -170,6 +187,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	var he *HTTPError
 	if errors.As(err, &he) {
+		if he.RetryAfter > 0 {
+			w.Header().Set("Retry-After", RetryAfterSeconds(he.RetryAfter))
+		}
 		writeJSON(w, he.Status, Error{Error: he.Err.Error(), Field: he.Field})
 		return
 	}

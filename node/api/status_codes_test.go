@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
@@ -203,5 +204,79 @@ func TestOversizeBodyIs413InMiB(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || err != nil || e.Error != tc.want {
 			t.Errorf("%s %s of %d bytes: %d %q (%v), want 413 %q", tc.method, tc.path, tc.size, resp.StatusCode, e.Error, err, tc.want)
 		}
+	}
+}
+
+// busyNode is a Backend whose submissions are refused as a saturated
+// node refuses them.
+type busyNode struct{ Backend }
+
+func (busyNode) Submit(context.Context, market.JobSpec) (market.JobRecord, error) {
+	return market.JobRecord{}, Busy(1500*time.Millisecond, "job j1: node X is saturated")
+}
+
+// A saturated node answers 429 with a Retry-After in whole seconds,
+// rounded up, and the JSON error.
+func TestBusyIs429WithRetryAfter(t *testing.T) {
+	srv := httptest.NewServer(Handler(Config{}, busyNode{}, nil))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/jobs", "application/json", strings.NewReader(`{"id":"j1","cards":1,"max_price_cny":5,"command":["true"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e Error
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" || e.Error != "job j1: node X is saturated" {
+		t.Errorf("%d Retry-After %q %q; want 429, 2, the error", resp.StatusCode, resp.Header.Get("Retry-After"), e.Error)
+	}
+	for d, want := range map[time.Duration]string{time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", time.Minute: "60"} {
+		if got := RetryAfterSeconds(d); got != want {
+			t.Errorf("RetryAfterSeconds(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// Go's profiles are the admin's: served with the node's API token, refused
+// to an owner token (403) and by a node without a token (404).
+func TestProfilesNeedTheAdminToken(t *testing.T) {
+	const ownerTok = "alice-owner-token-0123"
+	k, err := owner.KeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := Handler(Config{OwnerTokens: map[string]owner.Key{ownerTok: k}}, backendless{}, nil)
+	guarded := Handler(Config{Token: "admin-s3cret", OwnerTokens: map[string]owner.Key{ownerTok: k}}, backendless{}, nil)
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		path   string
+		auth   string
+		status int
+		want   string
+	}{
+		{"no token on the node", open, "/debug/pprof/", "", 404, "only by a node with an API token"},
+		{"owner token on a node without one", open, "/debug/pprof/heap", "Bearer " + ownerTok, 404, "only by a node with an API token"},
+		{"owner token", guarded, "/debug/pprof/", "Bearer " + ownerTok, 403, "not an owner's"},
+		{"no token", guarded, "/debug/pprof/", "", 401, "missing or wrong API token"},
+		{"admin token: the index", guarded, "/debug/pprof/", "Bearer admin-s3cret", 200, "goroutine"},
+		{"admin token: a heap profile", guarded, "/debug/pprof/heap?debug=1", "Bearer admin-s3cret", 200, "heap profile"},
+		{"admin token: the command line", guarded, "/debug/pprof/cmdline", "Bearer admin-s3cret", 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := do(t, tc.h, "GET", tc.path, tc.auth)
+			if a.status != tc.status {
+				t.Fatalf("status %d, want %d: %.200s", a.status, tc.status, a.body)
+			}
+			got := a.error
+			if tc.status == 200 {
+				got = a.body
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("%.200q does not say %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -27,9 +27,13 @@ import (
 // (O_EXCL, mkdir), so nothing that was there is written through or over.
 // Links are created as stored and never followed.
 //
-// Each chunk is hashed again as it is copied; a chunk found corrupt is
-// removed from the store and the restore fails with a *DigestError, so
-// fetching the manifest again repairs it. Modes are the manifest's
+// Each chunk is checked against its digest once while the store is open:
+// a chunk whose bytes the store hashed since it opened (as a fetch or Put
+// wrote them, or as an earlier restore read them) is copied as it is,
+// by the kernel where it can (copy_file_range on Linux); any other is
+// hashed as it is copied, and one found corrupt is removed from the store
+// and the restore fails with a *DigestError, so fetching the manifest
+// again repairs it. Modes are the manifest's
 // permission bits (never setuid, setgid or sticky); directories get theirs
 // last, so a read-only directory is filled first. On any failure Restore
 // removes what it wrote, leaving dir empty. It does not fsync what it
@@ -148,18 +152,49 @@ func (r *restorer) file(e Entry) error {
 	}
 	defer f.Close()
 	for _, c := range e.Chunks {
-		data, err := r.s.readChunk(c, &r.buf)
-		if err != nil {
+		if err := r.chunk(f, c); err != nil {
 			return fmt.Errorf("%q: %w", e.Path, err)
-		}
-		if _, err := f.Write(data); err != nil {
-			return err
 		}
 	}
 	if err := f.Chmod(e.Mode); err != nil {
 		return err
 	}
 	return f.Close()
+}
+
+// chunk appends one stored chunk to f: copied as it is when the store
+// checked it since it opened, else read and checked (readChunk).
+func (r *restorer) chunk(f *os.File, c ChunkRef) error {
+	if !r.s.checked(KindChunk, c.Digest) {
+		data, err := r.s.readChunk(c, &r.buf)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		return err
+	}
+	rc, size, err := r.s.Reader(KindChunk, c.Digest)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if size != c.Size {
+		return fmt.Errorf("blob: chunk %s is %d bytes, the manifest says %d", c.Digest, size, c.Size)
+	}
+	// f's ReadFrom copies file to file in the kernel where it can.
+	n, err := io.Copy(f, rc)
+	if err == nil && n != size {
+		err = fmt.Errorf("blob: chunk %s: copied %d of its %d bytes", c.Digest, n, size)
+	}
+	return err
+}
+
+// checked reports whether the store hashed an object's bytes since it
+// opened.
+func (s *Store) checked(k Kind, d Digest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.objects[k][d].checked
 }
 
 // undo removes what a failed restore wrote: everything under its root
@@ -202,6 +237,12 @@ func (s *Store) readChunk(c ChunkRef, buf *[]byte) ([]byte, error) {
 		// The chunk is right; the manifest is wrong about its size.
 		return nil, fmt.Errorf("blob: chunk %s is %d bytes, the manifest says %d", c.Digest, size, c.Size)
 	}
+	s.mu.Lock()
+	if o, ok := s.objects[KindChunk][c.Digest]; ok {
+		o.checked = true
+		s.objects[KindChunk][c.Digest] = o
+	}
+	s.mu.Unlock()
 	return data, nil
 }
 

@@ -54,7 +54,7 @@ func TestRestoreOfAMissingManifestOrChunk(t *testing.T) {
 }
 
 func TestRestoreFindsAndRemovesACorruptChunk(t *testing.T) {
-	s, _ := openStore(t, NoLimit)
+	s, clock := openStore(t, NoLimit)
 	src := t.TempDir()
 	writeTree(t, src, map[string]node{
 		"a":     {mode: 0o644, data: []byte("first")},
@@ -68,6 +68,9 @@ func TestRestoreFindsAndRemovesACorruptChunk(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	b[100] ^= 1
 	os.WriteFile(p, b, 0o600)
+	// The store checked its chunks as Put wrote them; opened again, it
+	// checks each once more as a restore reads it.
+	s = reopen(t, s, clock, NoLimit)
 
 	dst := t.TempDir()
 	err := s.Restore(context.Background(), st.Manifest, dst)

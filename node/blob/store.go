@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -87,6 +88,10 @@ type Store struct {
 	holds    map[*hold]struct{}
 	chunksOf map[Digest][]Digest // decoded manifests' chunks, for collection
 
+	// fanned[k][b] says the directory of objects of kind k whose digest
+	// starts with byte b exists.
+	fanned [3][256]atomic.Bool
+
 	// afterChunk, when set (tests), runs after Put stored each chunk.
 	afterChunk func()
 }
@@ -95,6 +100,10 @@ type Store struct {
 type object struct {
 	size  int64
 	stamp int64 // unix nanoseconds of its last store or reuse: its age for collection
+	// checked says this store hashed the object's bytes since it opened
+	// (as they were written, or as a restore read them): a restore
+	// copies it without hashing it again.
+	checked bool
 }
 
 // The store's directory.
@@ -274,7 +283,7 @@ func (s *Store) Stat(k Kind, d Digest) (int64, bool) {
 // Reader opens a stored object for reading and returns its size. The
 // bytes are those that were checked against the digest when they were
 // written; a reader that needs them checked again hashes them (Restore
-// does). Reader fails with ErrNotFound for an object the store does not
+// does, for the chunks the store did not hash since it opened). Reader fails with ErrNotFound for an object the store does not
 // hold. An object that no lease or hold keeps may be collected while it
 // is open: where the system allows, the open reader still reads it whole.
 func (s *Store) Reader(k Kind, d Digest) (io.ReadCloser, int64, error) {

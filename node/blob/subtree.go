@@ -96,8 +96,8 @@ func (s *Store) PutManifest(m *Manifest, lease string) (Digest, error) {
 }
 
 // FileReader returns a reader of a file entry's bytes, read from its
-// stored chunks in order, each checked against its digest as Restore
-// checks it (a corrupt chunk is removed and the read fails with a
+// stored chunks in order, each hashed and checked against its digest as
+// it is read (a corrupt chunk is removed and the read fails with a
 // *DigestError). The caller keeps the chunks from collection meanwhile
 // (a lease on the manifest) and closes the reader.
 func (s *Store) FileReader(e Entry) io.ReadCloser {

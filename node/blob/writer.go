@@ -27,8 +27,12 @@ type Writer struct {
 	h    hash.Hash
 	n    int64
 	hold *hold // keeps the object once committed, when set
-	done bool
-	err  error // the first write error
+	// summed says the caller named the object by hashing the very bytes
+	// it writes from memory (put): they are not hashed again.
+	summed  bool
+	renamed bool // its file is in place: nothing to remove
+	done    bool
+	err     error // the first write error
 }
 
 // Writer opens a writer for the object k named d, of size bytes (1 to
@@ -66,6 +70,9 @@ func (s *Store) writer(k Kind, d Digest, size int64, h *hold) (*Writer, error) {
 	return &Writer{s: s, kind: k, want: d, size: size, f: f, h: sha256.New(), hold: h}, nil
 }
 
+// Size is the size announced when the writer was opened.
+func (w *Writer) Size() int64 { return w.size }
+
 // Write appends p. Writing more than the announced size fails.
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.done {
@@ -79,7 +86,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	k, err := w.f.Write(p)
-	w.h.Write(p[:k])
+	if !w.summed {
+		w.h.Write(p[:k])
+	}
 	w.n += int64(k)
 	if err != nil {
 		w.err = fmt.Errorf("blob: %w", err)
@@ -104,10 +113,12 @@ func (w *Writer) Commit() error {
 	if w.n != w.size {
 		return &SizeError{Kind: w.kind, Digest: w.want, Want: w.size, Got: w.n}
 	}
-	var got Digest
-	w.h.Sum(got[:0])
-	if got != w.want {
-		return &DigestError{Kind: w.kind, Want: w.want, Got: got, Size: w.n}
+	if !w.summed {
+		var got Digest
+		w.h.Sum(got[:0])
+		if got != w.want {
+			return &DigestError{Kind: w.kind, Want: w.want, Got: got, Size: w.n}
+		}
 	}
 	if w.kind == KindManifest {
 		if err := w.checkManifest(); err != nil {
@@ -141,7 +152,9 @@ func (w *Writer) Close() error {
 	}
 	w.done = true
 	w.f.Close()
-	os.Remove(w.f.Name())
+	if !w.renamed {
+		os.Remove(w.f.Name())
+	}
 	w.s.unreserve(w.size)
 	return nil
 }
@@ -150,8 +163,8 @@ func (w *Writer) Close() error {
 // reservation is released by the caller's Close.
 func (s *Store) commit(w *Writer) error {
 	dst := s.path(w.kind, w.want)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return fmt.Errorf("blob: %w", err)
+	if err := s.fanOut(w.kind, w.want); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -164,7 +177,8 @@ func (s *Store) commit(w *Writer) error {
 			s.mu.Unlock()
 			return fmt.Errorf("blob: %w", err)
 		}
-		objs[w.want] = object{size: w.size, stamp: s.now().UnixNano()}
+		w.renamed = true
+		objs[w.want] = object{size: w.size, stamp: s.now().UnixNano(), checked: true}
 		s.used += w.size
 	}
 	if w.hold != nil {
@@ -179,8 +193,23 @@ func (s *Store) commit(w *Writer) error {
 	return nil
 }
 
+// fanOut makes the directory an object of kind k named d goes in, unless
+// this store made it already (they are never removed).
+func (s *Store) fanOut(k Kind, d Digest) error {
+	made := &s.fanned[k][d[0]]
+	if made.Load() {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.path(k, d)), 0o700); err != nil {
+		return fmt.Errorf("blob: %w", err)
+	}
+	made.Store(true)
+	return nil
+}
+
 // put writes b as the object k named d, holding it in h once stored. It
-// reports whether the store did not hold it before.
+// reports whether the store did not hold it before. The caller computed d
+// as Sum(b): b is not hashed again.
 func (s *Store) put(k Kind, d Digest, b []byte, h *hold) (bool, error) {
 	if s.reuse(k, d, h) {
 		return false, nil
@@ -193,6 +222,7 @@ func (s *Store) put(k Kind, d Digest, b []byte, h *hold) (bool, error) {
 		return false, err
 	}
 	defer w.Close()
+	w.summed = true // d is the hash of b: the caller's Sum
 	if _, err := w.Write(b); err != nil {
 		return false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -61,8 +62,31 @@ func ReadLog(root, attemptName string, stream Stream, offset, max int64) ([]byte
 	return buf[:n], offset + int64(n), nil
 }
 
+// NotePrefix starts the lines Note writes to an attempt's standard error.
+const NotePrefix = "gpumesh: "
+
+// Note writes a line from the node to the attempt's standard error, where
+// its owner reads its output (ReadLog, `gpumesh logs ID --stderr`):
+// NotePrefix and msg, made one line. The node uses it for what happens to
+// the attempt that its process cannot see, such as a checkpoint that could
+// not be shipped. It fails before the process started and once it ended.
+func (r *Run) Note(msg string) error {
+	line := NotePrefix + strings.Join(strings.Fields(msg), " ") + "\n"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.outClosed {
+		return fmt.Errorf("executor: attempt %s is not running", r.attempt.Name())
+	}
+	w := &logWriter{file: r.stderr, tail: r.tail, changed: r.changed}
+	if _, err := w.Write([]byte(line)); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	return nil
+}
+
 // logWriter sends a process's output to its file, the shared tail, and wakes
-// followers. exec.Cmd calls Write from one goroutine per stream.
+// followers. exec.Cmd calls Write from one goroutine per stream; Note from
+// others (the file appends each write whole).
 type logWriter struct {
 	file    *os.File
 	tail    *tailBuffer

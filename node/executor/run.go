@@ -58,10 +58,11 @@ type Run struct {
 
 	done chan struct{}
 
-	mu       sync.Mutex
-	stopping StopReason
-	killer   *time.Timer
-	result   Result
+	mu        sync.Mutex
+	outClosed bool // stdout and stderr are closed: Note writes nothing
+	stopping  StopReason
+	killer    *time.Timer
+	result    Result
 
 	// The processes Exec started that were not reaped yet; execsDone is
 	// set once the attempt ended, after which Exec starts nothing.
@@ -312,6 +313,9 @@ func (r *Run) wait() {
 }
 
 func (r *Run) closeFiles() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outClosed = true
 	if r.stdout != nil {
 		r.stdout.Close()
 	}

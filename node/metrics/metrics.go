@@ -32,6 +32,8 @@ type Metrics struct {
 	auctions               *prometheus.CounterVec
 	renewals, misses       *prometheus.CounterVec
 	billedCNY, billedCards *prometheus.CounterVec
+	busy                   prometheus.Counter
+	stages                 *prometheus.HistogramVec
 
 	mu         sync.Mutex // guards the windows and rates below
 	placements *Window
@@ -132,6 +134,11 @@ func New(cfg Config) (*Metrics, error) {
 			Name: "gpumesh_billed_card_seconds_total",
 			Help: "Card-seconds billed, by side as gpumesh_billed_cny_total.",
 		}, []string{"side"}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpumesh_submissions_busy_total",
+			Help: "Submissions this node refused as their coordinator with 429 (Retry-After) because it was saturated; the clients send them again.",
+		}),
+		stages:     newStageHistogram(),
 		placements: NewWindow(cfg.PlacementWindow, cfg.WindowSamples),
 		reroutes:   NewWindow(cfg.RerouteWindow, cfg.WindowSamples),
 		msgs:       NewRate(cfg.RateWindow),
@@ -148,6 +155,9 @@ func New(cfg Config) (*Metrics, error) {
 		m.renewals.WithLabelValues(string(r))
 		m.misses.WithLabelValues(string(r))
 	}
+	for _, st := range Stages() {
+		m.stages.WithLabelValues(string(st))
+	}
 	for _, s := range []Side{SideCharged, SideEarned} {
 		m.billedCNY.WithLabelValues(string(s))
 		m.billedCards.WithLabelValues(string(s))
@@ -159,7 +169,7 @@ func New(cfg Config) (*Metrics, error) {
 	})
 	buildInfo.Set(1)
 	cs := []prometheus.Collector{
-		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards,
+		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards, m.busy, m.stages,
 		statusCollector{m: m},
 	}
 	if cfg.Gossip != nil {
@@ -226,6 +236,10 @@ func (m *Metrics) CountAuction(o Outcome) {
 	m.auctions.WithLabelValues(oneOf(string(o), string(OutcomeCleared), string(OutcomeShort),
 		string(OutcomeNoCandidates), string(OutcomeAborted))).Inc()
 }
+
+// CountBusy counts one submission refused with 429 while the node was
+// saturated.
+func (m *Metrics) CountBusy() { m.busy.Inc() }
 
 // CountLeaseRenewal counts one lease renewal.
 func (m *Metrics) CountLeaseRenewal(r Role) {

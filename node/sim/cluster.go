@@ -172,7 +172,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	}
 	fail := func(err error) (*Cluster, error) {
 		e := &StartError{Up: len(c.Up()), Total: total, Err: err}
-		c.Close()
+		if ctx.Err() != nil {
+			c.Abort() // interrupted: be back at once, not after every node's leave
+		} else {
+			c.Close()
+		}
 		return nil, e
 	}
 	if err := start(c.order[0]); err != nil {
@@ -495,7 +499,15 @@ func (c *Cluster) Net() *mesh.SimNetwork { return c.net }
 
 // Close stops every node (in parallel, gracefully), then the network, and
 // waits for every goroutine the cluster started.
-func (c *Cluster) Close() error {
+func (c *Cluster) Close() error { return c.close(false) }
+
+// Abort stops every node as a power cut would (no graceful leave, which
+// takes up to the mesh's LeaveTimeout a node), then the network, and waits
+// for every goroutine the cluster started: what an interrupted run needs,
+// in about a second however many nodes are up.
+func (c *Cluster) Abort() error { return c.close(true) }
+
+func (c *Cluster) close(abort bool) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -512,13 +524,20 @@ func (c *Cluster) Close() error {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
+	if abort {
+		sem = make(chan struct{}, 256)
+	}
 	for _, n := range nodes {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n.Close()
+			if abort {
+				n.Halt() // no graceful leave
+			} else {
+				n.Close()
+			}
 		}()
 	}
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -55,8 +56,12 @@ type DemoConfig struct {
 	// TimeScale is how much faster than life churn and traces run.
 	// Default 60.
 	TimeScale float64
-	// Trace, when set, supplies the jobs (PlanOptions.Trace).
-	Trace *workload.Trace
+	// Trace, when set, supplies the jobs (PlanOptions.Trace), replayed from
+	// TraceFrom (PlanOptions.TraceFrom: its busiest stretch by default) at
+	// TraceSpeed times its speed (default TimeScale).
+	Trace      *workload.Trace
+	TraceFrom  time.Duration
+	TraceSpeed float64
 	// Availability, when set, decides who leaves and comes back when
 	// instead of the tiers' churn (AvailabilitySchedule), TimeScale times
 	// faster than the trace. It needs Chaos.
@@ -188,6 +193,9 @@ func (c DemoConfig) withDefaults() DemoConfig {
 	if c.TimeScale == 0 {
 		c.TimeScale = DefaultTimeScale
 	}
+	if c.TraceSpeed == 0 {
+		c.TraceSpeed = c.TimeScale
+	}
 	if c.Mix == nil {
 		c.Mix = DefaultMix()
 	}
@@ -227,6 +235,8 @@ func (c DemoConfig) validate() error {
 		return fmt.Errorf("sim: duration %v: want at least 1s", c.Duration)
 	case !(c.TimeScale > 0):
 		return fmt.Errorf("sim: time scale %v: want more than 0", c.TimeScale)
+	case !(c.TraceSpeed > 0) || math.IsInf(c.TraceSpeed, 0):
+		return fmt.Errorf("sim: trace speed %v: want more than 0", c.TraceSpeed)
 	case c.Availability != nil && !c.Chaos:
 		return errors.New("sim: an availability trace needs Chaos")
 	}
@@ -301,7 +311,7 @@ func (d *demo) run(ctx context.Context) (*Summary, error) {
 	for _, s := range d.plan {
 		cards += s.Cards
 	}
-	wl, err := PlanWorkload(PlanOptions{Duration: d.cfg.Duration, Cards: cards, Load: d.cfg.Load, TimeScale: d.cfg.TimeScale, Trace: d.cfg.Trace, Seed: d.cfg.Seed})
+	wl, err := PlanWorkload(PlanOptions{Duration: d.cfg.Duration, Cards: cards, Load: d.cfg.Load, TimeScale: d.cfg.TraceSpeed, Trace: d.cfg.Trace, TraceFrom: d.cfg.TraceFrom, Seed: d.cfg.Seed})
 	if err != nil {
 		return nil, err
 	}

@@ -49,8 +49,15 @@ type PlanOptions struct {
 	// Load is the share of the cards the arrivals keep busy on average
 	// (besides the training job). Default 0.5.
 	Load float64
-	// TimeScale divides a trace's arrival times and durations. Default 60.
+	// TimeScale divides a trace's arrival times and durations (its
+	// replay speed). Default 60.
 	TimeScale float64
+	// TraceFrom is where in the trace (its own time) the replay starts;
+	// TraceFromBusiest (the default, 0 being the trace's start only when
+	// asked with TraceFromStart) starts it at the stretch, as long as the
+	// replay covers, that holds the most jobs: a trace whose first hours
+	// are idle is replayed where it is busy.
+	TraceFrom time.Duration
 	// Trace, when set, supplies arrivals, card counts and durations (scaled
 	// by TimeScale and clipped to the run); otherwise they are drawn from
 	// the published distributions (workload.Generate).
@@ -85,11 +92,31 @@ func PlanWorkload(o PlanOptions) (WorkloadPlan, error) {
 	}
 	r := rand.New(rand.NewPCG(o.Seed, 0xdeadbeef))
 	var src workload.Trace
+	replayed := ""
 	if o.Trace != nil {
-		src = o.Trace.Scale(1/o.TimeScale).Window(0, o.Duration)
+		covers := time.Duration(float64(o.Duration) * o.TimeScale) // of the trace's own time
+		from := o.TraceFrom
+		switch {
+		case from == TraceFromBusiest:
+			from = busiest(*o.Trace, covers)
+		case from == TraceFromStart:
+			from = 0
+		case from < 0:
+			return WorkloadPlan{}, fmt.Errorf("sim: trace from %v: want 0 or more", from)
+		case from > o.Trace.Span():
+			return WorkloadPlan{}, fmt.Errorf("sim: trace from %v: the trace's last job arrives at %v", lifeTime(from), lifeTime(o.Trace.Span()))
+		}
+		window := o.Trace.Window(from, from+covers)
+		src = window.Scale(1 / o.TimeScale)
 		for i := range src.Jobs {
 			src.Jobs[i].Duration = min(max(src.Jobs[i].Duration, demoMinDuration), o.Duration)
 		}
+		share := 0.0
+		if n := len(o.Trace.Jobs); n > 0 {
+			share = 100 * float64(len(window.Jobs)) / float64(n)
+		}
+		replayed = fmt.Sprintf("%s: replayed %s of it from %s in, of %s over which its jobs arrive (%d of %d jobs, %.1f%%), %g× faster",
+			o.Trace.Name, lifeTime(covers), lifeTime(from), lifeTime(o.Trace.Span()), len(window.Jobs), len(o.Trace.Jobs), share, o.TimeScale)
 	} else {
 		// Mean cards per job ~2.9 and mean duration ~9.6 s: pace arrivals
 		// so that they offer Load of the mesh.
@@ -101,6 +128,9 @@ func PlanWorkload(o PlanOptions) (WorkloadPlan, error) {
 		src = src.Window(0, o.Duration)
 	}
 	plan := WorkloadPlan{Source: src.Name}
+	if replayed != "" {
+		plan.Source = replayed
+	}
 	counts := map[string]int{}
 	for _, j := range src.Jobs {
 		kind := kindOf(j.GPUs, r)
@@ -175,4 +205,40 @@ func specOf(id, kind string, gpus int, d time.Duration) market.JobSpec {
 		s.MinMemoryMiB, s.MaxPriceCNY = TrainingClass.MinMemoryMiB, 40
 	}
 	return s
+}
+
+// Where a trace's replay starts (PlanOptions.TraceFrom), besides a time.
+const (
+	// TraceFromBusiest starts at the busiest stretch (the default: 0).
+	TraceFromBusiest time.Duration = 0
+	// TraceFromStart starts at the trace's first moment.
+	TraceFromStart time.Duration = -1
+)
+
+// busiest returns the arrival time that starts the window of length d
+// holding the most jobs of tr (the earliest such), 0 for an empty trace.
+// The jobs are in order of arrival.
+func busiest(tr workload.Trace, d time.Duration) time.Duration {
+	best, bestN, j := time.Duration(0), -1, 0
+	for i, a := range tr.Jobs {
+		for j < len(tr.Jobs) && tr.Jobs[j].Submit < a.Submit+d {
+			j++
+		}
+		if n := j - i; n > bestN {
+			best, bestN = a.Submit, n
+		}
+	}
+	return best
+}
+
+// lifeTime prints a span of a trace's own time: "45m", "36.0 h",
+// "12.3 days".
+func lifeTime(d time.Duration) string {
+	switch {
+	case d >= 72*time.Hour:
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%.1f h", d.Hours())
+	}
+	return d.Round(time.Second).String()
 }

@@ -1,9 +1,11 @@
 // Package store keeps a node's durable state in one bbolt file under the data
 // dir: the job records it coordinates or replicates, the attempts it runs,
 // their usage, its suppliers' track records, the claims it granted and what
-// its cards earned. Writes are grouped into one transaction per Ready, committed
-// with fsync before the node sends anything that depends on them, so what a
-// node acknowledged survives its restart.
+// its cards earned. The node groups the writes of its driver's turns into one
+// transaction, committed with fsync before it sends anything that depends on
+// them, so what a node acknowledged survives its restart. Applies that come at
+// once from several goroutines (the node's persister, replicas arriving)
+// share one transaction and one fsync: group commit.
 //
 //	st, err := store.Open(filepath.Join(dataDir, "state.db"))
 //	err = st.Apply([]store.Op{store.Put(store.Jobs, id, record)})
@@ -18,6 +20,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -63,6 +67,21 @@ var ErrLocked = errors.New("store: the data dir is in use by another gpumesh pro
 type Store struct {
 	db   *bolt.DB
 	path string
+
+	mu         sync.Mutex
+	queue      []*commit // Applies waiting for the next transaction
+	committing bool      // a goroutine is committing; it takes the queue next
+	commits    int       // transactions written by Apply (tests)
+	// beforeCommit, when set, runs before each group's transaction
+	// (tests hold a commit with it).
+	beforeCommit func()
+}
+
+// commit is one Apply waiting in the group.
+type commit struct {
+	ops     []Op
+	encoded [][]byte
+	done    chan error
 }
 
 // Open opens or creates the state file at path (mode 0600). It fails with
@@ -137,13 +156,24 @@ func Put(b Bucket, key string, value any) Op { return Op{bucket: b, key: key, va
 // Delete returns an Op that removes key.
 func Delete(b Bucket, key string) Op { return Op{bucket: b, key: key} }
 
-// Apply commits ops in one transaction: all of them or none.
+// Apply commits ops in one transaction: all of them or none. Applies from
+// several goroutines at once are committed together (group commit): the
+// first to come commits what is queued, again until nothing is, while the
+// others wait for the transaction that holds theirs; each returns once its
+// ops are on disk. Ops are checked before they join a group, so that one
+// Apply's bad op cannot fail another's.
 func (s *Store) Apply(ops []Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	encoded := make([][]byte, len(ops))
+	c := &commit{ops: ops, encoded: make([][]byte, len(ops)), done: make(chan error, 1)}
 	for i, op := range ops {
+		if !slices.Contains(buckets, op.bucket) {
+			return fmt.Errorf("store: unknown bucket %q", op.bucket)
+		}
+		if op.key == "" {
+			return fmt.Errorf("store: empty key in bucket %q", op.bucket)
+		}
 		if op.value == nil {
 			continue
 		}
@@ -151,25 +181,51 @@ func (s *Store) Apply(ops []Op) error {
 		if err != nil {
 			return fmt.Errorf("store: encoding %s/%s: %w", op.bucket, op.key, err)
 		}
-		encoded[i] = b
+		c.encoded[i] = b
 	}
+	s.mu.Lock()
+	s.queue = append(s.queue, c)
+	if s.committing {
+		s.mu.Unlock()
+		return <-c.done
+	}
+	s.committing = true
+	for len(s.queue) > 0 {
+		group := s.queue
+		s.queue = nil
+		s.commits++
+		hook := s.beforeCommit
+		s.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+		err := s.commitGroup(group)
+		for _, g := range group {
+			g.done <- err
+		}
+		s.mu.Lock()
+	}
+	s.committing = false
+	s.mu.Unlock()
+	return <-c.done
+}
+
+// commitGroup writes the ops of every Apply of group, in order, in one
+// transaction.
+func (s *Store) commitGroup(group []*commit) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for i, op := range ops {
-			b := tx.Bucket([]byte(op.bucket))
-			if b == nil {
-				return fmt.Errorf("store: unknown bucket %q", op.bucket)
-			}
-			if op.key == "" {
-				return fmt.Errorf("store: empty key in bucket %q", op.bucket)
-			}
-			var err error
-			if encoded[i] == nil {
-				err = b.Delete([]byte(op.key))
-			} else {
-				err = b.Put([]byte(op.key), encoded[i])
-			}
-			if err != nil {
-				return fmt.Errorf("store: %s/%s: %w", op.bucket, op.key, err)
+		for _, c := range group {
+			for i, op := range c.ops {
+				b := tx.Bucket([]byte(op.bucket))
+				var err error
+				if c.encoded[i] == nil {
+					err = b.Delete([]byte(op.key))
+				} else {
+					err = b.Put([]byte(op.key), c.encoded[i])
+				}
+				if err != nil {
+					return fmt.Errorf("store: %s/%s: %w", op.bucket, op.key, err)
+				}
 			}
 		}
 		return nil

@@ -2,10 +2,12 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 type record struct {
@@ -109,5 +111,66 @@ func TestCheck(t *testing.T) {
 	err = st.Check()
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not open") {
 		t.Fatalf("Check after Close: %v, want an error naming %s as not open", err, path)
+	}
+}
+
+// Applies that come while a transaction is being written go together in
+// the next one: 20 writers waiting behind a held commit cost one more
+// transaction, not 20, and each finds its record on disk when Apply
+// returns. A bad Apply among them is refused alone.
+func TestConcurrentAppliesShareATransaction(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	first := true
+	st.beforeCommit = func() {
+		if first {
+			first = false
+			close(held)
+			<-hold
+		}
+	}
+	errs := make(chan error, 22)
+	go func() { errs <- st.Apply([]Op{Put(Jobs, "first", record{ID: "first"})}) }()
+	<-held
+	const writers = 20
+	for i := range writers {
+		go func() { errs <- st.Apply([]Op{Put(Jobs, fmt.Sprintf("w%02d", i), record{ID: "w"})}) }()
+	}
+	bad := st.Apply([]Op{Put(Jobs, "ok-in-bad", record{}), Put("nosuch", "x", 1)})
+	if bad == nil || !strings.Contains(bad.Error(), "unknown bucket") {
+		t.Errorf("a bad Apply: %v", bad)
+	}
+	for {
+		st.mu.Lock()
+		queued := len(st.queue)
+		st.mu.Unlock()
+		if queued == writers {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling for the writers to queue
+	}
+	close(hold)
+	for range writers + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.mu.Lock()
+	commits := st.commits
+	st.mu.Unlock()
+	if commits != 2 {
+		t.Errorf("%d transactions for %d Applies, want 2", commits, writers+1)
+	}
+	n := 0
+	st.ForEach(Jobs, func(k string, _ []byte) error { n++; return nil })
+	if n != writers+1 {
+		t.Errorf("%d records, want %d", n, writers+1)
+	}
+	if err := st.Get(Jobs, "ok-in-bad", &record{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the bad Apply's good op was written (err %v)", err)
 	}
 }

@@ -48,6 +48,11 @@ type Client struct {
 
 	netMu    sync.Mutex
 	meshName *string // the node's mesh name, asked once (GET /v1/info)
+
+	retryWithin time.Duration   // Submit sends again after 429 or 503 within this
+	onRetry     func(RetryNote) // told of each such retry; nil: nothing
+	sleep       func(ctx context.Context, d time.Duration) error
+	clock       func() time.Time // what the retry bound is measured by
 }
 
 // Option configures a Client; an Option given a bad value makes New fail.
@@ -134,7 +139,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: addr, base: base, timeout: DefaultTimeout, now: time.Now}
+	c := &Client{addr: addr, base: base, timeout: DefaultTimeout, now: time.Now, retryWithin: DefaultSubmitRetry, sleep: sleepCtx, clock: time.Now}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
@@ -267,7 +272,7 @@ func unwrapURL(err error) error {
 // start of whatever else came (a proxy's page).
 func readAPIError(method, path string, resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-	e := &APIError{Method: method, Path: path, Status: resp.StatusCode}
+	e := &APIError{Method: method, Path: path, Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	var body api.Error
 	if err := json.Unmarshal(data, &body); err == nil && body.Error != "" {
 		e.Message, e.Field = body.Error, body.Field

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Sentinel errors matched by errors.Is on an *APIError.
@@ -37,6 +40,10 @@ type APIError struct {
 	// Field names the offending field of a bad request, as the API's JSON
 	// names it ("cards", "models[1]", "share"); empty when none.
 	Field string
+	// RetryAfter is what the node's Retry-After header asked the client to
+	// wait before it sends the request again (a 429 or a 503); 0 when it
+	// sent none.
+	RetryAfter time.Duration
 }
 
 // Error says which request failed, the status, the node's message and the
@@ -88,3 +95,29 @@ func (e *UnreachableError) Error() string {
 
 // Unwrap returns the dial error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// IsRetryableStatus reports whether a status asks the client to send the
+// same request again later: 429 (the node is saturated) or 503 (its
+// coordinator or the job's replicas did not answer in time).
+func IsRetryableStatus(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds, or an HTTP
+// date (counted from now). Anything else, or nothing, is 0.
+func parseRetryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(h); err == nil {
+		if s < 0 {
+			return 0
+		}
+		return time.Duration(min(s, 3600)) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return min(t.Sub(now), time.Hour)
+	}
+	return 0
+}

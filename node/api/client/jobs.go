@@ -17,10 +17,23 @@ import (
 // is how a caller retries safely after an error whose outcome is unknown.
 //
 // With an owner key (WithOwnerKey) the spec is signed for the node's mesh
-// (asked once with Info) and its Owner set to the key's; a spec without an
-// ID gets a new random one first, as the signature covers it. Without a key
-// the spec goes unsigned, which a node takes only from an owner token.
+// (asked once with Info) and its Owner set to the key's. A spec without an
+// ID gets a new random one first, signed or not, so that a submission sent
+// again is the same job. Without a key the spec goes unsigned, which a node
+// takes only from an owner token.
+//
+// A node that answers 429 (saturated) or 503 (its coordinator or the job's
+// replicas did not answer in time) gets the same submission again, for at
+// most DefaultSubmitRetry (WithSubmitRetry): the job starts once whatever
+// the first tries did.
 func (c *Client) Submit(ctx context.Context, spec market.JobSpec) (market.JobRecord, error) {
+	if spec.ID == "" {
+		id, err := newJobID()
+		if err != nil {
+			return market.JobRecord{}, err
+		}
+		spec.ID = id
+	}
 	var v any = spec
 	if c.key != nil {
 		signed, err := c.Sign(ctx, spec)
@@ -34,8 +47,19 @@ func (c *Client) Submit(ctx context.Context, spec market.JobSpec) (market.JobRec
 		return market.JobRecord{}, err
 	}
 	var rec market.JobRecord
-	err = c.call(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: body}, &rec)
+	err = c.withRetry(ctx, spec.ID, func() error {
+		return c.call(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: body}, &rec)
+	})
 	return rec, err
+}
+
+// newJobID makes a random job ID.
+func newJobID() (string, error) {
+	b := make([]byte, market.JobIDRandomBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("client: making a job ID: %w", err)
+	}
+	return market.NewJobID(b)
 }
 
 // Sign signs spec with the client's owner key for the node's mesh, giving
@@ -45,11 +69,7 @@ func (c *Client) Sign(ctx context.Context, spec market.JobSpec) (market.SignedSp
 		return market.SignedSpec{}, errors.New("client: signing a spec needs an owner key (WithOwnerKey)")
 	}
 	if spec.ID == "" {
-		b := make([]byte, market.JobIDRandomBytes)
-		if _, err := rand.Read(b); err != nil {
-			return market.SignedSpec{}, fmt.Errorf("client: making a job ID: %w", err)
-		}
-		id, err := market.NewJobID(b)
+		id, err := newJobID()
 		if err != nil {
 			return market.SignedSpec{}, err
 		}

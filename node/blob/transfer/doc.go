@@ -33,8 +33,12 @@
 //
 // # Protocol (version 1)
 //
-// A stream carries one request and its answer, then closes. Frames are a
-// type byte, an unsigned varint length (shortest form) and the payload;
+// A stream carries requests of one asker, answered in order: the asker
+// may send the next before the last is answered (a fetch keeps Pipeline
+// requests in flight on each stream, so a holder never waits for the
+// next), and half-closes the stream when it has no more; the holder then
+// closes it. A PUSH is the only request of its stream. Frames are a type
+// byte, an unsigned varint length (shortest form) and the payload;
 // digests are 32 raw bytes, numbers unsigned varints (shortest form). A
 // frame of an unknown type, over its type's limit or not decoding ends
 // the exchange, and the peer that sent it is dropped from the transfer.
@@ -59,17 +63,20 @@
 // another size than its manifest says is refused, and DATA past the
 // announced size is a protocol error.
 //
-// Deadlines: every step (opening a stream, the request, its first answer,
-// each frame after the previous) must happen within Config.Timeout, on
-// both ends, or the stream is reset; a push's answer waits as long as the
-// receiver's fetch takes.
+// Deadlines: every step (opening a stream, a request, its first answer,
+// each frame after the previous, the next request) must happen within
+// Config.Timeout, on both ends, or the stream is reset; a push's answer
+// waits as long as the receiver's fetch takes. A fetch lets a stream go
+// rather than leave it idle.
 //
 // # Concurrency and memory
 //
 // A Service is safe for concurrent use; it starts goroutines only for
-// Fetch's per-holder workers (HolderStreams per holder, joined before
-// Fetch returns) and is handed one per inbound stream by libp2p, which it
-// counts and bounds (MaxInbound). Memory is bounded by the streams, not
-// the data: every object is streamed to disk in frames of at most MaxData
-// bytes, with a buffer of about 320 KiB per stream.
+// Fetch's stream workers (HolderStreams per holder) and committers
+// (Commits), joined before Fetch returns, and is handed one per inbound
+// stream by libp2p, which it counts, and bounds the requests being
+// answered (MaxInbound). Memory is bounded by the streams, not the data:
+// every object is streamed to disk in frames of at most MaxData bytes,
+// with a buffer of about 320 KiB per stream; what waits to be committed
+// is on disk, not in memory.
 package transfer

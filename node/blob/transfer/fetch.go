@@ -52,13 +52,15 @@ var _ Fetcher = (*Service)(nil)
 // after a cut fetches only what is still missing.
 //
 // The manifest comes from the first holder that has it. The chunks are
-// split among the holders that are left: HolderStreams requests of Batch
-// chunks in flight to each, at most Window chunks out overall, each
-// streamed to disk and checked against its digest by the store's writer
-// before it is visible. A chunk a holder lacks or serves corrupt is asked
-// of the others; a holder that fails (a cut, a stall past Timeout, a
-// refusal, a protocol error, MaxCorrupt corrupt chunks) is dropped and
-// its chunks are asked of the others.
+// split among the holders that are left: HolderStreams streams to each,
+// each with Pipeline requests of Batch chunks in flight, at most Window
+// chunks out overall. Each chunk is streamed to disk and hashed as it
+// arrives, then checked against its digest and synced by one of Commits
+// committers while its stream reads on; it is visible only once checked.
+// A chunk a holder lacks or serves corrupt is asked of the others; a
+// holder that fails (a cut, a stall past Timeout, a refusal, a protocol
+// error, MaxCorrupt corrupt chunks) is dropped and its chunks are asked
+// of the others.
 //
 // Fetch returns an *IncompleteError when chunks are left that no holder
 // served, an error matching blob.ErrQuota when the store cannot hold the
@@ -127,19 +129,31 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 		return stats, fmt.Errorf("transfer: fetch %s: %d chunks missing: %w", m, len(missing), err)
 	}
 	f.q = newSchedule(missing, s.cfg.Window)
+	f.commits = make(chan commit, s.cfg.Window)
+	var committers sync.WaitGroup
+	for range s.cfg.Commits {
+		committers.Go(f.committer)
+	}
+	f.drop = make(map[peer.ID]context.CancelFunc)
 	var live []peer.ID
 	for _, h := range hs {
 		if stats.Holders[h].Err == nil { // not failed when asked for the manifest
 			live = append(live, h)
+			var hctx context.Context
+			hctx, f.drop[h] = context.WithCancel(ctx)
+			defer f.drop[h]()
+			f.hctx = append(f.hctx, hctx)
 		}
 	}
 	var wg sync.WaitGroup
-	for _, h := range live {
+	for i, h := range live {
 		for range s.cfg.HolderStreams {
-			wg.Go(func() { f.work(ctx, h) })
+			wg.Go(func() { f.work(ctx, f.hctx[i], h) })
 		}
 	}
 	wg.Wait()
+	close(f.commits)
+	committers.Wait()
 	if f.fatal != nil {
 		return stats, f.fatal
 	}
@@ -163,12 +177,24 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 
 // fetch is one Fetch in progress.
 type fetch struct {
-	s     *Service
-	m     blob.Digest
-	q     *schedule
+	s       *Service
+	m       blob.Digest
+	q       *schedule
+	commits chan commit // chunks received whole, to check and sync
+	// drop ends a holder's streams; hctx are their contexts. Both are
+	// set before the streams start and only read after.
+	drop  map[peer.ID]context.CancelFunc
+	hctx  []context.Context
 	mu    sync.Mutex
 	stats *FetchStats
 	fatal error // ends the fetch: the store failed or is full
+}
+
+// commit is a chunk received whole, for a committer.
+type commit struct {
+	w  *blob.Writer
+	h  peer.ID
+	it *item
 }
 
 // note updates a holder's figures.
@@ -180,17 +206,24 @@ func (f *fetch) note(h peer.ID, fn func(*HolderStats)) {
 	f.mu.Unlock()
 }
 
-// dropHolder takes a holder out of the fetch for err.
+// dropHolder takes a holder out of the fetch for err, and ends its
+// streams. The first reason a holder is dropped for is the one kept.
 func (f *fetch) dropHolder(h peer.ID, err error) {
+	first := false
 	f.note(h, func(hs *HolderStats) {
 		if hs.Err == nil {
-			hs.Err = err
+			hs.Err, first = err, true
 		}
 	})
 	if f.q != nil {
 		f.q.drop(h)
 	}
-	f.s.log.Info("blob holder dropped from a fetch", "peer", h.ShortString(), "manifest", f.m.Short(), "err", err)
+	if cancel := f.drop[h]; cancel != nil {
+		cancel()
+	}
+	if first {
+		f.s.log.Info("blob holder dropped from a fetch", "peer", h.ShortString(), "manifest", f.m.Short(), "err", err)
+	}
 }
 
 // fail ends the fetch for an error no holder can help with.
@@ -207,9 +240,8 @@ func (f *fetch) fail(err error) {
 
 // manifest gets the manifest from the first holder that has it.
 func (f *fetch) manifest(ctx context.Context, hs []peer.ID) error {
-	ref := blob.ChunkRef{Digest: f.m}
 	for _, h := range hs {
-		res, err := f.get(ctx, h, blob.KindManifest, []blob.ChunkRef{ref})
+		held, err := f.getManifest(ctx, h)
 		if err != nil {
 			if f.ending(ctx) {
 				if f.fatal != nil {
@@ -220,7 +252,7 @@ func (f *fetch) manifest(ctx context.Context, hs []peer.ID) error {
 			f.dropHolder(h, err)
 			continue
 		}
-		if res[0] == nil {
+		if held {
 			return nil
 		}
 	}
@@ -241,35 +273,177 @@ func (f *fetch) holderErrors() map[peer.ID]error {
 	return out
 }
 
-// work is one stream's worth of a holder's share.
-func (f *fetch) work(ctx context.Context, h peer.ID) {
+// getManifest asks holder h for the manifest on a stream of its own and
+// stores it. It reports whether h had it, or an error that drops h. Like
+// a chunk stream (work), it asks once more when the stream's connection
+// turns out to be dead.
+func (f *fetch) getManifest(ctx context.Context, h peer.ID) (bool, error) {
+	held, dead, err := f.askManifest(ctx, h)
+	if err != nil && dead && !f.ending(ctx) {
+		f.s.log.Debug("blob stream on a dead connection; opening another", "peer", h.ShortString(), "err", err)
+		held, _, err = f.askManifest(ctx, h)
+	}
+	return held, err
+}
+
+// askManifest is one try of getManifest; dead says its stream failed
+// because its connection is gone.
+func (f *fetch) askManifest(ctx context.Context, h peer.ID) (held, dead bool, err error) {
+	c, err := f.s.send(ctx, h, request{typ: frameGet, scope: f.m, digests: []blob.Digest{f.m}})
+	if err != nil {
+		return false, false, err
+	}
+	defer c.reset() // after a clean end, a no-op
+	w, held, err := f.answer(ctx, c, h, blob.KindManifest, blob.ChunkRef{Digest: f.m}, make([]byte, MaxData))
+	if err != nil || !held {
+		return false, err != nil && c.st.Conn().IsClosed(), err
+	}
+	c.close()
+	if w == nil {
+		return true, false, nil // stored meanwhile
+	}
+	res, drop := f.settle(h, blob.KindManifest, w.Size(), w.Commit())
+	switch {
+	case drop != nil:
+		return false, false, drop
+	case isCorrupt(res):
+		return false, false, nil // ask the next holder
+	case res != nil:
+		return false, false, res // the fetch is ending
+	}
+	return true, false, nil
+}
+
+// work is one stream's worth of a holder's share: it keeps up to
+// Pipeline requests in flight on one stream to h, and reads their
+// answers in order. It ends when h has nothing more to do, or fails
+// (then h is dropped), or hctx ends (h was dropped).
+//
+// A stream that fails before its first answer because its connection
+// is gone is opened once more: a link that was cut and healed leaves a
+// connection that died meanwhile, which the host learns of only when it
+// is used; the next stream goes over a fresh one.
+func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
+	var c *conn
+	var sent [][]*item // requests sent and not wholly answered, oldest first
+	requeue := func() {
+		for _, batch := range sent {
+			for _, it := range batch {
+				f.q.retry(it, "")
+			}
+		}
+		sent = nil
+	}
+	answered, redialed := false, false // on c; c was opened again
+	var lost error                     // why c was opened again, until it answers
+	defer func() {
+		requeue()
+		if c != nil {
+			c.reset() // after a clean end, a no-op
+		}
+		if lost != nil && !f.ending(ctx) {
+			f.dropHolder(h, lost) // no stream to h worked since
+		}
+	}()
+	// fail drops h for err, unless c is worth opening again: it reports
+	// whether work goes on.
+	fail := func(err error) bool {
+		if !answered && !redialed && c != nil && c.st.Conn().IsClosed() && !f.ending(ctx) && hctx.Err() == nil {
+			f.s.log.Debug("blob stream on a dead connection; opening another", "peer", h.ShortString(), "err", err)
+			requeue()
+			c.reset()
+			c, redialed, lost = nil, true, err
+			return true
+		}
+		lost = nil // dropped for err instead
+		if !f.ending(ctx) {
+			f.dropHolder(h, err)
+		}
+		return false
+	}
+	buf := make([]byte, MaxData)
 	for {
-		batch := f.q.take(ctx, h, f.s.cfg.Batch)
-		if batch == nil {
+		for len(sent) < f.s.cfg.Pipeline {
+			batch := f.q.tryTake(h, f.s.cfg.Batch)
+			if batch == nil && len(sent) == 0 {
+				// Nothing to ask for now: let the stream go while
+				// waiting (an idle stream is reset after Timeout).
+				if c != nil {
+					c.close()
+					c = nil
+				}
+				batch = f.q.take(ctx, h, f.s.cfg.Batch)
+			}
+			if batch == nil {
+				break
+			}
+			sent = append(sent, batch)
+			if c == nil {
+				var err error
+				if c, err = f.s.dial(hctx, h); err != nil {
+					fail(err)
+					return
+				}
+				answered = false
+			}
+			ds := make([]blob.Digest, len(batch))
+			for i, it := range batch {
+				ds[i] = it.ref.Digest
+			}
+			if err := c.request(request{typ: frameGet, scope: f.m, digests: ds}); err != nil {
+				if fail(err) {
+					continue
+				}
+				return
+			}
+		}
+		if len(sent) == 0 {
+			if c != nil {
+				c.close()
+			}
 			return
 		}
-		refs := make([]blob.ChunkRef, len(batch))
-		for i, it := range batch {
-			refs[i] = it.ref
-		}
-		res, err := f.get(ctx, h, blob.KindChunk, refs)
-		for i, it := range batch {
+		for len(sent[0]) > 0 {
+			it := sent[0][0]
+			w, held, err := f.answer(hctx, c, h, blob.KindChunk, it.ref, buf)
+			if err != nil {
+				if fail(err) {
+					break
+				}
+				return
+			}
+			answered, lost = true, nil
+			sent[0] = sent[0][1:]
 			switch {
-			case i < len(res) && res[i] == nil:
-				f.q.done(it)
-			case i < len(res) && res[i] != errNotHeld && !isCorrupt(res[i]):
-				f.q.retry(it, "") // the fetch is ending
-			case i < len(res):
-				f.q.retry(it, h) // lacked or corrupt here: ask the others
+			case !held:
+				f.q.retry(it, h) // ask the others
+			case w == nil:
+				f.q.done(it) // stored meanwhile
 			default:
-				f.q.retry(it, "") // not answered: the holder is dropped
+				f.commits <- commit{w: w, h: h, it: it}
 			}
 		}
-		if err != nil {
-			if !f.ending(ctx) {
-				f.dropHolder(h, err)
-			}
-			return
+		if len(sent) > 0 { // not requeued
+			sent = sent[1:]
+		}
+	}
+}
+
+// committer checks and syncs the chunks the streams received, until the
+// fetch's streams have all ended.
+func (f *fetch) committer() {
+	for c := range f.commits {
+		res, drop := f.settle(c.h, blob.KindChunk, c.it.ref.Size, c.w.Commit())
+		switch {
+		case res == nil:
+			f.q.done(c.it)
+		case isCorrupt(res):
+			f.q.retry(c.it, c.h) // ask the others
+		default:
+			f.q.retry(c.it, "") // the fetch is ending
+		}
+		if drop != nil {
+			f.dropHolder(c.h, drop)
 		}
 	}
 }
@@ -287,67 +461,46 @@ func isCorrupt(err error) bool {
 	return errors.As(err, &ce)
 }
 
-// errNotHeld is a MISSING answer.
-var errNotHeld = errors.New("not held")
-
-// get asks holder h for objects and stores what comes. It returns one
-// result per object answered (nil: stored; errNotHeld; a *CorruptError),
-// and an error that drops the holder: the request failed before every
-// object was answered, or the holder misbehaved.
-func (f *fetch) get(ctx context.Context, h peer.ID, kind blob.Kind, refs []blob.ChunkRef) ([]error, error) {
-	ds := make([]blob.Digest, len(refs))
-	for i, r := range refs {
-		ds[i] = r.Digest
-	}
-	c, err := f.s.send(ctx, h, request{typ: frameGet, scope: f.m, digests: ds})
+// answer reads the answer about one object from c: MISSING (held is
+// false), or the object, written to a store writer for the caller to
+// commit (w is nil when the store got it meanwhile: its bytes are read
+// past). An error drops the holder, or ends the fetch (a store that
+// fails); the writer is then closed.
+func (f *fetch) answer(ctx context.Context, c *conn, h peer.ID, kind blob.Kind, ref blob.ChunkRef, buf []byte) (w *blob.Writer, held bool, err error) {
+	c.deadline()
+	t, p, err := readFrame(c.r, buf)
 	if err != nil {
-		return nil, err
+		return nil, false, f.readErr(ctx, h, c.explain(err))
 	}
-	defer c.reset() // after a clean end, a no-op
-	buf := make([]byte, MaxData)
-	var res []error
-	for _, ref := range refs {
-		c.deadline()
-		t, p, err := readFrame(c.r, buf)
+	switch t {
+	case frameMissing:
+		d, err := decodeDigest(p)
 		if err != nil {
-			return res, f.readErr(ctx, h, c.explain(err))
+			return nil, false, err
 		}
-		switch t {
-		case frameMissing:
-			d, err := decodeDigest(p)
-			if err != nil {
-				return res, err
-			}
-			if d != ref.Digest {
-				return res, malformed("MISSING %s, asked for %s", d.Short(), ref.Digest.Short())
-			}
-			f.note(h, func(hs *HolderStats) { hs.Missing++ })
-			res = append(res, errNotHeld)
-		case frameObject:
-			o, err := decodeObject(p)
-			if err != nil {
-				return res, err
-			}
-			if o.kind != kind || o.digest != ref.Digest || (kind == blob.KindChunk && o.size != ref.Size) {
-				return res, malformed("OBJECT %s %s of %d bytes, asked for %s %s of %d", o.kind, o.digest.Short(), o.size, kind, ref.Digest.Short(), ref.Size)
-			}
-			r, err := f.receive(ctx, c, h, o, buf)
-			if err != nil {
-				return res, err
-			}
-			res = append(res, r)
-		case frameError:
-			code, msg, err := decodeError(p)
-			if err != nil {
-				return res, err
-			}
-			return res, &RemoteError{Peer: h, Code: code, Message: msg}
-		default:
-			return res, malformed("frame %q in answer to GET", t)
+		if d != ref.Digest {
+			return nil, false, malformed("MISSING %s, asked for %s", d.Short(), ref.Digest.Short())
 		}
+		f.note(h, func(hs *HolderStats) { hs.Missing++ })
+		return nil, false, nil
+	case frameObject:
+		o, err := decodeObject(p)
+		if err != nil {
+			return nil, false, err
+		}
+		if o.kind != kind || o.digest != ref.Digest || (kind == blob.KindChunk && o.size != ref.Size) {
+			return nil, false, malformed("OBJECT %s %s of %d bytes, asked for %s %s of %d", o.kind, o.digest.Short(), o.size, kind, ref.Digest.Short(), ref.Size)
+		}
+		w, err := f.receive(ctx, c, h, o, buf)
+		return w, err == nil, err
+	case frameError:
+		code, msg, err := decodeError(p)
+		if err != nil {
+			return nil, false, err
+		}
+		return nil, false, &RemoteError{Peer: h, Code: code, Message: msg}
 	}
-	c.close()
-	return res, nil
+	return nil, false, malformed("frame %q in answer to GET", t)
 }
 
 // readErr explains a failed read.
@@ -361,48 +514,57 @@ func (f *fetch) readErr(ctx context.Context, h peer.ID, err error) error {
 	return fmt.Errorf("transfer: reading from %s: %w", h.ShortString(), err)
 }
 
-// receive stores one object's DATA frames through a writer. It returns
-// the object's result, or an error that drops the holder.
-func (f *fetch) receive(ctx context.Context, c *conn, h peer.ID, o objectHeader, buf []byte) (error, error) {
+// receive writes one object's DATA frames to a store writer, hashing
+// them as they come, and returns the writer uncommitted (nil when the
+// store got the object meanwhile), or an error that drops the holder or
+// ends the fetch.
+func (f *fetch) receive(ctx context.Context, c *conn, h peer.ID, o objectHeader, buf []byte) (*blob.Writer, error) {
 	w, err := f.s.store.Writer(o.kind, o.digest, o.size)
 	switch {
 	case errors.Is(err, blob.ErrExists):
 		w = nil // stored meanwhile: read the bytes past
 	case err != nil:
-		f.fail(fmt.Errorf("transfer: fetch %s: %w", f.m, err))
-		return err, err
-	default:
-		defer w.Close()
+		err = fmt.Errorf("transfer: fetch %s: %w", f.m, err)
+		f.fail(err)
+		return nil, err
 	}
 	for left := o.size; left > 0; {
 		c.deadline()
 		t, p, err := readFrame(c.r, buf)
-		if err != nil {
-			return nil, f.readErr(ctx, h, c.explain(err))
+		if err == nil && t != frameData {
+			err = malformed("frame %q inside %s %s", t, o.kind, o.digest.Short())
+		} else if err != nil {
+			err = f.readErr(ctx, h, c.explain(err))
+		} else if int64(len(p)) > left {
+			err = malformed("%s %s overruns its %d bytes", o.kind, o.digest.Short(), o.size)
 		}
-		if t != frameData {
-			return nil, malformed("frame %q inside %s %s", t, o.kind, o.digest.Short())
-		}
-		if int64(len(p)) > left {
-			return nil, malformed("%s %s overruns its %d bytes", o.kind, o.digest.Short(), o.size)
-		}
-		left -= int64(len(p))
-		if w != nil {
-			if _, err := w.Write(p); err != nil {
-				f.fail(fmt.Errorf("transfer: fetch %s: %w", f.m, err))
-				return err, err
+		if err == nil && w != nil {
+			if _, err = w.Write(p); err != nil {
+				err = fmt.Errorf("transfer: fetch %s: %w", f.m, err)
+				f.fail(err)
 			}
 		}
+		if err != nil {
+			if w != nil {
+				w.Close()
+			}
+			return nil, err
+		}
+		left -= int64(len(p))
 	}
-	if w == nil {
-		return nil, nil
-	}
-	err = w.Commit()
+	return w, nil
+}
+
+// settle accounts for a commit's outcome err of an object of size bytes
+// from h. It
+// returns the object's result (nil: stored; a *CorruptError; another
+// error, which ended the fetch) and, when h must be dropped for it, why.
+func (f *fetch) settle(h peer.ID, kind blob.Kind, size int64, err error) (res, drop error) {
 	var de *blob.DigestError
 	switch {
 	case errors.As(err, &de):
 		ce := &CorruptError{Peer: h, Err: de}
-		f.s.log.Warn("blob holder served a corrupt object", "peer", h.ShortString(), "digest", o.digest.Short(), "err", de)
+		f.s.log.Warn("blob holder served a corrupt object", "peer", h.ShortString(), "digest", de.Want.Short(), "err", de)
 		corrupt := 0
 		f.note(h, func(hs *HolderStats) { hs.Corrupt++; corrupt = hs.Corrupt })
 		f.mu.Lock()
@@ -413,17 +575,18 @@ func (f *fetch) receive(ctx context.Context, c *conn, h peer.ID, o objectHeader,
 		}
 		return ce, nil
 	case err != nil:
-		f.fail(fmt.Errorf("transfer: fetch %s: %w", f.m, err))
-		return err, err
+		err = fmt.Errorf("transfer: fetch %s: %w", f.m, err)
+		f.fail(err)
+		return err, nil
 	}
 	chunk := 0
-	if o.kind == blob.KindChunk {
+	if kind == blob.KindChunk {
 		chunk = 1
 	}
-	f.note(h, func(hs *HolderStats) { hs.Chunks += chunk; hs.Bytes += o.size })
+	f.note(h, func(hs *HolderStats) { hs.Chunks += chunk; hs.Bytes += size })
 	f.mu.Lock()
 	f.stats.Fetched += chunk
-	f.stats.Bytes += o.size
+	f.stats.Bytes += size
 	f.mu.Unlock()
 	return nil, nil
 }

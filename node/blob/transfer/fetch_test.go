@@ -102,12 +102,13 @@ func TestFetchSplitsTheWorkAmongHolders(t *testing.T) {
 
 func TestFetchResumesAfterACut(t *testing.T) {
 	tn := newTestNet(t)
-	a := tn.addNode(blob.NoLimit, func(c *Config) { c.HolderStreams, c.Batch = 1, 2 })
+	a := tn.addNode(blob.NoLimit, func(c *Config) { c.HolderStreams, c.Batch, c.Pipeline = 1, 2, 1 })
 	b := tn.addNode(blob.NoLimit, nil)
 	src := bigTree(t, 2)
 	m := putTree(t, b, src).Manifest
 	// The link goes down as b takes its fourth request (the manifest, then
-	// three batches of chunks: the first two arrive).
+	// three batches of chunks: one request in flight at a time, so the
+	// first two batches arrived).
 	b.auth.set(func(x *testAuth) {
 		x.onRead = func(_ context.Context, n int) {
 			if n == 4 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"sync"
 	"testing"
@@ -221,5 +222,75 @@ func TestCloseEndsAFetchInFlight(t *testing.T) {
 	}
 	if _, err := a.svc.Fetch(context.Background(), m, []peer.ID{b.id()}, "f"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Fetch after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestAStreamCarriesRequestsInOrder(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addNode(blob.NoLimit, nil), tn.addNode(blob.NoLimit, nil)
+	m := putTree(t, b, tree(t, 70, 3*mib)).Manifest
+	man, _ := b.store.Manifest(m)
+	chunks := man.Chunks()
+	if len(chunks) < 2 {
+		t.Fatalf("a tree of %d chunks, want several", len(chunks))
+	}
+	c, err := a.svc.dial(testCtx(t), b.id())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.reset()
+	// Both requests go out before either is answered.
+	for _, ref := range chunks[:2] {
+		if err := c.request(request{typ: frameGet, scope: m, digests: []blob.Digest{ref.Digest}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, MaxData)
+	for _, ref := range chunks[:2] {
+		typ, p, err := readFrame(c.r, buf)
+		if err != nil || typ != frameObject {
+			t.Fatalf("answer %q, %v; want OBJECT", typ, err)
+		}
+		o, err := decodeObject(p)
+		if err != nil || o.digest != ref.Digest {
+			t.Fatalf("OBJECT %v (%v), want chunk %s", o, err, ref.Digest.Short())
+		}
+		for left := o.size; left > 0; {
+			typ, p, err := readFrame(c.r, buf)
+			if err != nil || typ != frameData {
+				t.Fatalf("frame %q, %v; want DATA", typ, err)
+			}
+			left -= int64(len(p))
+		}
+	}
+	// A push is a stream's only request.
+	if err := c.request(request{typ: framePush, scope: m}); err != nil {
+		t.Fatal(err)
+	}
+	typ, p, err := readFrame(c.r, nil)
+	if err != nil || typ != frameError {
+		t.Fatalf("answer to a PUSH after GETs: %q, %v; want ERROR", typ, err)
+	}
+	if code, _, _ := decodeError(p); code != CodeBadRequest {
+		t.Fatalf("ERROR %v, want %v", code, CodeBadRequest)
+	}
+
+	// Half-closing a stream ends it cleanly.
+	c2, err := a.svc.dial(testCtx(t), b.id())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.reset()
+	if err := c2.request(request{typ: frameHas, scope: m, digests: []blob.Digest{m}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.st.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, err := readFrame(c2.r, nil); err != nil || typ != frameHave {
+		t.Fatalf("answer %q, %v; want HAVE", typ, err)
+	}
+	if _, _, err := readFrame(c2.r, nil); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last answer: %v, want the end of the stream", err)
 	}
 }

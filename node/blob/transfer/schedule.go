@@ -55,50 +55,64 @@ func (q *schedule) signal() {
 func (q *schedule) take(ctx context.Context, h peer.ID, max int) []*item {
 	for {
 		q.mu.Lock()
-		if q.dropped[h] || q.finished {
-			q.mu.Unlock()
-			return nil
-		}
-		// Scan from the front; the chunks h failed that the scan passes
-		// are moved up to just before the rest, so taking costs what was
-		// scanned, not the length of the queue.
-		var got, skipped []*item
-		eligible := false
-		i := 0
-		for ; i < len(q.pending); i++ {
-			it := q.pending[i]
-			if it.failed[h] {
-				skipped = append(skipped, it)
-				continue
-			}
-			eligible = true
-			if len(got) == max || q.out+len(got) >= q.window {
-				break
-			}
-			got = append(got, it)
-		}
-		if len(got) > 0 {
-			start := i - len(skipped)
-			copy(q.pending[start:i], skipped)
-			clear(q.pending[:start])
-			q.pending = q.pending[start:]
-			q.out += len(got)
-			q.mu.Unlock()
-			return got
-		}
-		if !eligible && q.out == 0 {
-			// Nothing h can serve, and nothing out that could come back.
-			q.mu.Unlock()
-			return nil
-		}
+		got, more := q.grab(h, max)
 		wait := q.changed
 		q.mu.Unlock()
+		if got != nil || !more {
+			return got
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
 			return nil
 		}
 	}
+}
+
+// tryTake is take without the wait: it returns nil when nothing is
+// available to h now.
+func (q *schedule) tryTake(h peer.ID, max int) []*item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	got, _ := q.grab(h, max)
+	return got
+}
+
+// grab takes up to max chunks for h; more is false when h has nothing
+// more to do. The caller holds q.mu.
+func (q *schedule) grab(h peer.ID, max int) (got []*item, more bool) {
+	if q.dropped[h] || q.finished {
+		return nil, false
+	}
+	// Scan from the front; the chunks h failed that the scan passes are
+	// moved up to just before the rest, so taking costs what was
+	// scanned, not the length of the queue.
+	var skipped []*item
+	eligible := false
+	i := 0
+	for ; i < len(q.pending); i++ {
+		it := q.pending[i]
+		if it.failed[h] {
+			skipped = append(skipped, it)
+			continue
+		}
+		eligible = true
+		if len(got) == max || q.out+len(got) >= q.window {
+			break
+		}
+		got = append(got, it)
+	}
+	if len(got) > 0 {
+		start := i - len(skipped)
+		copy(q.pending[start:i], skipped)
+		clear(q.pending[:start])
+		q.pending = q.pending[start:]
+		q.out += len(got)
+		return got, true
+	}
+	// Nothing now; more only if h could serve something, or something
+	// out could come back.
+	return nil, eligible || q.out > 0
 }
 
 // done records a chunk stored.

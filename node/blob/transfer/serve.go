@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,30 +14,53 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// serve answers the one request of an inbound stream.
+// serve answers the requests of an inbound stream, in order, until the
+// asker half-closes it. A PUSH is a stream's only request.
 func (s *Service) serve(ctx context.Context, st network.Stream) {
 	c := newConn(st, s.cfg.Timeout)
 	from := st.Conn().RemotePeer()
 	log := s.log.With("peer", from.ShortString())
-	c.deadline()
-	t, p, err := readFrame(c.r, nil)
-	if errors.Is(err, ErrMalformed) {
-		s.refuse(c, CodeBadRequest, err.Error())
-		return
+	var buf []byte // DATA frames' buffer, made at the first GET
+	for n := 0; ; n++ {
+		c.deadline()
+		t, p, err := readFrame(c.r, nil)
+		if n > 0 && errors.Is(err, io.EOF) {
+			c.close() // the asker is done
+			return
+		}
+		if errors.Is(err, ErrMalformed) {
+			s.refuse(c, CodeBadRequest, err.Error())
+			return
+		}
+		if err != nil {
+			log.Debug("blob request unreadable", "err", c.explain(err))
+			c.reset()
+			return
+		}
+		q, err := decodeRequest(t, p)
+		if err == nil && q.typ == framePush && n > 0 {
+			err = malformed("PUSH after other requests on a stream")
+		}
+		if err != nil {
+			s.refuse(c, CodeBadRequest, err.Error())
+			return
+		}
+		if q.typ == frameGet && buf == nil {
+			buf = make([]byte, MaxData)
+		}
+		if !s.serveOne(ctx, c, from, log.With("manifest", q.scope.Short()), q, buf) {
+			return
+		}
+		if q.typ == framePush {
+			c.close()
+			return
+		}
 	}
-	if err != nil {
-		log.Debug("blob request unreadable", "err", c.explain(err))
-		c.reset()
-		return
-	}
-	q, err := decodeRequest(t, p)
-	if err != nil {
-		s.refuse(c, CodeBadRequest, err.Error())
-		return
-	}
-	log = log.With("manifest", q.scope.Short())
+}
 
-	// Wait for a turn, at most Timeout.
+// serveOne answers one request, when a turn comes within Timeout. It
+// reports whether the stream goes on.
+func (s *Service) serveOne(ctx context.Context, c *conn, from peer.ID, log *slog.Logger, q request, buf []byte) bool {
 	wait := time.NewTimer(s.cfg.Timeout)
 	select {
 	case s.slots <- struct{}{}:
@@ -44,21 +68,22 @@ func (s *Service) serve(ctx context.Context, st network.Stream) {
 		defer func() { <-s.slots }()
 	case <-wait.C:
 		s.refuse(c, CodeBusy, "too many blob requests in progress")
-		return
+		return false
 	case <-ctx.Done():
 		c.reset()
-		return
+		return false
 	}
 
+	var err error
 	switch q.typ {
 	case frameGet, frameHas:
 		if err := s.mayRead(ctx, from, q.scope); err != nil {
 			log.Info("blob read refused", "err", err)
 			s.refuse(c, CodeDenied, err.Error())
-			return
+			return false
 		}
 		if q.typ == frameGet {
-			err = s.serveGet(c, q)
+			err = s.serveGet(c, q, buf)
 		} else {
 			err = s.serveHas(c, q)
 		}
@@ -68,17 +93,17 @@ func (s *Service) serve(ctx context.Context, st network.Stream) {
 	if err != nil {
 		log.Debug("blob request failed", "err", c.explain(err))
 		c.reset()
-		return
+		return false
 	}
 	if c.ended { // refused
-		return
+		return false
 	}
 	c.deadline()
 	if err := c.w.Flush(); err != nil {
 		c.reset()
-		return
+		return false
 	}
-	c.close()
+	return true
 }
 
 // refuse answers with an ERROR frame and ends the stream.
@@ -93,9 +118,8 @@ func (s *Service) refuse(c *conn, code Code, msg string) {
 
 // serveGet sends the objects asked for, in order: the manifest itself or
 // chunks it lists, each as OBJECT and DATA frames, or MISSING.
-func (s *Service) serveGet(c *conn, q request) error {
+func (s *Service) serveGet(c *conn, q request, buf []byte) error {
 	members := s.members(q.scope)
-	buf := make([]byte, MaxData)
 	for _, d := range q.digests {
 		kind := blob.KindChunk
 		switch {

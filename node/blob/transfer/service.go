@@ -37,16 +37,24 @@ type Config struct {
 	// first answer, and each object's bytes after the previous (a holder
 	// that stalls is dropped within it), on both ends. Default: 30 s.
 	Timeout time.Duration
-	// HolderStreams is how many requests a fetch keeps in flight to one
-	// holder. Default: 4.
+	// HolderStreams is how many streams a fetch keeps open to one
+	// holder. Default: 2.
 	HolderStreams int
+	// Pipeline is how many requests a fetch's stream has sent and not yet
+	// had answered: the holder starts on the next as soon as it has
+	// answered one. Default: 2.
+	Pipeline int
 	// Batch is how many chunks one request asks for. Default: 4.
 	Batch int
 	// Window is how many chunks a fetch has asked for and not yet stored,
 	// over all its holders: with streaming to disk it bounds the fetch's
 	// work in flight, not its memory (a few hundred KiB per stream).
-	// Default: 32.
+	// Default: 64.
 	Window int
+	// Commits is how many chunks a fetch writes through to disk at once
+	// (each is synced before it is visible); the streams go on reading
+	// meanwhile. Default: 4.
+	Commits int
 	// MaxInbound bounds the requests served at once; one more waits up to
 	// Timeout for its turn, then is refused as busy. Default: 64.
 	MaxInbound int
@@ -63,7 +71,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("transfer: Config.Store is required")
 	case c.Auth == nil:
 		return errors.New("transfer: Config.Auth is required")
-	case c.Timeout < 0 || c.HolderStreams < 0 || c.Batch < 0 || c.Window < 0 || c.MaxInbound < 0 || c.MaxCorrupt < 0:
+	case c.Timeout < 0 || c.HolderStreams < 0 || c.Pipeline < 0 || c.Batch < 0 || c.Commits < 0 || c.Window < 0 || c.MaxInbound < 0 || c.MaxCorrupt < 0:
 		return errors.New("transfer: negative Config value")
 	case c.Batch > MaxBatch:
 		return fmt.Errorf("transfer: Config.Batch %d over %d", c.Batch, MaxBatch)
@@ -72,9 +80,11 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	setDefault(&c.Timeout, 30*time.Second)
-	setDefault(&c.HolderStreams, 4)
+	setDefault(&c.HolderStreams, 2)
+	setDefault(&c.Pipeline, 2)
 	setDefault(&c.Batch, 4)
-	setDefault(&c.Window, 32)
+	setDefault(&c.Window, 64)
+	setDefault(&c.Commits, 4)
 	setDefault(&c.MaxInbound, 64)
 	setDefault(&c.MaxCorrupt, 2)
 	return nil
@@ -187,6 +197,10 @@ func (s *Service) open(ctx context.Context, p peer.ID) (network.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), err)
 	}
+	if st.Conn().IsClosed() { // a connection closing as it was picked
+		st.Reset()
+		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), network.ErrReset)
+	}
 	if err := st.Scope().SetService(ServiceName); err != nil {
 		st.Reset()
 		return nil, fmt.Errorf("transfer: stream to %s: %w", p.ShortString(), err)
@@ -194,23 +208,43 @@ func (s *Service) open(ctx context.Context, p peer.ID) (network.Stream, error) {
 	return st, nil
 }
 
-// send writes a request on a fresh stream to p and half-closes it; the
-// stream is reset when ctx ends.
-func (s *Service) send(ctx context.Context, p peer.ID, q request) (*conn, error) {
+// dial opens a stream to p for requests; the stream is reset when ctx
+// ends.
+func (s *Service) dial(ctx context.Context, p peer.ID) (*conn, error) {
 	st, err := s.open(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	c := newConn(st, s.cfg.Timeout)
 	c.stop = context.AfterFunc(ctx, func() { st.Reset() })
+	return c, nil
+}
+
+// request writes one request on c, within Timeout.
+func (c *conn) request(q request) error {
 	c.deadline()
-	if err := writeFrame(c.w, q.typ, q.encode()); err == nil {
+	err := writeFrame(c.w, q.typ, q.encode())
+	if err == nil {
 		err = c.w.Flush()
 	}
-	if err == nil {
-		err = st.CloseWrite()
-	}
 	if err != nil {
+		return fmt.Errorf("transfer: request to %s: %w", c.st.Conn().RemotePeer().ShortString(), c.explain(err))
+	}
+	return nil
+}
+
+// send writes a request on a fresh stream to p and half-closes it: the
+// only request of the stream. The stream is reset when ctx ends.
+func (s *Service) send(ctx context.Context, p peer.ID, q request) (*conn, error) {
+	c, err := s.dial(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.request(q); err != nil {
+		c.reset()
+		return nil, err
+	}
+	if err := c.st.CloseWrite(); err != nil {
 		c.reset()
 		return nil, fmt.Errorf("transfer: request to %s: %w", p.ShortString(), err)
 	}

@@ -70,7 +70,10 @@ func benchPlan(n, cardsPer int, seed uint64) []sim.Supplier {
 // startFullMesh starts cfg.Nodes full nodes and waits until the gateway
 // hears every member, coordinator and card (99% of them after a minute;
 // after 2 minutes the run goes on with what formed, and a note says so).
-func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh, error) {
+//
+// Interrupted (ctx ends), it returns at once; the nodes started so far stop
+// through background.
+func startFullMesh(ctx context.Context, cfg Config, notes *[]string, background func(func())) (*fullMesh, error) {
 	f := &fullMesh{dir: cfg.Dir, running: map[string]time.Time{}, reroute: map[string]time.Time{}, back: map[string]time.Time{}, waiters: map[string]chan struct{}{}, via: map[string]*node.Node{}}
 	if f.dir == "" {
 		d, err := os.MkdirTemp("", "gpumesh-bench-")
@@ -86,19 +89,43 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 	profile := sim.SimProfile()
 	m0, rss0 := memBaseline()
 	start := time.Now()
-	c, err := sim.StartCluster(ctx, sim.ClusterConfig{
-		Suppliers:    f.plan,
-		Dir:          f.dir,
-		Profile:      &profile,
-		TickInterval: 20 * time.Millisecond,
-		Market:       sim.SimMarket,
-		OnEvent:      f.event,
-		StartWorkers: 4,
-		Logger:       cfg.Logger,
-	})
-	if err != nil {
-		f.removeDir()
-		return nil, err
+	type started struct {
+		c   *sim.Cluster
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		c, err := sim.StartCluster(ctx, sim.ClusterConfig{
+			Suppliers:    f.plan,
+			Dir:          f.dir,
+			Profile:      &profile,
+			TickInterval: 20 * time.Millisecond,
+			Market:       sim.SimMarket,
+			OnEvent:      f.event,
+			StartWorkers: 4,
+			Logger:       cfg.Logger,
+		})
+		ch <- started{c, err}
+	}()
+	var c *sim.Cluster
+	select {
+	case s := <-ch:
+		if s.err != nil {
+			f.removeDir()
+			return nil, s.err
+		}
+		c = s.c
+	case <-ctx.Done():
+		// The starts under way end and StartCluster stops what it
+		// started (its nodes halt, leaving no one); that can take a
+		// while on a mesh of hundreds: the results go out first.
+		background(func() {
+			if s := <-ch; s.c != nil {
+				s.c.Abort()
+			}
+			f.removeDir()
+		})
+		return nil, ctx.Err()
 	}
 	f.c = c
 	// Every member and card in the gateway's view, or 99% of them after
@@ -113,7 +140,7 @@ func startFullMesh(ctx context.Context, cfg Config, notes *[]string) (*fullMesh,
 	}
 	f.formTook = time.Since(start)
 	if ctx.Err() != nil {
-		f.close()
+		background(f.abort)
 		return nil, ctx.Err()
 	}
 	if err != nil {
@@ -152,8 +179,14 @@ func (f *fullMesh) removeDir() {
 
 // close stops every node, then waits until the messages in flight on
 // silenced links have been delivered (their goroutines are gone).
-func (f *fullMesh) close() {
-	f.c.Close()
+func (f *fullMesh) close() { f.closeWith(f.c.Close) }
+
+// abort stops every node at once, without graceful leaves: an interrupted
+// run must be back within a couple of seconds.
+func (f *fullMesh) abort() { f.closeWith(f.c.Abort) }
+
+func (f *fullMesh) closeWith(stop func() error) {
+	stop()
 	f.removeDir()
 	f.mu.Lock()
 	wait := time.Until(f.quietBy)

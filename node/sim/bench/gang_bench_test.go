@@ -82,7 +82,7 @@ func BenchmarkGang1000(b *testing.B) {
 		cfg.Dir = b.TempDir()
 		var notes []string
 		ctx := context.Background()
-		m, err := startFullMesh(ctx, cfg, &notes)
+		m, err := startFullMesh(ctx, cfg, &notes, func(f func()) { f() })
 		if err != nil {
 			b.Fatal(err)
 		}

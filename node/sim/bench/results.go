@@ -85,18 +85,37 @@ type Machine struct {
 
 // Results are what a run measured. Their JSON form is results.json.
 type Results struct {
-	Started   time.Time `json:"started"`
-	Took      float64   `json:"took_s"`
-	Machine   Machine   `json:"machine"`
-	Config    Config    `json:"config"`
-	Scenarios []string  `json:"scenarios"` // those that ran to the end without failing
-	Rows      []Row     `json:"rows"`
-	Plots     []Plot    `json:"plots,omitempty"`
+	Started time.Time `json:"started"`
+	Took    float64   `json:"took_s"`
+	Machine Machine   `json:"machine"`
+	Config  Config    `json:"config"`
+	// Setup says what ran where Config does not (the processes scenario:
+	// "5 node processes × 64 cards, 32 submitters, 300 jobs").
+	Setup     string   `json:"setup,omitempty"`
+	Scenarios []string `json:"scenarios"` // those that ran to the end without failing
+	Rows      []Row    `json:"rows"`
+	Plots     []Plot   `json:"plots,omitempty"`
 	// Notes say what a reader must know to read the rows (a mesh smaller
 	// than asked, a scenario cut short).
 	Notes []string `json:"notes,omitempty"`
 	// Interrupted: the run was stopped (Ctrl-C) before every scenario ended.
 	Interrupted bool `json:"interrupted,omitempty"`
+
+	// stopped is closed once every node of the run has stopped (Stopped).
+	stopped chan struct{}
+}
+
+// Stopped is closed once every node of the run has stopped. Run returns
+// with it closed, except after an interrupt: then it returns what was
+// measured at once, and the nodes stop (as after a power cut, not
+// leaving one by one) in the background.
+func (r *Results) Stopped() <-chan struct{} {
+	if r.stopped == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return r.stopped
 }
 
 // WriteJSON writes r as indented JSON.

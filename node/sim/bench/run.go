@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/internal/text"
@@ -21,6 +22,19 @@ type runner struct {
 	cfg  Config
 	res  *Results
 	mesh *fullMesh
+	// stopping counts what stops in the background after an interrupt
+	// (Results.Stopped).
+	stopping sync.WaitGroup
+}
+
+// background runs f, which stops nodes, after Run has returned; the
+// results' Stopped waits for it.
+func (r *runner) background(f func()) {
+	r.stopping.Add(1)
+	go func() {
+		defer r.stopping.Done()
+		f()
+	}()
 }
 
 // phase is one half of a scenario: it appends rows (and plot lines) to
@@ -65,8 +79,11 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := CheckMemory(cfg); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, res: &Results{Started: time.Now().UTC().Truncate(time.Second), Machine: ThisMachine(), Config: cfg}}
-	defer r.closeMesh()
+	r := &runner{cfg: cfg, res: &Results{Started: time.Now().UTC().Truncate(time.Second), Machine: ThisMachine(), Config: cfg, stopped: make(chan struct{})}}
+	defer func() {
+		r.closeMesh(ctx)
+		go func() { r.stopping.Wait(); close(r.res.stopped) }()
+	}()
 	failed := map[string]bool{}
 	var errs []error
 	do := func(s string, p phase, what string) {
@@ -93,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		_, onMesh := phases(s)
 		do(s, onMesh, "on the full-node mesh")
 	}
-	r.closeMesh()
+	r.closeMesh(ctx)
 	order := map[string]int{"mesh": -1}
 	for i, s := range Scenarios() {
 		order[s] = i
@@ -118,7 +135,7 @@ func (r *runner) fullMesh(ctx context.Context) (*fullMesh, error) {
 		return r.mesh, nil
 	}
 	r.cfg.Progress(fmt.Sprintf("starting %d full nodes", r.cfg.Nodes))
-	m, err := startFullMesh(ctx, r.cfg, &r.res.Notes)
+	m, err := startFullMesh(ctx, r.cfg, &r.res.Notes, r.background)
 	if err != nil {
 		return nil, err
 	}
@@ -144,11 +161,20 @@ func (r *runner) fullMesh(ctx context.Context) (*fullMesh, error) {
 	return m, nil
 }
 
-func (r *runner) closeMesh() {
-	if r.mesh != nil {
-		r.mesh.close()
-		r.mesh = nil
+// closeMesh stops the full-node mesh: gracefully, or at once when ctx
+// ended (Ctrl-C must be answered within a couple of seconds, and each
+// graceful leave may take the mesh's LeaveTimeout).
+func (r *runner) closeMesh(ctx context.Context) {
+	if r.mesh == nil {
+		return
 	}
+	m := r.mesh
+	r.mesh = nil
+	if ctx.Err() != nil {
+		r.background(m.abort) // the results go out first
+		return
+	}
+	m.close()
 }
 
 func (r *runner) row(row Row) { r.res.Rows = append(r.res.Rows, row) }

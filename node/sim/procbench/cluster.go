@@ -1,0 +1,361 @@
+package procbench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/api"
+)
+
+// proc is one `gpumesh node` process on loopback.
+type proc struct {
+	name    string
+	dir     string
+	api     string // host:port of its API
+	p2pPort int
+	peerID  string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed once the process has exited
+}
+
+// cluster is the node processes of a run and the owner token every
+// submission uses.
+type cluster struct {
+	cfg   Config
+	dir   string
+	token string // the owner token every submission carries
+	admin string // the nodes' API token: it alone opens their profiles
+	procs []*proc
+	hc    *http.Client
+}
+
+// startCluster starts cfg.Nodes processes, the first alone and the others
+// joining it, and waits until every one sees every other alive (and, unless
+// SkipCoordinatorWait, coordinating) and every supplier's ad in its book.
+// On error the processes started are killed.
+func startCluster(ctx context.Context, cfg Config, dir string) (_ *cluster, err error) {
+	c := &cluster{cfg: cfg, dir: dir, hc: &http.Client{Timeout: 10 * time.Second}}
+	defer func() {
+		if err != nil {
+			grace := time.Second
+			if ctx.Err() != nil {
+				grace = 500 * time.Millisecond // Ctrl-C: be gone within a second
+			}
+			c.stop(grace) // the processes started so far
+		}
+	}()
+	if err := c.writeOwner(); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Nodes {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		p, err := c.start(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+		if i%10 == 9 || i == cfg.Nodes-1 {
+			cfg.Progress(fmt.Sprintf("%d of %d node processes answer", i+1, cfg.Nodes))
+		}
+	}
+	what := "every node sees every other alive and coordinating"
+	if cfg.SkipCoordinatorWait {
+		what = "every node sees every other alive"
+	}
+	cfg.Progress(fmt.Sprintf("waiting until %s (auto nodes coordinate after 30 s) and every book holds every supplier", what))
+	if err := c.waitFormed(ctx, 120*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// writeOwner makes the owner key the submissions act as, and the token
+// file that maps the token to it.
+func (c *cluster) writeOwner() error {
+	keyPath := filepath.Join(c.dir, "owner.key")
+	if _, err := node.CreateOwnerKey(keyPath); err != nil {
+		return err
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	c.token = "bench-" + hex.EncodeToString(b)
+	if err := os.WriteFile(filepath.Join(c.dir, "owner-tokens"), []byte(c.token+" "+keyPath+"\n"), 0o600); err != nil {
+		return err
+	}
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	c.admin = "admin-" + hex.EncodeToString(b)
+	return os.WriteFile(filepath.Join(c.dir, "api-token"), []byte(c.admin+"\n"), 0o600)
+}
+
+// freePort returns a TCP port free on loopback now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("no free loopback port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start starts node i and waits until its API names it.
+func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
+	p := &proc{name: fmt.Sprintf("node-%d", i), done: make(chan struct{})}
+	p.dir = filepath.Join(c.dir, p.name)
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.p2pPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	apiPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p.api = "127.0.0.1:" + strconv.Itoa(apiPort)
+	args := []string{"node",
+		"--data", filepath.Join(p.dir, "data"),
+		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", p.p2pPort),
+		"--api", p.api,
+		"--mdns=false", "--no-nat",
+		"--isolation", "process",
+		"--sim", fmt.Sprintf("%s:%d", c.cfg.Model, c.cfg.Cards),
+		"--owner-tokens", filepath.Join(c.dir, "owner-tokens"),
+		"--api-token-file", filepath.Join(c.dir, "api-token"),
+		"--log-level", "warn",
+	}
+	if i > 0 {
+		first := c.procs[0]
+		args = append(args, "--join", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", first.p2pPort, first.peerID))
+	}
+	p.logPath = filepath.Join(p.dir, "node.log")
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(c.cfg.Binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// A group of its own: Ctrl-C at the terminal reaches the bench, which
+	// stops the nodes itself, in order.
+	p.cmd.SysProcAttr = sysProcAttr()
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", c.cfg.Binary, err)
+	}
+	go func() { p.cmd.Wait(); logf.Close(); close(p.done) }()
+	c.procs = append(c.procs, p) // stopped with the others if it fails to answer
+	defer func() { c.procs = c.procs[:len(c.procs)-1] }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var peers api.PeerList
+		if err := c.get(ctx, p, "/v1/peers", &peers); err == nil && len(peers.Peers) > 0 {
+			p.peerID = peers.Peers[0].ID
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited at start: %s", p.name, logTail(p.logPath, 600))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond): // polling interval
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: its API did not answer within 30 s: %s", p.name, logTail(p.logPath, 600))
+		}
+	}
+}
+
+// waitFormed waits until every node sees every member alive (and
+// coordinating, unless the config skips it), and offers from every node
+// in its book.
+func (c *cluster) waitFormed(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	last := ""
+	for {
+		ok, why := c.formed(ctx)
+		if ok {
+			return nil
+		}
+		last = why
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the mesh did not form within %v: %s", within, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond): // polling interval
+		}
+	}
+}
+
+func (c *cluster) formed(ctx context.Context) (bool, string) {
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+			return false, fmt.Sprintf("%s exited: %s", p.name, logTail(p.logPath, 600))
+		default:
+		}
+		var peers api.PeerList
+		if err := c.get(ctx, p, "/v1/peers", &peers); err != nil {
+			return false, fmt.Sprintf("%s: %v", p.name, err)
+		}
+		alive, coord := 0, 0
+		for _, m := range peers.Peers {
+			if m.State == "alive" {
+				alive++
+				if m.Coordinator {
+					coord++
+				}
+			}
+		}
+		if alive < len(c.procs) {
+			return false, fmt.Sprintf("%s sees %d of %d members alive", p.name, alive, len(c.procs))
+		}
+		if !c.cfg.SkipCoordinatorWait && coord < len(c.procs) {
+			return false, fmt.Sprintf("%s sees %d of %d members coordinating", p.name, coord, len(c.procs))
+		}
+		var offers api.OfferList
+		if err := c.get(ctx, p, "/v1/offers", &offers); err != nil {
+			return false, fmt.Sprintf("%s: %v", p.name, err)
+		}
+		free := 0
+		for _, o := range offers.Offers {
+			free += o.Free
+		}
+		if want := len(c.procs) * c.cfg.Cards; free < want {
+			return false, fmt.Sprintf("%s's book offers %d of %d cards", p.name, free, want)
+		}
+	}
+	return true, ""
+}
+
+// get decodes the JSON answer of GET path on p's API, with the owner token.
+func (c *cluster) get(ctx context.Context, p *proc, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.api+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// stop asks every node to leave (SIGTERM), all at once, and kills what is
+// left after grace; it returns once every process has exited.
+func (c *cluster) stop(grace time.Duration) {
+	for _, p := range c.procs {
+		if p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	expired, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range c.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-p.done:
+			case <-expired.Done(): // closed for every waiter, unlike a timer's channel
+				killGroup(p.cmd)
+				<-p.done
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// logTail is the end of a node's log, for an error.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = "…" + s[len(s)-n:]
+	}
+	if s == "" {
+		return "(empty log)"
+	}
+	return s
+}
+
+// profile writes each node's CPU profile of the next d to dir, as
+// node-N.cpu.pprof, at once for every node; it returns when all are
+// written.
+func (c *cluster) profile(ctx context.Context, dir string, d time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: d + 30*time.Second}
+	errs := make([]error, len(c.procs))
+	var wg sync.WaitGroup
+	for i, p := range c.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.api, int(d.Seconds()))
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Authorization", "Bearer "+c.admin)
+				resp, err := hc.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+					return fmt.Errorf("%s: profile: %s: %s", p.name, resp.Status, bytes.TrimSpace(b))
+				}
+				f, err := os.Create(filepath.Join(dir, p.name+".cpu.pprof"))
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(f, resp.Body); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
