@@ -12,6 +12,7 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/probe"
@@ -95,6 +96,12 @@ type Config struct {
 	// (its content store), UIDShift (the executor's ContainerIDBase),
 	// Peers (its peers' layers) and Logger.
 	Images image.Config
+	// CardEdits configures how a job in an image gets its cards
+	// (node/cardedit): through the supplier's CDI specs (CDIDirs, default
+	// /etc/cdi and /var/run/cdi; NoCDI turns them off) where they name the
+	// cards, else by gpumesh's built-in rules per vendor. DevDir defaults
+	// to Executor.DevDir.
+	CardEdits cardedit.Config
 	// FenceCommand starts the node's fence keeper (node/fence.Command():
 	// this binary with the keeper's hidden subcommand), which kills an
 	// attempt whose lease lapses while the node is frozen or dead. nil

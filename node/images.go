@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -128,8 +131,22 @@ func (n *Node) imageOf(e market.Execution, cards []device.Card) (*executor.Conta
 		root.Release()
 		return nil, nil, fmt.Errorf("image %s: %w", ref, err)
 	}
+	// The cards' edits see the image's variables under the job's own
+	// (NVIDIA_DRIVER_CAPABILITIES, LD_LIBRARY_PATH, PATH).
+	env := slices.Clone(proc.Env)
+	for _, k := range slices.Sorted(maps.Keys(e.Exec.Env)) {
+		env = append(env, k+"="+e.Exec.Env[k])
+	}
+	edits, err := n.cardEdits.For(cards, n.devices.Cards(), env)
+	if err != nil { // this node's devices or specs: another may do
+		root.Release()
+		return nil, nil, &notStartedError{fmt.Errorf("the cards in image %s: %w", ref, err)}
+	}
+	for _, p := range edits.Paths {
+		n.log.Debug("cards enter the image", "job", e.Job, "share", e.Share, "vendor", p.Vendor, "via", p.Via, "detail", p.Detail)
+	}
 	return &executor.Container{Rootfs: root.Dir(), Args: proc.Args, Env: proc.Env, Cwd: proc.Cwd,
-		UID: proc.UID, GID: proc.GID, Groups: proc.Groups}, root, nil
+		UID: proc.UID, GID: proc.GID, Groups: proc.Groups, Cards: edits}, root, nil
 }
 
 // imagesStatus is the images part of the node's status.
@@ -145,7 +162,35 @@ func (n *Node) imagesStatus() *api.ImagesStatus {
 	} else if st.NoImages = n.cfg.Policy.NoImages; st.NoImages == "" {
 		st.NoImages = caps.ImagesReason
 	}
+	st.Cards = n.cardPaths(time.Now())
 	return st
+}
+
+// cardPathsEvery is how long what cardPaths found stands: the CDI specs
+// are files the supplier may generate again while the node runs.
+const cardPathsEvery = 30 * time.Second
+
+// cardPaths says how each vendor of the node's cards enters images,
+// reading the CDI specs again once what it found is cardPathsEvery old.
+func (n *Node) cardPaths(now time.Time) []api.CardPath {
+	c := &n.cardPathCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || now.Sub(c.at) >= cardPathsEvery {
+		c.paths = nil
+		for _, p := range n.cardEdits.Paths(n.devices.Cards()) {
+			c.paths = append(c.paths, api.CardPath{Vendor: string(p.Vendor), Via: string(p.Via), Detail: p.Detail})
+		}
+		c.at = now
+	}
+	return c.paths
+}
+
+// cardPathCache holds what cardPaths found last.
+type cardPathCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	paths []api.CardPath
 }
 
 // isNotStarted tells whether err is a notStartedError.

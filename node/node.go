@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/gpumesh/gpumesh/node/blob/transfer"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/image"
@@ -106,24 +107,26 @@ type Node struct {
 	lostAfter time.Duration
 	// awardTimeout is the market's AwardTimeout: an award held longer for
 	// its record's commit is dropped (commit.go).
-	awardTimeout time.Duration
-	keeper       *fence.Keeper
-	adopting     adopting    // jobs this node is claiming now (claim.go)
-	stages       *stageClock // where submitted jobs' time goes (stages.go)
-	admitted     admission   // submissions coordinated now (admission.go)
-	ship         *shipper
-	blobs        *blob.Store                 // the content store (blobs.go)
-	images       *image.Cache                // images pulled into it (images.go)
-	layerAuth    atomic.Pointer[image.Cache] // images, for blobAuth (set after the transfers start)
-	layerPeers   *layers.Service             // layers shared with peers (images.go)
-	xfer         *transfer.Service           // its transfers to and from peers
-	pushes       pushes                      // checkpoints this node agreed to hold
-	grants       grants                      // reads allowed for an owner's download
-	sizes        manifestSizes               // of payloads counted against owners' quotas (payloads.go)
-	uploads      uploads                     // chunk sizes of the payloads being uploaded
-	secrets      pendingSecrets              // secrets given to this node that no job names yet (secrets.go)
-	obs          *observer                   // driver-owned, but for its atomic status
-	resume       []market.JobRecord          // own jobs to adopt again once peers can be asked
+	awardTimeout  time.Duration
+	keeper        *fence.Keeper
+	adopting      adopting    // jobs this node is claiming now (claim.go)
+	stages        *stageClock // where submitted jobs' time goes (stages.go)
+	admitted      admission   // submissions coordinated now (admission.go)
+	ship          *shipper
+	blobs         *blob.Store                 // the content store (blobs.go)
+	images        *image.Cache                // images pulled into it (images.go)
+	cardEdits     *cardedit.Editor            // how cards enter images (images.go)
+	cardPathCache cardPathCache               // what cardEdits says of the node's cards, for status
+	layerAuth     atomic.Pointer[image.Cache] // images, for blobAuth (set after the transfers start)
+	layerPeers    *layers.Service             // layers shared with peers (images.go)
+	xfer          *transfer.Service           // its transfers to and from peers
+	pushes        pushes                      // checkpoints this node agreed to hold
+	grants        grants                      // reads allowed for an owner's download
+	sizes         manifestSizes               // of payloads counted against owners' quotas (payloads.go)
+	uploads       uploads                     // chunk sizes of the payloads being uploaded
+	secrets       pendingSecrets              // secrets given to this node that no job names yet (secrets.go)
+	obs           *observer                   // driver-owned, but for its atomic status
+	resume        []market.JobRecord          // own jobs to adopt again once peers can be asked
 	// roles are the members' coordinator roles as last seen (driver-owned):
 	// a change moves records between groups (see coordinators).
 	roles map[peer.ID]memberRole
@@ -304,6 +307,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	closers = append(closers, func() { n.exec.Close() })
+	ccfg := cfg.CardEdits
+	if ccfg.DevDir == "" {
+		ccfg.DevDir = ecfg.DevDir
+	}
+	if n.cardEdits, err = cardedit.New(ccfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	if err := n.openImages(); err != nil {
 		return nil, err
 	}

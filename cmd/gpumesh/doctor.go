@@ -15,8 +15,10 @@ import (
 
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 	"github.com/gpumesh/gpumesh/node/doctor"
 )
 
@@ -97,7 +99,13 @@ on the machine. Exit status 0 when nothing failed, 1 otherwise.`,
 
 // doctorConfig turns the node's flags into what doctor checks.
 func (f nodeFlags) doctorConfig(e env, probe time.Duration) (doctor.Config, error) {
-	cfg := doctor.Config{CheckDataDir: node.CheckDataDir}
+	cfg := doctor.Config{CheckDataDir: node.CheckDataDir, CardPaths: func(cards []device.Card) []cardedit.Path {
+		ed, err := cardedit.New(cardedit.Config{})
+		if err != nil {
+			return nil
+		}
+		return ed.Paths(cards)
+	}}
 	dir, err := resolvePath(f.data, e)
 	if err != nil {
 		return cfg, usagef("--data %s: %v", f.data, err)

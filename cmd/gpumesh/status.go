@@ -181,11 +181,13 @@ func writeStatus(w io.Writer, st *api.Status) error {
 	return nil
 }
 
-// writeImages prints whether the node runs images and where the layers
-// it pulled came from:
+// writeImages prints whether the node runs images, where the layers it
+// pulled came from, and how each vendor's cards enter them:
 //
 //	IMAGES runs them with /usr/sbin/runc · 2 pulls, 1 unpacked (1.2 GiB kept)
 //	       layers: 1.5 GiB from peers (6), 820 MiB from registries (3), 2 cached
+//	       nvidia cards enter through CDI: nvidia.com/gpu=0, nvidia.com/gpu=1 from /etc/cdi/nvidia.yaml
+//	       amd cards enter by built-in rules: no CDI spec in /etc/cdi or /var/run/cdi names amd.com devices
 func writeImages(w io.Writer, im *api.ImagesStatus) {
 	runs := "runs them with " + im.Runtime
 	if im.Runtime == "" {
@@ -194,6 +196,13 @@ func writeImages(w io.Writer, im *api.ImagesStatus) {
 	fmt.Fprintf(w, "\nIMAGES %s · %s, %d unpacked (%s kept)\n", runs, text.Count(int(im.Pulls), "pull"), im.Unpacks, text.Bytes(im.RootfsBytes))
 	fmt.Fprintf(w, "       layers: %s from peers (%d), %s from registries (%d), %d cached\n",
 		text.Bytes(im.PeerBytes), im.PeerLayers, text.Bytes(im.RegistryBytes), im.RegistryLayers, im.CachedLayers)
+	for _, c := range im.Cards {
+		how := "through CDI: "
+		if c.Via != "cdi" {
+			how = "by built-in rules: "
+		}
+		fmt.Fprintf(w, "       %s cards enter %s%s\n", oneLine(c.Vendor), how, oneLine(c.Detail))
+	}
 }
 
 // writeEarnings prints what this node's cards earned: today, this week and

@@ -270,13 +270,17 @@ func TestFmtHelpers(t *testing.T) {
 	}
 }
 
-// gpumesh status says whether the node runs images and where the layers
-// it pulled came from.
+// gpumesh status says whether the node runs images, where the layers it
+// pulled came from and how each vendor's cards enter them.
 func TestStatusShowsImages(t *testing.T) {
 	var b strings.Builder
 	writeImages(&b, &api.ImagesStatus{Runtime: "/usr/sbin/runc", PeerBytes: 3 << 30, PeerLayers: 6, RegistryBytes: 1536 << 20, RegistryLayers: 3,
-		CachedLayers: 2, Pulls: 2, Unpacks: 1, RootfsBytes: 5 << 30})
-	for _, want := range []string{"IMAGES runs them with /usr/sbin/runc · 2 pulls, 1 unpacked", "from peers (6)", "from registries (3), 2 cached"} {
+		CachedLayers: 2, Pulls: 2, Unpacks: 1, RootfsBytes: 5 << 30, Cards: []api.CardPath{
+			{Vendor: "amd", Via: "built-in", Detail: "no CDI spec in /etc/cdi or /var/run/cdi names amd.com devices"},
+			{Vendor: "nvidia", Via: "cdi", Detail: "nvidia.com/gpu=0 from /etc/cdi/nvidia.yaml"}}})
+	for _, want := range []string{"IMAGES runs them with /usr/sbin/runc · 2 pulls, 1 unpacked", "from peers (6)", "from registries (3), 2 cached",
+		"\n       amd cards enter by built-in rules: no CDI spec in /etc/cdi or /var/run/cdi names amd.com devices\n",
+		"\n       nvidia cards enter through CDI: nvidia.com/gpu=0 from /etc/cdi/nvidia.yaml\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}

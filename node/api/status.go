@@ -48,6 +48,20 @@ type ImagesStatus struct {
 	Pulls       int64 `json:"pulls"`
 	Unpacks     int64 `json:"unpacks"`
 	RootfsBytes int64 `json:"rootfs_bytes"`
+	// Cards says, per vendor of the node's cards (simulated ones aside),
+	// how they enter jobs in images.
+	Cards []CardPath `json:"cards,omitempty"`
+}
+
+// CardPath is how a vendor's cards enter jobs in images on a node.
+type CardPath struct {
+	Vendor string `json:"vendor"`
+	// Via is "cdi" (the supplier's CDI specs) or "built-in" (gpumesh's
+	// rules for the vendor).
+	Via string `json:"via"`
+	// Detail is, via CDI, the devices and the spec files they come from;
+	// built in, why not via CDI.
+	Detail string `json:"detail"`
 }
 
 // The values of NodeStatus.Reachability, AutoNAT's verdict on this node.

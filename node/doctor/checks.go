@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/internal/text"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // checkPrivileges: the job sandbox (cgroups, namespaces, nftables) needs
@@ -252,6 +253,15 @@ func checkCDI(cfg Config, f found) Result {
 		r.Status = Warn
 		r.Found = "no CDI spec in " + strings.Join(cdiDirs, " or ") + ": container jobs get their cards by per-vendor device rules instead"
 		r.Fix = "generate one: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (NVIDIA Container Toolkit), or your vendor's CDI generator"
+	}
+	if cfg.CardPaths != nil && len(f.cards) > 0 && len(specs) > 0 {
+		for _, p := range cfg.CardPaths(f.cards) {
+			if p.Via == cardedit.ViaCDI {
+				r.Found += fmt.Sprintf("; %s cards enter containers through CDI: %s", p.Vendor, p.Detail)
+			} else {
+				r.Found += fmt.Sprintf("; %s cards enter containers by gpumesh's built-in rules: %s", p.Vendor, p.Detail)
+			}
+		}
 	}
 	return r
 }

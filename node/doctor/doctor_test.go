@@ -20,6 +20,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/internal/portuse"
 	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // fakeSystem is a machine made of facts: files, programs on $PATH, free
@@ -189,6 +190,11 @@ func TestEachProblemIsNamedWithAFix(t *testing.T) {
 		{"CDI in /var/run", goodMachine().without("etc/cdi/nvidia.yaml").with(func(s *fakeSystem) {
 			s.files["var/run/cdi/amd.json"] = &fstest.MapFile{Data: []byte("{}")}
 		}), nil, "CDI specs", OK, "/var/run/cdi/amd.json", ""},
+		{"how cards enter", goodMachine(), func(c *Config) {
+			c.CardPaths = func(cards []device.Card) []cardedit.Path {
+				return []cardedit.Path{{Vendor: cards[0].Vendor, Via: cardedit.ViaCDI, Detail: "nvidia.com/gpu=0 from /etc/cdi/nvidia.yaml"}}
+			}
+		}, "CDI specs", OK, "/etc/cdi/nvidia.yaml; nvidia cards enter containers through CDI: nvidia.com/gpu=0 from /etc/cdi/nvidia.yaml", ""},
 		{"disk full", goodMachine().with(func(s *fakeSystem) { s.free = 1 << 30 }), nil, "free disk", Fail, "1.0 GiB free under /srv/gpumesh, below the 2.0 GiB", "larger disk"},
 		{"disk low", goodMachine().with(func(s *fakeSystem) { s.free = 10 << 30 }), nil, "free disk", Warn, "10.0 GiB free", "20.0 GiB"},
 		{"data dir to be made", goodMachine(), func(c *Config) { c.DataDir = "/srv/gpumesh/a/b" }, "free disk", OK, "under /srv/gpumesh", ""},

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/internal/portuse"
 	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // System is what the checks read of the machine. Every method only reads
@@ -55,6 +56,10 @@ type Config struct {
 	// (gpumesh doctor without --join). It is given the listen addresses
 	// the probe may listen on (none free: ports 0).
 	Probe func(ctx context.Context, listen []ma.Multiaddr) (mesh.ProbeResult, error)
+	// CardPaths says how each vendor of the cards enters containers
+	// (node/cardedit's Editor.Paths: through CDI or by the built-in
+	// rules, and why); nil: not said.
+	CardPaths func([]device.Card) []cardedit.Path
 	// MinFreeBytes is the free space under which the data dir check
 	// fails; WarnFreeBytes under which it warns. Defaults 2 GiB, 20 GiB.
 	MinFreeBytes, WarnFreeBytes uint64

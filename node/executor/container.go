@@ -6,6 +6,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // Container is how an attempt runs in an OCI image: the image's root file
@@ -26,7 +30,22 @@ type Container struct {
 	// UID, GID and Groups are the user inside the image (0-65535).
 	UID, GID uint32
 	Groups   []uint32
+
+	// Cards are the edits through which the container uses its cards
+	// (node/cardedit: the supplier's CDI specs or the vendor's built-in
+	// rules); nil for none. Their devices join those of Limits.Devices,
+	// each made afresh in the container's /dev after the node's node,
+	// owned by the image's user and allowed by the container's device
+	// cgroup; their mounts are bound read-only, nosuid and nodev; their
+	// variables go over the image's and the job's own, under DeviceEnv
+	// and gpumesh's; their groups join Groups; their OCI hooks are run by
+	// the runtime (createContainer hooks as the container's root).
+	Cards *cardedit.Edits
 }
+
+// maxContainerMounts bounds the cards' mounts (a driver has a few hundred
+// files at most).
+const maxContainerMounts = 4096
 
 // ErrNoRuntime is matched by Start's error for an image attempt on an
 // executor without an OCI runtime (Capabilities.Runtime is "").
@@ -58,11 +77,57 @@ func (c *Container) validate() error {
 			return fmt.Errorf("executor: image environment entry %q: want NAME=VALUE", e)
 		}
 	}
+	if c.Cards != nil {
+		return validateCards(c.Cards)
+	}
 	return nil
 }
 
+// validateCards checks the cards' edits of a container.
+func validateCards(e *cardedit.Edits) error {
+	for _, kv := range e.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("executor: the cards' environment entry %q: want NAME=VALUE", kv)
+		}
+	}
+	if len(e.Devices) > maxDevices || len(e.Mounts) > maxContainerMounts {
+		return fmt.Errorf("executor: the cards' %d devices and %d mounts, at most %d and %d", len(e.Devices), len(e.Mounts), maxDevices, maxContainerMounts)
+	}
+	for _, d := range e.Devices {
+		name := strings.TrimPrefix(d.Path, "/dev/")
+		if !cleanAbs(d.Path) || !cleanAbs(d.Host) || name == d.Path || isStandardDevice(name) || name == "mqueue" || strings.HasPrefix(name, "mqueue/") {
+			return fmt.Errorf("executor: the cards' device %s (from %s): want a clean path under /dev other than the standard nodes, from an absolute one", d.Path, d.Host)
+		}
+	}
+	for _, m := range e.Mounts {
+		if !cleanAbs(m.Path) || !cleanAbs(m.Host) || m.Path == "/" {
+			return fmt.Errorf("executor: the cards' mount %s at %s: want clean absolute paths, not /", m.Host, m.Path)
+		}
+		for _, own := range []string{"/proc", "/dev", "/sys", "/gpumesh", containerTmpDir} {
+			if m.Path == own || strings.HasPrefix(m.Path, own+"/") {
+				return fmt.Errorf("executor: the cards' mount at %s: %s is the container's own", m.Path, own)
+			}
+		}
+	}
+	if h := e.Hooks; h != nil {
+		for _, list := range [][]specs.Hook{h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop} {
+			for _, hk := range list {
+				if !cleanAbs(hk.Path) {
+					return fmt.Errorf("executor: OCI hook %q: want an absolute path", hk.Path)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cleanAbs tells whether p is an absolute path in its clean form.
+func cleanAbs(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
 // containerEnv is an image attempt's environment: the image's, the job's
-// own, its devices', then gpumesh's (with the paths the job sees inside
+// own, its cards' edits', its devices' visibility, then gpumesh's (with the paths the job sees inside
 // its container), which the job cannot override. HOME is the image's, or
 // the work directory; PATH the image's, or the usual default.
 func (r *Run) containerEnv() map[string]string {
@@ -74,6 +139,12 @@ func (r *Run) containerEnv() map[string]string {
 	}
 	for k, v := range a.Env {
 		env[k] = v
+	}
+	if c := a.Image.Cards; c != nil {
+		for _, e := range c.Env {
+			k, v, _ := strings.Cut(e, "=")
+			env[k] = v
+		}
 	}
 	for k, v := range a.DeviceEnv {
 		env[k] = v

@@ -10,14 +10,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	runc "github.com/containerd/go-runc"
+	"github.com/creack/pty"
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // An image attempt runs under the OCI runtime (crun or runc) with every
@@ -32,20 +37,70 @@ import (
 // file system is shared read-only; the attempt writes in an overlay layer
 // of its own (DIR/upper), removed with the attempt. The job's work and
 // checkpoint directories are bound at /gpumesh/work and
-// /gpumesh/checkpoint.
+// /gpumesh/checkpoint. Its cards enter through Container.Cards (their
+// CDI or built-in edits) and Limits.Devices: device nodes made for it,
+// the driver's files bound read-only, variables and CDI's hooks.
 type containerJail struct {
 	*sandboxJail
-	id     string // the runtime's container id
-	dir    string // Config.ContainerDir/<id>: the bundle and the mount points
-	rootfs string // dir/rootfs: the overlay's mount point
-	upper  string // the attempt's writable layer and the overlay's work dir
-	work   string
-	binds  [][2]string // attempt directory → its mount point under dir
-	mounts []string    // what is mounted under dir, to unmount at the end
-	rt     *runc.Runc
-	nodes  []devNode
-	nums   []devNum
-	img    *Container
+	id         string // the runtime's container id
+	dir        string // Config.ContainerDir/<id>: the bundle and the mount points
+	rootfs     string // dir/rootfs: the overlay's mount point
+	upper      string // the attempt's writable layer and the overlay's work dir
+	work       string
+	binds      [][2]string // attempt directory → its mount point under dir
+	mounts     []string    // what is mounted under dir, to unmount at the end
+	rt         *runc.Runc
+	devs       []ctrDevice
+	img        *Container
+	cardMounts []cardedit.Mount // the cards' mounts
+	dirs       []bool           // which of cardMounts are directories
+}
+
+// ctrDevice is a device node of an image attempt.
+type ctrDevice struct {
+	path string // in the container
+	host string // the node's node it is made after
+	mode uint32 // S_IFCHR or S_IFBLK
+	perm uint32
+	rdev uint64
+}
+
+// containerDevices are an image attempt's device nodes: its cards'
+// edits', then those of Limits.Devices that the edits do not place
+// already.
+func (s *sandbox) containerDevices(l Limits, img *Container) ([]ctrDevice, error) {
+	var list []cardedit.Device
+	if img.Cards != nil {
+		list = append(list, img.Cards.Devices...)
+	}
+	for _, n := range l.Devices {
+		name, err := deviceName(n)
+		if err != nil {
+			return nil, err
+		}
+		p := "/dev/" + name
+		if !slices.ContainsFunc(list, func(d cardedit.Device) bool { return d.Path == p }) {
+			list = append(list, cardedit.Device{Path: p, Host: filepath.Join(s.cfg.DevDir, name)})
+		}
+	}
+	out := make([]ctrDevice, 0, len(list))
+	for _, d := range list {
+		fi, err := os.Stat(d.Host)
+		if err != nil {
+			return nil, fmt.Errorf("executor: container device %s: %w", d.Path, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || fi.Mode()&os.ModeDevice == 0 {
+			return nil, fmt.Errorf("executor: container device %s: %s is not a device node", d.Path, d.Host)
+		}
+		mode := uint32(unix.S_IFCHR)
+		if fi.Mode()&os.ModeCharDevice == 0 {
+			mode = unix.S_IFBLK
+		}
+		out = append(out, ctrDevice{path: d.Path, host: d.Host, mode: mode, perm: uint32(fi.Mode().Perm()) | 0o660, rdev: st.Rdev})
+	}
+	slices.SortFunc(out, func(a, b ctrDevice) int { return strings.Compare(a.path, b.path) })
+	return out, nil
 }
 
 // containerJail makes an image attempt's jail: the sandbox's (uid,
@@ -55,7 +110,7 @@ func (s *sandbox) containerJail(r *Run) (_ jail, err error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoRuntime, s.runtimeWhy)
 	}
 	l := r.attempt.Limits.withDefaults()
-	nodes, nums, err := s.devices(l.Devices)
+	devs, err := s.containerDevices(l, r.attempt.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +124,10 @@ func (s *sandbox) containerJail(r *Run) (_ jail, err error) {
 	j := &containerJail{sandboxJail: sj, id: id, dir: dir, rootfs: filepath.Join(dir, "rootfs"),
 		upper: filepath.Join(r.Dir(), "upper"), work: filepath.Join(r.Dir(), "ovlwork"),
 		binds: [][2]string{{r.WorkDir(), filepath.Join(dir, "work")}, {r.CheckpointDir(), filepath.Join(dir, "checkpoint")}, {r.tmpDir(), filepath.Join(dir, "tmp")}},
-		rt:    s.runc(), nodes: nodes, nums: nums, img: r.attempt.Image}
+		rt:    s.runc(), devs: devs, img: r.attempt.Image}
+	if c := j.img.Cards; c != nil {
+		j.cardMounts = c.Mounts
+	}
 	defer func() {
 		if err != nil {
 			j.finish()
@@ -109,16 +167,11 @@ func (s *sandbox) containerJail(r *Run) (_ jail, err error) {
 		}
 		j.mounts = append(j.mounts, b[1])
 	}
-	for _, n := range j.nodes {
-		// Device nodes too, as files under dir (Config.DevDir may be private).
-		p := j.devPath(n.name)
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			return nil, fmt.Errorf("executor: %w", err)
-		}
-		if err := unix.Mount(filepath.Join(s.cfg.DevDir, n.name), p, "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("executor: binding device %s for the container: %w", n.name, err)
-		}
-		j.mounts = append(j.mounts, p)
+	if err := j.makeDevices(hostUID, hostGID); err != nil {
+		return nil, err
+	}
+	if err := j.bindDriverFiles(); err != nil {
+		return nil, err
 	}
 	if j.fs.resolv != "" {
 		b, err := os.ReadFile(j.fs.resolv)
@@ -144,9 +197,86 @@ func (s *sandbox) containerJail(r *Run) (_ jail, err error) {
 	return j, nil
 }
 
-// devPath is where device node name is bound under the container's dir.
-func (j *containerJail) devPath(name string) string {
-	return filepath.Join(j.dir, "dev-"+strings.ReplaceAll(name, "/", "_"))
+// makeDevices makes the attempt's device nodes, owned by the image's
+// user (host ids uid and gid), on a tmpfs of their own under dir, for the
+// runtime to bind into the container: the runtime cannot make them (a
+// user namespace may not), nor bind the node's own (owned by the node's
+// groups, as render nodes are, they would not open), and the node's /run
+// may be mounted nodev.
+func (j *containerJail) makeDevices(uid, gid int) error {
+	if len(j.devs) == 0 {
+		return nil
+	}
+	dir := filepath.Join(j.dir, "dev")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0711,size=64k"); err != nil {
+		return fmt.Errorf("executor: mounting the container's device directory: %w", err)
+	}
+	j.mounts = append(j.mounts, dir)
+	for i, d := range j.devs {
+		p := j.devPath(i)
+		if err := unix.Mknod(p, d.mode|d.perm, int(d.rdev)); err != nil {
+			return fmt.Errorf("executor: making %s for the container: %w", d.path, err)
+		}
+		if err := os.Chmod(p, os.FileMode(d.perm)); err != nil { // past the umask
+			return fmt.Errorf("executor: %w", err)
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+	}
+	return nil
+}
+
+// devPath is where the attempt's i-th device node is made under dir.
+func (j *containerJail) devPath(i int) string {
+	return filepath.Join(j.dir, "dev", strconv.Itoa(i))
+}
+
+// bindDriverFiles binds the cards' mounts (their driver's files)
+// under dir, read-only, nosuid and nodev: the runtime, in the container's
+// user namespace, then binds them from there whatever the permissions of
+// their directories on the node, and cannot make them writable (the
+// flags are locked to its namespace).
+func (j *containerJail) bindDriverFiles() error {
+	if len(j.cardMounts) == 0 {
+		return nil
+	}
+	if err := os.Mkdir(filepath.Join(j.dir, "drv"), 0o711); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	j.dirs = make([]bool, len(j.cardMounts))
+	for i, m := range j.cardMounts {
+		fi, err := os.Stat(m.Host)
+		if err != nil {
+			return fmt.Errorf("executor: the cards' driver file for %s: %w", m.Path, err)
+		}
+		p, flags := j.drvPath(i), uintptr(unix.MS_BIND)
+		if j.dirs[i] = fi.IsDir(); j.dirs[i] {
+			flags |= unix.MS_REC
+			err = os.Mkdir(p, 0o700)
+		} else {
+			err = os.WriteFile(p, nil, 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		if err := unix.Mount(m.Host, p, "", flags, ""); err != nil {
+			return fmt.Errorf("executor: binding %s for the container: %w", m.Host, err)
+		}
+		j.mounts = append(j.mounts, p)
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("executor: making %s read-only for the container: %w", m.Host, err)
+		}
+	}
+	return nil
+}
+
+// drvPath is where the cards' i-th mount is bound under dir.
+func (j *containerJail) drvPath(i int) string {
+	return filepath.Join(j.dir, "drv", strconv.Itoa(i))
 }
 
 func (s *sandbox) runc() *runc.Runc {
@@ -167,8 +297,17 @@ func (j *containerJail) start(cmd *exec.Cmd) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(j.dir, "config.json"), b, 0o600); err != nil {
+	config := filepath.Join(j.dir, "config.json")
+	if err := os.WriteFile(config, b, 0o600); err != nil {
 		return err
+	}
+	if spec.Hooks != nil {
+		// A createContainer hook runs as the container's root and reads
+		// the bundle (nvidia-ctk's hooks find the root file system there).
+		base := int(j.s.cfg.ContainerIDBase)
+		if err := os.Chown(config, base, base); err != nil {
+			return err
+		}
 	}
 	cmd.Path = j.rt.Command
 	cmd.Args = []string{j.rt.Command, "--root", j.rt.Root, "run", "--bundle", j.dir, j.id}
@@ -194,7 +333,7 @@ func (j *containerJail) spec(cmd *exec.Cmd) (*specs.Spec, error) {
 		Args:            cmd.Args,
 		Env:             cmd.Env,
 		Cwd:             cmd.Dir,
-		User:            specs.User{UID: j.img.UID, GID: j.img.GID, AdditionalGids: j.img.Groups},
+		User:            specs.User{UID: j.img.UID, GID: j.img.GID, AdditionalGids: j.groups()},
 		Capabilities:    &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
 		NoNewPrivileges: true,
 		OOMScoreAdj:     ptr(1000),
@@ -250,15 +389,22 @@ func (j *containerJail) spec(cmd *exec.Cmd) (*specs.Spec, error) {
 	// The container's own pts and ptmx.
 	res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: ptr(int64(136)), Access: "rwm"},
 		specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: ptr(int64(5)), Minor: ptr(int64(2)), Access: "rwm"})
-	for i, n := range j.nodes {
+	for i, d := range j.devs {
 		typ := "c"
-		if j.nums[i].block {
+		if d.mode == unix.S_IFBLK {
 			typ = "b"
 		}
-		major, minor := int64(j.nums[i].major), int64(j.nums[i].minor)
+		major, minor := int64(unix.Major(d.rdev)), int64(unix.Minor(d.rdev))
 		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: typ, Major: ptr(major), Minor: ptr(minor), Access: "rwm"})
 		// Bound, not made: a user namespace may not make device nodes.
-		mounts = append(mounts, specs.Mount{Destination: "/dev/" + n.name, Type: "bind", Source: j.devPath(n.name), Options: []string{"bind", "nosuid", "noexec"}})
+		mounts = append(mounts, specs.Mount{Destination: d.path, Type: "bind", Source: j.devPath(i), Options: []string{"bind", "nosuid", "noexec"}})
+	}
+	for i, m := range j.cardMounts {
+		bind := "bind"
+		if j.dirs[i] {
+			bind = "rbind"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Path, Type: "bind", Source: j.drvPath(i), Options: []string{bind, "ro", "nosuid", "nodev"}})
 	}
 	hostname := j.r.attempt.JobID
 	if len(hostname) > 63 {
@@ -282,12 +428,29 @@ func (j *containerJail) spec(cmd *exec.Cmd) (*specs.Spec, error) {
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	if c := j.img.Cards; c != nil {
+		spec.Hooks = c.Hooks
+	}
 	sc, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("the default seccomp profile: %w", err)
 	}
 	spec.Linux.Seccomp = sc
 	return spec, nil
+}
+
+// groups are the supplementary groups of the container's processes: the
+// image user's, then those the cards' edits ask for.
+func (j *containerJail) groups() []uint32 {
+	g := slices.Clone(j.img.Groups)
+	if c := j.img.Cards; c != nil {
+		for _, x := range c.Groups {
+			if !slices.Contains(g, x) {
+				g = append(g, x)
+			}
+		}
+	}
+	return g
 }
 
 // defaultCaps are Docker's default capabilities.
@@ -299,11 +462,13 @@ func defaultCaps() []string {
 func ptr[T any](v T) *T { return &v }
 
 // enter runs cmd in the container through the runtime's exec, as the
-// image's user. A terminal is not supported yet.
-func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
-	if tty {
-		return nil, errors.New("a terminal into a job in an image is not supported yet: run gpumesh exec without -t")
-	}
+// image's user. With tty the process gets a terminal of the container's
+// (on its devpts, of the size asked for before it starts), which the
+// runtime, run in the foreground on a terminal of the node's, relays to
+// and from that terminal, whose master is returned; a new size of it
+// reaches the container's (the runtime forwards SIGWINCH), and so do
+// signals to the runtime.
+func (j *containerJail) enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (_ *os.File, err error) {
 	j.mu.Lock()
 	finished := j.finished
 	j.mu.Unlock()
@@ -312,10 +477,31 @@ func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
 	}
 	caps := defaultCaps()
 	proc := specs.Process{Args: cmd.Args, Env: cmd.Env, Cwd: cmd.Dir, NoNewPrivileges: true,
-		User:         specs.User{UID: j.img.UID, GID: j.img.GID, AdditionalGids: j.img.Groups},
+		User:         specs.User{UID: j.img.UID, GID: j.img.GID, AdditionalGids: j.groups()},
 		Capabilities: &specs.LinuxCapabilities{Bounding: caps}}
 	if j.img.UID == 0 {
 		proc.Capabilities.Effective, proc.Capabilities.Permitted = caps, caps
+	}
+	var master, slave *os.File
+	if tty {
+		proc.Terminal = true
+		if rows > 0 && cols > 0 {
+			proc.ConsoleSize = &specs.Box{Height: uint(rows), Width: uint(cols)}
+		}
+		if master, slave, err = pty.Open(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				master.Close()
+			}
+		}()
+		if rows > 0 || cols > 0 {
+			if err := setTTYSize(master, rows, cols); err != nil {
+				slave.Close()
+				return nil, err
+			}
+		}
 	}
 	b, err := json.Marshal(proc)
 	if err != nil {
@@ -331,12 +517,21 @@ func (j *containerJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		if slave != nil {
+			slave.Close()
+		}
 		return nil, err
 	}
 	cmd.Path = j.rt.Command
 	cmd.Args = []string{j.rt.Command, "--root", j.rt.Root, "exec", "--process", f.Name(), j.id}
 	cmd.Dir = j.dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if tty {
+		if err := startOnTTY(cmd, slave, &unix.SysProcAttr{}); err != nil {
+			return nil, err
+		}
+		return master, nil
+	}
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	return nil, cmd.Start()
 }
@@ -404,8 +599,11 @@ func (j *containerJail) finish() bool {
 		for _, d := range []string{filepath.Join(j.dir, "config.json"), filepath.Join(j.dir, "resolv.conf")} {
 			_ = os.Remove(d)
 		}
-		for _, n := range j.nodes {
-			_ = os.Remove(j.devPath(n.name))
+		for i := range j.cardMounts {
+			_ = os.Remove(j.drvPath(i))
+		}
+		for _, d := range []string{filepath.Join(j.dir, "drv"), filepath.Join(j.dir, "dev")} {
+			_ = os.Remove(d)
 		}
 		if m, _ := filepath.Glob(filepath.Join(j.dir, "exec-*.json")); len(m) > 0 {
 			for _, f := range m {

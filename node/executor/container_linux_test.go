@@ -219,8 +219,7 @@ func TestNoRuntimeRunsNoImages(t *testing.T) {
 }
 
 // gpumesh exec reaches into a job in an image: its command runs in the
-// container, as the image's user, in its working directory; a terminal
-// is refused for now.
+// container, as the image's user, in its working directory.
 func TestImageJobExec(t *testing.T) {
 	ex := containerized(t, nil)
 	rootfs := testRootfs(t, ex.Config().ContainerIDBase)
@@ -243,7 +242,72 @@ func TestImageJobExec(t *testing.T) {
 	if got["args"] != "from-exec" || got["uid"] != "1000" || got["cwd"] != "/app" || got["pid"] == "1" {
 		t.Errorf("exec saw %v", got)
 	}
-	if _, err := r.Exec(ExecRequest{Command: []string{"/bin/job"}, TTY: true}); err == nil || !strings.Contains(err.Error(), "terminal") {
-		t.Errorf("a terminal: %v", err)
+}
+
+// gpumesh exec -t reaches into a job in an image: the command gets a
+// terminal of the container's, of the size asked for, then of each new
+// size; what is typed reaches it, and Ctrl-C interrupts it.
+func TestImageJobExecWithATerminal(t *testing.T) {
+	ex := containerized(t, nil)
+	rootfs := testRootfs(t, ex.Config().ContainerIDBase)
+	a := Attempt{JobID: "execdtty", Image: &Container{Rootfs: rootfs, Args: []string{"/bin/job", "sleep"}, Cwd: "/app", UID: 1000, GID: 1000}}
+	r, err := ex.Start(a)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer r.Stop(StopCancelled)
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(readAll(t, ex, a.Name(), Stdout), "node-file") })
+	p, err := r.Exec(ExecRequest{Command: []string{"/bin/job", "tty"}, Env: map[string]string{"TERM": "xterm"}, TTY: true, Rows: 33, Cols: 101})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	go func() { // ends when Wait closes the terminal
+		defer close(lines)
+		s := bufio.NewScanner(p.TTY())
+		for s.Scan() {
+			lines <- strings.TrimRight(s.Text(), "\r")
+		}
+	}()
+	var seen []string
+	expect := func(want string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case got, ok := <-lines:
+				if !ok {
+					t.Fatalf("the terminal closed before %q; it showed %q", want, seen)
+				}
+				seen = append(seen, got)
+				if got == want {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %q from the process; it showed %q", want, seen)
+			}
+		}
+	}
+	expect("uid 1000")
+	expect("tty true")
+	expect("size 33 101")
+	if _, err := p.TTY().Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	expect("got hello")
+	if err := p.Resize(40, 120); err != nil {
+		t.Fatal(err)
+	}
+	expect("winch 40 120")
+	if _, err := p.TTY().Write([]byte{3}); err != nil { // Ctrl-C, as a terminal sends it
+		t.Fatal(err)
+	}
+	expect("^C")
+	code, sig := p.Wait()
+	if code != 130 || sig != "" {
+		t.Errorf("exit %d signal %q; want 130 (SIGINT)", code, sig)
+	}
+	for range lines {
+	}
+	p.Close()
 }

@@ -1,13 +1,10 @@
 package executor
 
 import (
-	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/node/cardedit"
 )
 
 // stdDevice is a device node every sandbox has: its name under /dev and
@@ -40,77 +37,16 @@ func isStandardDevice(name string) bool {
 }
 
 // CardDevices returns the device nodes (paths under /dev, for
-// Limits.Devices) through which a job uses the given cards, as far as the
-// vendor's layout is known, keeping those that exist under devDir (default
-// "/dev"). Per vendor:
-//
-//   - NVIDIA: nvidia<index> plus the control nodes nvidiactl, nvidia-uvm,
-//     nvidia-uvm-tools and nvidia-modeset. Not nvidia-caps/*: those grant
-//     MIG management (config, monitor) or one MIG slice each, which the node
-//     must decide slice by slice;
-//   - AMD and Hygon: kfd plus the card's DRM render node, found through
-//     /sys/bus/pci/devices/<bus id>/drm;
-//   - Huawei Ascend: davinci<index> plus davinci_manager, devmm_svm, hisi_hdc;
-//   - Moore Threads: mtgpu.<index> and the card's DRM render node;
-//   - Kunlunxin: xpu<index> plus xpuctrl.
-//
-// Simulated cards have no nodes. The result is sorted and without
+// Limits.Devices) through which a job uses the given cards, keeping those
+// that exist under devDir (default "/dev"): each card's own nodes and its
+// vendor's control nodes, as node/cardedit's DeviceNames lists them
+// (NVIDIA: nvidia<index>, nvidiactl, nvidia-uvm, nvidia-uvm-tools,
+// nvidia-modeset — not nvidia-caps/*, which grant MIG management or one
+// MIG slice each; AMD: kfd and the card's DRM render node, Hygon also
+// mkfd; Ascend: davinci<index>, davinci_manager, devmm_svm, hisi_hdc;
+// Moore Threads: mtgpu.<index> and the render node; Kunlunxin: xpu<index>
+// and xpuctrl). Simulated cards have no nodes. Sorted, without
 // duplicates.
 func CardDevices(devDir string, cards []device.Card) []string {
-	if devDir == "" {
-		devDir = "/dev"
-	}
-	seen := map[string]bool{}
-	add := func(names ...string) {
-		for _, n := range names {
-			if _, err := os.Stat(filepath.Join(devDir, n)); err == nil {
-				seen[n] = true
-			}
-		}
-	}
-	for _, c := range cards {
-		if c.Backend == "sim" {
-			continue
-		}
-		idx := strconv.Itoa(c.Index)
-		switch c.Vendor {
-		case device.VendorNVIDIA:
-			add("nvidia"+idx, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-		case device.VendorAMD, device.VendorHygon:
-			add("kfd")
-			add(renderNodes(c.PCIBusID)...)
-		case device.VendorHuawei:
-			add("davinci"+idx, "davinci_manager", "devmm_svm", "hisi_hdc")
-		case device.VendorMThreads:
-			add("mtgpu." + idx)
-			add(renderNodes(c.PCIBusID)...)
-		case device.VendorKunlunxin:
-			add("xpu"+idx, "xpuctrl")
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// renderNodes returns the DRM render nodes ("dri/renderD128") of the PCI
-// device with the given bus id, from sysfs.
-func renderNodes(busID string) []string {
-	if busID == "" {
-		return nil
-	}
-	entries, err := os.ReadDir(filepath.Join("/sys/bus/pci/devices", strings.ToLower(busID), "drm"))
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "renderD") {
-			out = append(out, "dri/"+e.Name())
-		}
-	}
-	return out
+	return cardedit.DeviceNames(devDir, "", cards)
 }

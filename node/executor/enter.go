@@ -175,7 +175,7 @@ func (r *Run) Exec(x ExecRequest) (*Process, error) {
 	if r.execsDone {
 		return nil, ErrAttemptEnded
 	}
-	master, err := j.enter(cmd, x.TTY)
+	master, err := j.enter(cmd, x.TTY, x.Rows, x.Cols)
 	if err != nil {
 		return nil, fmt.Errorf("executor: exec: starting %q: %w", x.Command[0], err)
 	}

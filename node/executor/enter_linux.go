@@ -81,7 +81,7 @@ func (j *sandboxJail) dupNamespaces() (namespaces, error) {
 // made on the job's own devpts instance (its /dev/pts), given to its uid.
 // The work runs on a thread locked for it and never unlocked: the thread
 // ends with its goroutine and takes the namespaces along.
-func (j *sandboxJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) {
+func (j *sandboxJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, error) {
 	ns, err := j.dupNamespaces()
 	if err != nil {
 		return nil, err

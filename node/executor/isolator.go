@@ -46,8 +46,9 @@ type jail interface {
 	// tty) inside the jail as the job's user, while the job runs: in a
 	// process group of its own, or with tty in a session of its own whose
 	// controlling terminal is a new pseudo-terminal, returned as its
-	// master.
-	enter(cmd *exec.Cmd, tty bool) (master *os.File, err error)
+	// master. rows and cols are the terminal's first size (0: the
+	// kernel's default); the caller sets it on the master as well.
+	enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (master *os.File, err error)
 	// dial connects to port on the loopback address of the job's network.
 	dial(ctx context.Context, port int) (net.Conn, error)
 }
@@ -125,7 +126,9 @@ func (j *processJail) cgroupDir() string { return "" }
 
 func (j *processJail) hiddenBy(string) string { return "" } // it sees the node's files
 
-func (j *processJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) { return startInGroup(cmd, tty) }
+func (j *processJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, error) {
+	return startInGroup(cmd, tty)
+}
 
 func (j *processJail) dial(ctx context.Context, port int) (net.Conn, error) {
 	return dialLoopback(ctx, port)

@@ -4,18 +4,24 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
 	wd, _ := os.Getwd()
 	fmt.Printf("args %s\n", strings.Join(os.Args[1:], " "))
 	fmt.Printf("uid %d\ngid %d\ngroups %v\ncwd %s\n", os.Getuid(), os.Getgid(), groups(), wd)
-	for _, k := range []string{"FROM_IMAGE", "FROM_JOB", "CUDA_VISIBLE_DEVICES", "HOME", "PATH", "GPUMESH_WORK_DIR", "GPUMESH_CHECKPOINT_DIR", "TMPDIR"} {
+	for _, k := range []string{"FROM_IMAGE", "FROM_JOB", "CUDA_VISIBLE_DEVICES", "HOME", "PATH", "LD_LIBRARY_PATH", "FROM_CDI", "GPUMESH_WORK_DIR", "GPUMESH_CHECKPOINT_DIR", "TMPDIR"} {
 		fmt.Printf("env %s=%s\n", k, os.Getenv(k))
 	}
 	host, _ := os.Hostname()
@@ -38,6 +44,12 @@ func main() {
 	try("tmp", "/tmp/x")
 	_, err := os.ReadFile("/etc/shadow-of-the-node")
 	fmt.Printf("node-file %v\n", err == nil)
+	if len(os.Args) > 1 && os.Args[1] == "cards" {
+		cards(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == "tty" {
+		terminal()
+	}
 	if len(os.Args) > 1 && os.Args[1] == "sleep" {
 		time.Sleep(time.Hour)
 	}
@@ -46,6 +58,99 @@ func main() {
 		fmt.Sscan(os.Args[2], &code)
 		os.Exit(code)
 	}
+}
+
+// cards reports what a job sees of its cards: each directory's entries
+// ("ls:DIR a b"), each regular file's content ("cat:FILE …") and whether
+// it can be written ("rw:FILE false"), each device node under /dev and
+// what opening it for reading and writing says ("open:/dev/x ok", or the
+// error: "no such device or address" from a node no driver serves, once
+// the permissions and the device cgroup let it through).
+func cards(dirs []string) {
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		fmt.Printf("ls:%s %s%s\n", d, strings.Join(names, " "), errSuffix(err))
+		for _, n := range names {
+			p := d + "/" + n
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			b, _ := os.ReadFile(p)
+			if len(b) > 40 {
+				b = b[:40]
+			}
+			fmt.Printf("cat:%s %s\n", p, strings.TrimSpace(string(b)))
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err == nil {
+				f.Close()
+			}
+			fmt.Printf("rw:%s %v\n", p, err == nil)
+		}
+	}
+	_ = filepath.WalkDir("/dev", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() && (p == "/dev/pts" || p == "/dev/shm" || p == "/dev/mqueue") {
+			return filepath.SkipDir
+		}
+		// Stat, not the entry's type: a node bound over a file of the
+		// container's /dev is listed as that file.
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+			return nil
+		}
+		switch p {
+		case "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx":
+			return nil
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		res := "ok"
+		if err == nil {
+			f.Close()
+		} else if pe, ok := err.(*fs.PathError); ok {
+			res = pe.Err.Error()
+		}
+		fmt.Printf("open:%s %s\n", p, res)
+		return nil
+	})
+}
+
+// terminal reports whether stdin is a terminal and its size ("size 24
+// 80"), a new size on each SIGWINCH ("winch 40 120"), then echoes each
+// line it reads ("got LINE") until "exit" or the end of its input.
+func terminal() {
+	ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+	if err != nil {
+		fmt.Printf("tty false (%v)\n", err)
+		os.Exit(3)
+	}
+	fmt.Printf("tty true\nsize %d %d\n", ws.Row, ws.Col)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, unix.SIGWINCH)
+	go func() {
+		for range winch {
+			if ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ); err == nil {
+				fmt.Printf("winch %d %d\n", ws.Row, ws.Col)
+			}
+		}
+	}()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "exit" {
+			break
+		}
+		fmt.Printf("got %s\n", sc.Text())
+	}
+	os.Exit(0)
+}
+
+func errSuffix(err error) string {
+	if err != nil {
+		return " (" + err.Error() + ")"
+	}
+	return ""
 }
 
 func groups() []int {
