@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"syscall"
@@ -48,8 +49,12 @@ type jail interface {
 	// controlling terminal is a new pseudo-terminal, returned as its
 	// master.
 	enter(cmd *exec.Cmd, tty bool) (master *os.File, err error)
-	// dial connects to port on the loopback address of the job's network.
-	dial(ctx context.Context, port int) (net.Conn, error)
+	// dial connects to addr (127.0.0.1 or the attempt's private address)
+	// in the job's network.
+	dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	// private is the listener of the attempt's PrivateNet, nil without
+	// one.
+	private() net.Listener
 }
 
 // newIsolator picks the isolation mode cfg asks for, logging a WARNING
@@ -87,14 +92,21 @@ func (p processIsolator) jail(r *Run) (jail, error) {
 	if r.attempt.Image != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoRuntime, processImagesReason)
 	}
+	if r.attempt.Private != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNetworkUnavailable, processPrivateReason)
+	}
 	return &processJail{}, nil
 }
+
+// processPrivateReason says why process mode gives no private network.
+const processPrivateReason = "a private network needs the sandbox: under isolation process jobs share the node's network (gpumesh node as root, --isolation sandbox or auto)"
 
 // processImagesReason says why process mode runs no images.
 const processImagesReason = "images run only in the sandbox (gpumesh node as root, --isolation sandbox or auto)"
 
 func (p processIsolator) capabilities() Capabilities {
-	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason, ImagesReason: processImagesReason}
+	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason, ImagesReason: processImagesReason,
+		PrivateNetReason: processPrivateReason}
 }
 
 // processJail is a process group: Stop reaches every process that stayed
@@ -127,6 +139,8 @@ func (j *processJail) hiddenBy(string) string { return "" } // it sees the node'
 
 func (j *processJail) enter(cmd *exec.Cmd, tty bool) (*os.File, error) { return startInGroup(cmd, tty) }
 
-func (j *processJail) dial(ctx context.Context, port int) (net.Conn, error) {
-	return dialLoopback(ctx, port)
+func (j *processJail) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+	return dialAddr(ctx, addr)
 }
+
+func (j *processJail) private() net.Listener { return nil }
