@@ -94,7 +94,7 @@ func (s *sandbox) capabilities() Capabilities {
 		c.Networks = []NetworkMode{NetworkNone, NetworkEgress, NetworkHost}
 		c.PrivateNet = true
 	} else {
-		c.PrivateNetReason = "a private network " + strings.TrimPrefix(s.netWhy, "egress ")
+		c.PrivateNetReason = "the node " + strings.TrimPrefix(s.netWhy, "egress ")
 	}
 	return c
 }
