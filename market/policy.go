@@ -137,11 +137,10 @@ func (p *Policy) Admit(f JobFacts) (bool, string) {
 		return false, fmt.Sprintf("the job needs network %s; this supplier allows at most %s", f.Network, p.MaxNetwork)
 	case f.Gang && f.Network != NetworkHost && p.NoPrivateNet != "":
 		if p.MaxNetwork != "" && p.MaxNetwork != NetworkHost {
-			return false, fmt.Sprintf("a gang across nodes needs network host on this supplier, which cannot give it a private network because %s; this supplier allows at most %s",
+			return false, fmt.Sprintf("a gang across nodes needs network host here (no private network: %s); this supplier allows at most %s",
 				p.NoPrivateNet, p.MaxNetwork)
 		}
-		return false, fmt.Sprintf("a gang across nodes needs network host on this supplier, which cannot give it a private network because %s: submit it with --net host",
-			p.NoPrivateNet)
+		return false, fmt.Sprintf("a gang across nodes needs network host here (no private network: %s): submit it with --net host", p.NoPrivateNet)
 	}
 	return p.admitResources(f.Resources)
 }

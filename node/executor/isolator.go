@@ -99,7 +99,7 @@ func (p processIsolator) jail(r *Run) (jail, error) {
 }
 
 // processPrivateReason says why process mode gives no private network.
-const processPrivateReason = "jobs share the node's network under isolation process (the sandbox needs root)"
+const processPrivateReason = "jobs share the node's network under isolation process"
 
 // processImagesReason says why process mode runs no images.
 const processImagesReason = "images run only in the sandbox (gpumesh node as root, --isolation sandbox or auto)"

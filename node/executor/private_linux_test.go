@@ -171,6 +171,38 @@ func TestPrivateNetAddressIsReachedOnlyThroughTheNode(t *testing.T) {
 	}
 }
 
+// A job in an image on a private network: the same address, variables
+// and redirect as a host command's.
+func TestPrivateNetInAnImage(t *testing.T) {
+	ex := containerized(t, nil)
+	if c := ex.Capabilities(); !c.PrivateNet {
+		t.Skipf("no private networks here: %s", c.PrivateNetReason)
+	}
+	rootfs := testRootfs(t, ex.Config().ContainerIDBase)
+	a := Attempt{JobID: "priv-img", Private: private("10.97.0.2/16"),
+		Image: &Container{Rootfs: rootfs, Args: []string{"/bin/job", "dial", "10.97.0.1:29500"}, Cwd: "/"}}
+	r, err := ex.Start(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.PrivateListener().Accept()
+	if err != nil {
+		<-r.Done()
+		t.Fatalf("%v; the job: %s", err, r.Tail())
+	}
+	if dst, err := OriginalDst(c); err != nil || dst != netip.MustParseAddrPort("10.97.0.1:29500") {
+		t.Errorf("original destination %v, %v", dst, err)
+	}
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	fmt.Fprintln(c, "back to the image")
+	c.Close()
+	res := waitDone(t, r, 60*time.Second)
+	got := report(readAll(t, ex, a.Name(), Stdout))
+	if res.ExitCode != 0 || line != "hello from the image\n" || got["private"] != "10.97.0.2 =gang0" || got["dialed"] != `"back to the image\n" <nil>` {
+		t.Errorf("exit %d, read %q, report %v; stderr %s", res.ExitCode, line, got, readAll(t, ex, a.Name(), Stderr))
+	}
+}
+
 func waitReady(t *testing.T, r *Run) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -15,7 +15,7 @@
 //	defer svc.Close()
 //	svc.Add(gangnet.Member{Job: id, Rank: 1, Roster: roster,
 //		Listener: run.PrivateListener(), Dest: executor.OriginalDst, Dial: run.DialPrivate})
-//	defer svc.Remove(id, 1)
+//	defer svc.Remove(id, 1, epoch)
 //
 // Each connection the share opens to another share's address (its
 // original destination, Dest) is carried to the node of that rank in the

@@ -108,7 +108,7 @@ func startShare(t testing.TB, ex *executor.Executor, svc *Service, job string, r
 	t.Cleanup(func() {
 		r.Stop(executor.StopCancelled)
 		<-r.Done()
-		svc.Remove(job, rank)
+		svc.Remove(job, rank, roster[rank].Epoch)
 	})
 	return r
 }

@@ -111,8 +111,9 @@ type Service struct {
 }
 
 type key struct {
-	job  string
-	rank int
+	job   string
+	rank  int
+	epoch uint64 // an attempt stopping and its replacement may be here at once
 }
 
 // member is an added Member and what it holds.
@@ -159,15 +160,15 @@ func Protocol(network string) protocol.ID {
 }
 
 // Add starts carrying a share's connections and accepting the gang's
-// connections to it. A share of the same job and rank must not be added
-// twice (Remove the earlier one first).
+// connections to it. A share of the same job, rank and epoch must not be
+// added twice.
 func (s *Service) Add(m Member) error {
 	if err := m.validate(s.h.ID()); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	mb := &member{Member: m, ctx: ctx, cancel: cancel, conns: map[io.Closer]struct{}{}, ended: make(chan struct{})}
-	k := key{m.Job, m.Rank}
+	k := key{m.Job, m.Rank, m.Roster[m.Rank].Epoch}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -176,7 +177,7 @@ func (s *Service) Add(m Member) error {
 		return errors.New("gangnet: the service is closed")
 	case s.members[k] != nil:
 		cancel()
-		return fmt.Errorf("gangnet: job %s rank %d is here already", m.Job, m.Rank)
+		return fmt.Errorf("gangnet: job %s rank %d epoch %d is here already", m.Job, m.Rank, m.Roster[m.Rank].Epoch)
 	}
 	s.members[k] = mb
 	close(s.changed)
@@ -189,8 +190,8 @@ func (s *Service) Add(m Member) error {
 
 // Remove stops carrying a share's connections: its listener is closed,
 // its connections are cut, and Remove returns once their goroutines have.
-func (s *Service) Remove(job string, rank int) {
-	k := key{job, rank}
+func (s *Service) Remove(job string, rank int, epoch uint64) {
+	k := key{job, rank, epoch}
 	s.mu.Lock()
 	m := s.members[k]
 	if m != nil {
@@ -489,17 +490,25 @@ func (s *Service) await(ctx context.Context, req *request, deadline time.Time) (
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		m, changed := s.members[key{req.Job, req.ToRank}], s.changed
+		m, changed := s.members[key{req.Job, req.ToRank, req.ToEpoch}], s.changed
+		var newer *member
+		if m == nil {
+			for k, o := range s.members {
+				if k.job == req.Job && k.rank == req.ToRank && k.epoch > req.ToEpoch {
+					newer = o
+				}
+			}
+		}
 		s.mu.Unlock()
-		if m != nil {
-			me := m.self()
-			if me.Share == req.ToShare && me.Epoch == req.ToEpoch {
-				return m, nil
-			}
-			if me.Epoch > req.ToEpoch {
-				return nil, fmt.Errorf("%w: job %s rank %d runs here as share %d epoch %d, not share %d epoch %d",
-					errRefused, req.Job, req.ToRank, me.Share, me.Epoch, req.ToShare, req.ToEpoch)
-			}
+		switch {
+		case m != nil && m.self().Share == req.ToShare:
+			return m, nil
+		case m != nil:
+			return nil, fmt.Errorf("%w: job %s rank %d epoch %d is share %d here, not share %d", errRefused, req.Job, req.ToRank, req.ToEpoch, m.self().Share, req.ToShare)
+		case newer != nil:
+			me := newer.self()
+			return nil, fmt.Errorf("%w: job %s rank %d runs here as share %d epoch %d, not share %d epoch %d",
+				errRefused, req.Job, req.ToRank, me.Share, me.Epoch, req.ToShare, req.ToEpoch)
 		}
 		select {
 		case <-changed:

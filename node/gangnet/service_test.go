@@ -385,7 +385,7 @@ func TestRemoveCutsTheSharesConnections(t *testing.T) {
 	if line, err := r.ReadString('\n'); err != nil || line != "rank 0: one\n" {
 		t.Fatalf("%q, %v", line, err)
 	}
-	g.sa.Remove("j1", 0)
+	g.sa.Remove("j1", 0, 3)
 	if _, err := io.ReadAll(r); errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Error("the connection of a removed share goes on")
 	}

@@ -4,7 +4,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -40,6 +42,18 @@ func main() {
 	fmt.Printf("node-file %v\n", err == nil)
 	if len(os.Args) > 1 && os.Args[1] == "sleep" {
 		time.Sleep(time.Hour)
+	}
+	if len(os.Args) > 2 && os.Args[1] == "dial" {
+		// A gang's share: its address, then a line to ADDR:PORT and back.
+		fmt.Printf("private %s %s\n", os.Getenv("GPUMESH_PRIVATE_ADDR"), os.Getenv("NCCL_SOCKET_IFNAME"))
+		c, err := net.Dial("tcp", os.Args[2])
+		if err != nil {
+			fmt.Printf("dial %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(c, "hello from the image")
+		line, err := bufio.NewReader(c).ReadString('\n')
+		fmt.Printf("dialed %q %v\n", line, err)
 	}
 	if len(os.Args) > 2 && os.Args[1] == "exit" {
 		var code int
