@@ -122,7 +122,8 @@ is pending: waiting for capacity: 3 of 3 suppliers asked declined: ...").
 A gang across nodes (--per-node N with more than N cards) gets a private
 network of its own: each share has an address on a subnet only the job's
 shares share (MASTER_ADDR is share 0's), and TCP between them travels over
-the mesh between their nodes, relayed where NAT keeps the nodes apart.
+the mesh between their nodes, through NATs (hole-punched, or relayed for
+little data).
 Suppliers whose nodes cannot give one (no sandbox, no nftables) decline the
 gang, and its reason says why; with --net host the gang meets on the
 suppliers' own networks instead, where they allow host.
