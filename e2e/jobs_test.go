@@ -91,6 +91,7 @@ func TestJobLifecycleAcrossProcesses(t *testing.T) {
 	gang := d.submit(market.JobSpec{
 		AllowSimulated: true,
 		Cards:          8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 30,
+		Network: market.NetworkHost, // process-mode nodes give no private network: the gang meets on theirs
 		Command: []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR world=$WORLD_SIZE local=$GPUMESH_LOCAL_CARDS"},
 	})
 	done := a.waitJob(gang.ID, 30*time.Second, market.JobSucceeded, market.JobFailed)

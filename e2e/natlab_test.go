@@ -171,8 +171,14 @@ func (l *natLab) teardown() {
 // the namespace.
 func (l *natLab) node(t *testing.T, name, ns, addr string, extra ...string) *proc {
 	t.Helper()
+	return l.nodeVia(t, name, []string{"ip", "netns", "exec", ns}, ns, addr, extra...)
+}
+
+// nodeVia is node, started under prefix (a command that enters ns).
+func (l *natLab) nodeVia(t *testing.T, name string, prefix []string, ns, addr string, extra ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: labPort, ip: addr,
-		prefix: []string{"ip", "netns", "exec", ns}, httpc: nsHTTPClient(ns)}
+		prefix: prefix, httpc: nsHTTPClient(ns)}
 	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", natAPIPort)
 	p.args = append([]string{"node",
 		"--data", p.dataDir,

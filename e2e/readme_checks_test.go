@@ -236,7 +236,7 @@ func (r *readmeRun) cancel(id string) {
 // into; the test submits it the first time.
 func (r *readmeRun) twoShareJob() string {
 	if r.twoShare == "" {
-		r.twoShare = r.testJob("--gpus", "2", "--per-node", "1", "--", "sleep", "infinity")
+		r.twoShare = r.testJob("--gpus", "2", "--per-node", "1", "--net", "host", "--", "sleep", "infinity")
 	}
 	return r.twoShare
 }
@@ -267,6 +267,15 @@ func (r *readmeRun) submitNvidiaSMI(c readmeCmd, line string) {
 }
 
 func (r *readmeRun) submitGang(c readmeCmd, line string) {
+	// The README's nodes run in process mode (its stand-ins live in a temp
+	// dir, which the sandbox hides), which gives a gang no private
+	// network: this one meets on their own network. node's
+	// TestGangMeetsOnItsPrivateNetwork runs a gang on its private network.
+	hosted := strings.Replace(line, " --per-node 4 ", " --per-node 4 --net host ", 1)
+	if hosted == line {
+		r.t.Fatalf("%s: no ` --per-node 4 ` to add --net host after", c)
+	}
+	line = hosted
 	id := r.submit(c, line)
 	r.gangJob = id
 	rec := r.endedJob(id)

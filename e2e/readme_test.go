@@ -152,7 +152,7 @@ var readmeSubs = []readmeSub{
 	{"/ip4/198.51.100.4/tcp/4747/p2p/12D3KooW...", func(r *readmeRun) string { return r.node(1).joinAddr() },
 		"another public peer: the second node"},
 	{"jqsx0p85dfrpqxqe6", (*readmeRun).twoShareJob,
-		"a running job of two shares: `gpumesh submit --gpus 2 --per-node 1 -- sleep infinity`, submitted by the test"},
+		"a running job of two shares: `gpumesh submit --gpus 2 --per-node 1 --net host -- sleep infinity`, submitted by the test"},
 	{"JOB_ID", func(r *readmeRun) string { return r.job() },
 		"the job the last submit printed"},
 	{"j7k2…", func(r *readmeRun) string { return r.job() },
@@ -224,7 +224,7 @@ var readmeNodeFlags = []struct {
 	{[]string{"--mdns=false"}, "not to meet other tests' nodes on this machine"},
 	{[]string{"--no-nat"}, "loopback: nothing to traverse"},
 	{[]string{"--isolation", "process"}, "the stand-ins live in a temp dir, which the sandbox hides from jobs"},
-	{[]string{"--job-network", "host"}, "the gang example runs only on suppliers that allow network host, as its comment says"},
+	{[]string{"--job-network", "host"}, "process-mode nodes give a gang no private network: the gang example (and the two-share job) meet on their network, as host (`--net host`) allows"},
 }
 
 // readmeSimCards are the cards of a node line without --sim: the real

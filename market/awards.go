@@ -251,14 +251,16 @@ func (c *coordinator) startGang(j *job) {
 		}
 	}
 	world := 0
-	for _, p := range members {
+	roster := make([]GangMember, len(members))
+	for i, p := range members {
 		world += len(p.Cards)
+		roster[i] = GangMember{Node: p.Node, Share: p.Share, Epoch: p.Epoch}
 	}
 	for rank, p := range members {
 		if p.State != PlacementAccepted {
 			continue
 		}
-		p.gang = &GangInfo{NNodes: len(members), NodeRank: rank, Master: members[0].Node}
+		p.gang = &GangInfo{NNodes: len(members), NodeRank: rank, Master: members[0].Node, Members: roster}
 		p.world = world
 		p.State = PlacementRunning
 		c.sendStart(j, p)

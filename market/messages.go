@@ -64,6 +64,10 @@ type (
 		// Image tells that the job runs in an OCI image (JobSpec.Images):
 		// suppliers that run no images decline it.
 		Image bool `json:"image,omitempty"`
+		// Gang tells that the job is a gang that may span nodes
+		// (JobSpec.SpansNodes): on network none or egress, suppliers that
+		// cannot give it a private network decline it.
+		Gang bool `json:"gang,omitempty"`
 	}
 	// Bid answers a BidRequest: the cards now reserved under Lease for
 	// LeaseFor, their asking prices, and the supplier's availability.
@@ -256,11 +260,23 @@ func ExecOf(spec *JobSpec) ExecSpec {
 
 // GangInfo places one member of a gang job (LayoutPerNode over several
 // nodes) in its roster: torchrun's NNODES and NODE_RANK; the master is the
-// node of rank 0 (node resolves it to MASTER_ADDR).
+// node of rank 0 (node resolves it to MASTER_ADDR). Members is the whole
+// roster in rank order, as the coordinator started it: the nodes carry
+// the gang's private network between these attempts only (empty from a
+// coordinator of wire version 1, whose gangs run on network host).
 type GangInfo struct {
-	NNodes   int    `json:"nnodes"`
-	NodeRank int    `json:"node_rank"`
-	Master   string `json:"master"`
+	NNodes   int          `json:"nnodes"`
+	NodeRank int          `json:"node_rank"`
+	Master   string       `json:"master"`
+	Members  []GangMember `json:"members"`
+}
+
+// GangMember is one rank of a gang's roster: the node that runs it, and
+// its share and attempt epoch.
+type GangMember struct {
+	Node  string `json:"node"`
+	Share int    `json:"share"`
+	Epoch uint64 `json:"epoch"`
 }
 
 // Cause says why an attempt ended.
@@ -535,7 +551,27 @@ func (g *GangInfo) validate() error {
 	if g.NNodes < 1 || g.NNodes > MaxCards || g.NodeRank < 0 || g.NodeRank >= g.NNodes {
 		return badf("gang: rank %d of %d out of range", g.NodeRank, g.NNodes)
 	}
-	return checkID("gang master", g.Master)
+	if err := checkID("gang master", g.Master); err != nil {
+		return err
+	}
+	if len(g.Members) == 0 {
+		return nil // a coordinator of wire version 1 sends none (its gangs run on network host)
+	}
+	if len(g.Members) != g.NNodes {
+		return badf("gang: a roster of %d members for %d nodes", len(g.Members), g.NNodes)
+	}
+	if g.Members[0].Node != g.Master {
+		return badf("gang: rank 0 runs on %s, not on the master %s", g.Members[0].Node, g.Master)
+	}
+	for i, m := range g.Members {
+		if err := checkID(fmt.Sprintf("gang member %d", i), m.Node); err != nil {
+			return err
+		}
+		if m.Share < 0 || m.Share > MaxCards*MaxReplicas || m.Epoch == 0 {
+			return badf("gang: member %d is share %d epoch %d", i, m.Share, m.Epoch)
+		}
+	}
+	return nil
 }
 
 func (m *Accept) validate() error {

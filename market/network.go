@@ -14,7 +14,7 @@ const (
 	// supplier's LAN, cloud metadata, the node's own ports).
 	NetworkEgress JobNetwork = "egress"
 	// NetworkHost: the supplier's own network, unisolated. A gang across
-	// nodes needs it: its ranks connect to each other.
+	// nodes on it reaches its master at the master node's own address.
 	NetworkHost JobNetwork = "host"
 )
 
@@ -39,22 +39,19 @@ func (n JobNetwork) rank() int {
 }
 
 // NetworkOrDefault is the network the job gets: Network when set, else
-// host for a per_node job that may run on more than one node (a gang's
-// ranks reach each other directly) and none for every other, a per_node
-// job that fits on one node included.
+// none. A gang across nodes on none or egress has, besides, a private
+// network between its shares (see Policy.NoPrivateNet); on host its ranks
+// meet on the suppliers' own networks.
 func (s *JobSpec) NetworkOrDefault() JobNetwork {
-	switch {
-	case s.Network != "":
+	if s.Network != "" {
 		return s.Network
-	case s.spansNodes():
-		return NetworkHost
 	}
 	return NetworkNone
 }
 
-// spansNodes reports whether a per_node job may run on more than one node,
-// now or once scaled.
-func (s *JobSpec) spansNodes() bool {
+// SpansNodes reports whether a per_node job may run on more than one node,
+// now or once scaled: a gang across nodes.
+func (s *JobSpec) SpansNodes() bool {
 	if s.LayoutMode() != LayoutPerNode {
 		return false
 	}
@@ -71,9 +68,6 @@ func (s *JobSpec) validateNetwork() error {
 	}
 	if _, err := ParseJobNetwork(string(s.Network)); err != nil {
 		return specErr("network", "want none, egress or host, got %q", s.Network)
-	}
-	if s.Network != NetworkHost && s.spansNodes() {
-		return specErr("network", "a per_node job across nodes needs host: its ranks connect to each other (got %s)", s.Network)
 	}
 	return nil
 }

@@ -45,6 +45,11 @@ type Policy struct {
 	// OCI runtime, not root): it declines image jobs with that reason
 	// whatever JobKinds says.
 	NoImages string
+	// NoPrivateNet, when set, says why this supplier cannot give a gang
+	// across nodes its private network, as a clause ("the node needs nft
+	// (package nftables)"): it declines such a gang unless the gang's
+	// network is host.
+	NoPrivateNet string
 	// MaxCPUWeight refuses jobs that declare a higher CPU weight
 	// (JobSpec.CPUWeight); a job that declares none gets 100 or this, the
 	// lower. 0: no cap. Else 1 to MaxJobCPUWeight.
@@ -61,6 +66,10 @@ type JobFacts struct {
 	Resources
 	// Image tells that the job runs in an OCI image (JobSpec.Images).
 	Image bool
+	// Gang tells that the job is a gang that may span nodes
+	// (JobSpec.SpansNodes): on network none or egress it needs a private
+	// network between its shares.
+	Gang bool
 }
 
 // JobKind is a kind of job a supplier may choose to run (Policy.JobKinds).
@@ -103,7 +112,7 @@ func (p *Policy) runs(k JobKind) bool { return len(p.JobKinds) == 0 || slices.Co
 // FactsOf returns the facts of a spec.
 func FactsOf(spec *JobSpec) JobFacts {
 	return JobFacts{Owner: spec.Owner, Duration: spec.ExpectedDuration.Std(), Network: spec.NetworkOrDefault(), Resources: spec.Resources,
-		Image: len(spec.Images) > 0}
+		Image: len(spec.Images) > 0, Gang: spec.SpansNodes()}
 }
 
 // Admit reports whether the policy admits a job with facts f and, when
@@ -125,11 +134,13 @@ func (p *Policy) Admit(f JobFacts) (bool, string) {
 	case p.MaxDuration > 0 && f.Duration > p.MaxDuration:
 		return false, fmt.Sprintf("the job expects to run %v; this supplier runs jobs for at most %v", f.Duration, p.MaxDuration)
 	case p.MaxNetwork != "" && f.Network.rank() > p.MaxNetwork.rank():
-		why := ""
-		if f.Network == NetworkHost {
-			why = " (a gang across nodes needs host)"
+		return false, fmt.Sprintf("the job needs network %s; this supplier allows at most %s", f.Network, p.MaxNetwork)
+	case f.Gang && f.Network != NetworkHost && p.NoPrivateNet != "":
+		if p.MaxNetwork != "" && p.MaxNetwork != NetworkHost {
+			return false, fmt.Sprintf("a gang across nodes needs network host here (no private network: %s); this supplier allows at most %s",
+				p.NoPrivateNet, p.MaxNetwork)
 		}
-		return false, fmt.Sprintf("the job needs network %s%s; this supplier allows at most %s", f.Network, why, p.MaxNetwork)
+		return false, fmt.Sprintf("a gang across nodes needs network host here (no private network: %s): submit it with --net host", p.NoPrivateNet)
 	}
 	return p.admitResources(f.Resources)
 }

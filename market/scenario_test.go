@@ -432,9 +432,10 @@ func (s *scenario) capture(kv map[string]string, f func()) string {
 }
 
 // addNodes handles "node ID... cards=SPEC [mtbf=DUR] [price=MODEL:P,...]
-// [region=R] [network=MAX] [count=N] [sim=1]": with count, IDs are
-// ID01..IDN; network is the most network the supplier's policy allows a
-// job; sim=1 makes the cards simulated (gpumesh node --sim).
+// [region=R] [network=MAX] [private=no] [count=N] [sim=1]": with count,
+// IDs are ID01..IDN; network is the most network the supplier's policy
+// allows a job; private=no says it cannot give a gang a private network;
+// sim=1 makes the cards simulated (gpumesh node --sim).
 func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 	if n, ok := kv["count"]; ok {
 		count, err := strconv.Atoi(n)
@@ -469,6 +470,9 @@ func (s *scenario) addNodes(ids []string, kv map[string]string) error {
 			cfg.Policy.JobKinds = kinds
 		}
 		cfg.Policy.NoImages = kv["noimages"]
+		if kv["private"] == "no" {
+			cfg.Policy.NoPrivateNet = "the node needs nft (package nftables)"
+		}
 		if v, ok := kv["mtbf"]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {

@@ -12,7 +12,7 @@ import (
 // most common first, so that the owner sees the cause that matters
 // without --explain:
 //
-//	waiting for capacity: 3 of 3 suppliers asked declined: policy: the job needs network host (a gang across nodes needs host); this supplier allows at most egress (3)
+//	waiting for capacity: 3 of 3 suppliers asked declined: policy: a gang across nodes needs network host here (no private network: the node needs nft (package nftables)); this supplier allows at most egress (3)
 //	waiting for capacity: 4 of 6 suppliers asked declined: the free cards ask more than the job's 10.00 CNY per card-hour (3), no free cards (1); 1 did not answer; bids offer 1 nodes with 8 feasible cards, the job needs 2
 //
 // Declines are counted by their text, which suppliers word about the job

@@ -164,5 +164,5 @@ func (j *job) signed() *SignedSpec {
 func (j *job) bidRequest(round uint64, want, min int) *BidRequest {
 	return &BidRequest{Job: j.spec.ID, Term: j.term, Round: round, Filter: FilterOf(&j.spec), Want: want, Min: min,
 		Owner: j.spec.Owner, Duration: j.spec.ExpectedDuration, Network: j.spec.NetworkOrDefault(), Resources: j.spec.Resources,
-		MixedModels: j.spec.MixedModels, Image: len(j.spec.Images) > 0}
+		MixedModels: j.spec.MixedModels, Image: len(j.spec.Images) > 0, Gang: j.spec.SpansNodes()}
 }

@@ -188,12 +188,12 @@ type JobSpec struct {
 	Data *DataSpec `json:"data,omitempty"`
 	// Network is the network the job needs where it runs: none, egress (the
 	// public internet only) or host (the supplier's own network). Empty
-	// means host for a per_node job across nodes (its ranks reach each
-	// other directly) and none otherwise; see NetworkOrDefault. Suppliers
-	// bid only for jobs whose network their policy allows
-	// (Policy.MaxNetwork), which is egress by default (gpumesh node
-	// --job-network): a gang across nodes runs only on suppliers that
-	// allow host.
+	// means none; see NetworkOrDefault. Suppliers bid only for jobs whose
+	// network their policy allows (Policy.MaxNetwork), which is egress by
+	// default (gpumesh node --job-network). A gang across nodes on none or
+	// egress also has a private network between its shares, which only
+	// suppliers that can give it bid for (Policy.NoPrivateNet); on host
+	// its ranks meet on the suppliers' own networks.
 	Network JobNetwork `json:"network,omitempty"`
 	// Service says how a service job is reached (its port, readiness
 	// probe, and whether an ingress serves it to anyone); only services

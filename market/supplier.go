@@ -222,7 +222,7 @@ func (s *supplier) onBidRequest(from string, m *BidRequest, broadcast bool) erro
 		}
 		return nil
 	}
-	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network, Resources: m.Resources, Image: m.Image}
+	facts := JobFacts{Owner: m.Owner, Duration: m.Duration.Std(), Network: m.Network, Resources: m.Resources, Image: m.Image, Gang: m.Gang}
 	if facts.Network == "" {
 		facts.Network = NetworkNone
 	}

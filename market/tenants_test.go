@@ -155,25 +155,23 @@ func TestDecodeSignedSpecRefusesWhatIsNotOne(t *testing.T) {
 
 func TestSpecNetwork(t *testing.T) {
 	gang := market.JobSpec{ID: "g", Cards: 8, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 4}, MaxPriceCNY: 5, Command: []string{"x"}}
-	if got := gang.NetworkOrDefault(); got != market.NetworkHost {
-		t.Errorf("a gang's default network is %s, want host", got)
+	if got := gang.NetworkOrDefault(); got != market.NetworkNone || !gang.SpansNodes() || !market.FactsOf(&gang).Gang {
+		t.Errorf("a gang across nodes: default network %s, spans nodes %v; want none (and a private network), true", got, gang.SpansNodes())
 	}
-	gang.Network = market.NetworkEgress
+	for _, n := range []market.JobNetwork{market.NetworkNone, market.NetworkEgress, market.NetworkHost} {
+		gang.Network = n
+		if err := gang.Validate(nil); err != nil {
+			t.Errorf("a gang across nodes on %s: %v", n, err)
+		}
+	}
 	var se *market.SpecError
-	if err := gang.Validate(nil); !errors.As(err, &se) || se.Field != "network" || !strings.Contains(se.Msg, "needs host") {
-		t.Errorf("a gang across nodes on egress: %v", err)
-	}
-	gang.Cards = 4 // one node: any network will do
-	if err := gang.Validate(nil); err != nil {
-		t.Errorf("a one-node per_node job on egress: %v", err)
-	}
-	gang.Network = ""
-	if got := gang.NetworkOrDefault(); got != market.NetworkNone {
-		t.Errorf("a per_node job on one node gets network %s by default, want none (a supplier's default allows it)", got)
+	gang.Cards, gang.Network = 4, "" // one node
+	if got := gang.NetworkOrDefault(); got != market.NetworkNone || gang.SpansNodes() {
+		t.Errorf("a per_node job on one node gets network %s by default, spans nodes %v; want none, false", got, gang.SpansNodes())
 	}
 	gang.Elastic = &market.Elastic{Min: 4, Max: 8} // may grow to two nodes
-	if got := gang.NetworkOrDefault(); got != market.NetworkHost {
-		t.Errorf("a per_node job that may grow across nodes gets network %s by default, want host", got)
+	if !gang.SpansNodes() {
+		t.Error("a per_node job that may grow across nodes does not span nodes")
 	}
 	single := market.JobSpec{ID: "s", Cards: 1, MaxPriceCNY: 5, Command: []string{"x"}}
 	if got := single.NetworkOrDefault(); got != market.NetworkNone {
@@ -206,7 +204,14 @@ func TestPolicyAdmit(t *testing.T) {
 		{"too long", market.Policy{MaxDuration: time.Hour}, market.JobFacts{Duration: 2 * time.Hour}, "expects to run 2h0m0s; this supplier runs jobs for at most 1h0m0s"},
 		{"no duration", market.Policy{MaxDuration: time.Hour}, market.JobFacts{}, ""},
 		{"exactly the limit", market.Policy{MaxDuration: time.Hour}, market.JobFacts{Duration: time.Hour}, ""},
-		{"host on egress", market.Policy{MaxNetwork: market.NetworkEgress}, market.JobFacts{Network: market.NetworkHost}, "needs network host (a gang across nodes needs host); this supplier allows at most egress"},
+		{"host on egress", market.Policy{MaxNetwork: market.NetworkEgress}, market.JobFacts{Network: market.NetworkHost}, "the job needs network host; this supplier allows at most egress"},
+		{"a gang with a private network", market.Policy{MaxNetwork: market.NetworkNone}, market.JobFacts{Network: market.NetworkNone, Gang: true}, ""},
+		{"a gang without one", market.Policy{MaxNetwork: market.NetworkEgress, NoPrivateNet: "the node needs nft (package nftables)"}, market.JobFacts{Network: market.NetworkNone, Gang: true},
+			"a gang across nodes needs network host here (no private network: the node needs nft (package nftables)); this supplier allows at most egress"},
+		{"a gang without one where host is allowed", market.Policy{NoPrivateNet: "jobs share the node's network under isolation process"}, market.JobFacts{Network: market.NetworkEgress, Gang: true},
+			"(no private network: jobs share the node's network under isolation process): submit it with --net host"},
+		{"a gang on host needs no private network", market.Policy{NoPrivateNet: "no"}, market.JobFacts{Network: market.NetworkHost, Gang: true}, ""},
+		{"a job on one node needs none", market.Policy{NoPrivateNet: "no"}, market.JobFacts{Network: market.NetworkNone}, ""},
 		{"egress on none", market.Policy{MaxNetwork: market.NetworkNone}, market.JobFacts{Network: market.NetworkEgress}, "at most none"},
 		{"none on none", market.Policy{MaxNetwork: market.NetworkNone}, market.JobFacts{Network: market.NetworkNone}, ""},
 		{"memory over the cap", market.Policy{MaxMemoryBytes: 16 << 30}, market.JobFacts{Resources: market.Resources{MemoryBytes: 64 << 30}},

@@ -34,6 +34,10 @@ func (n *Node) startMarket(cards []device.Card) error {
 		// No bid for a job in an image, with the reason in its --explain.
 		mcfg.Policy.NoImages = caps.ImagesReason
 	}
+	if caps := n.exec.Capabilities(); !caps.PrivateNet && mcfg.Policy.NoPrivateNet == "" {
+		// No bid for a gang across nodes that needs a private network.
+		mcfg.Policy.NoPrivateNet = caps.PrivateNetReason
+	}
 	if n.cfg.Market != nil {
 		n.cfg.Market(&mcfg)
 	}

@@ -42,7 +42,7 @@ func (n *Node) startExecution(e market.Execution) {
 	slot := &runSlot{stopped: make(chan struct{})}
 	n.runs[key] = slot
 	var master string
-	if e.Gang != nil {
+	if e.Gang != nil && e.Gang.NNodes > 1 && !onPrivateNet(e) {
 		master = n.masterAddr(e.Gang.Master)
 	}
 	// An attempt of a job this node coordinates itself starts once the
@@ -108,6 +108,15 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	if root != nil {
 		defer root.Release() // once the attempt is over (below)
 	}
+	inGang := a.Private != nil
+	if inGang {
+		if err := n.joinGang(e, run); err != nil {
+			// The roster was checked before; nothing else fails here.
+			log.Error("the attempt's private network is not carried: stopping it", "err", err)
+			run.Stop(executor.StopCancelled)
+			inGang = false
+		}
+	}
 	n.armStarted(key, slot, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
 	slot.run = run
@@ -121,6 +130,9 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		n.step(market.ExecutionStarted{Now: started, Job: e.Job, Share: e.Share, Epoch: e.Epoch})
 	})
 	<-run.Done() // the executor stops every run when the node closes
+	if inGang {
+		n.leaveGang(e)
+	}
 	// The job wrote its last checkpoint on SIGTERM: offer it before the
 	// coordinator hears the attempt is over.
 	n.shipCheckpoint(run)
@@ -203,15 +215,15 @@ func (n *Node) attemptOf(e market.Execution, master string, secrets map[string]s
 		return a, nil, err
 	}
 	if e.Gang != nil {
-		if master == "" {
-			return a, nil, fmt.Errorf("no address for the gang's master %s", e.Gang.Master)
+		if a.Gang, a.Private, err = gangOf(e, master); err != nil {
+			return a, nil, err
 		}
-		a.Gang = &executor.Gang{
-			NNodes:     e.Gang.NNodes,
-			NodeRank:   e.Gang.NodeRank,
-			MasterAddr: master,
-			MasterPort: masterPort(e.Job, e.Epoch),
-			WorldSize:  e.World,
+		if a.Private != nil {
+			for i, m := range e.Gang.Members {
+				if _, err := peer.Decode(m.Node); err != nil {
+					return a, nil, fmt.Errorf("the gang's roster names a bad node at rank %d: %q", i, m.Node)
+				}
+			}
 		}
 	}
 	a.Work = n.workInto(e, secrets)

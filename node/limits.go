@@ -66,8 +66,7 @@ func jobMemoryOf(total int64) int64 {
 
 // jobCaps is the supplier's policy as the executor applies it: the
 // resource caps. The network is not judged here: the market's
-// Policy.MaxNetwork judged it before the node bid, and a gang's host
-// network is the node's own choice.
+// Policy.MaxNetwork judged it before the node bid.
 func jobCaps(p market.Policy) executor.Policy {
 	return executor.Policy{
 		MaxMemoryBytes: p.MaxMemoryBytes,
@@ -86,9 +85,6 @@ func (n *Node) limitsOf(e market.Execution, devices []string) (executor.Limits, 
 		CPUWeight:   e.Exec.CPUWeight,
 		Network:     executor.NetworkMode(e.Exec.Network), // as the owner signed it; the policy admitted it
 		Devices:     devices,
-	}
-	if e.Gang != nil {
-		declared.Network = executor.NetworkHost // ranks reach each other directly
 	}
 	l, err := jobCaps(n.cfg.Policy).Cap(declared)
 	if err != nil {

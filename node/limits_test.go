@@ -58,8 +58,8 @@ func TestAttemptLimitsAreTheSpecsCappedByThePolicy(t *testing.T) {
 			false, executor.Limits{MemoryBytes: 16 << 30, Pids: 1000, CPUWeight: 200, Devices: []string{"nvidia0"}}},
 		{"no caps, nothing declared", market.Policy{}, market.ExecSpec{Network: market.NetworkNone},
 			false, executor.Limits{Network: executor.NetworkNone, Devices: []string{"nvidia0"}}},
-		{"a gang gets host under any network cap", market.Policy{MaxNetwork: market.NetworkNone, MaxPids: 100}, market.ExecSpec{Network: market.NetworkNone},
-			true, executor.Limits{Pids: 100, Network: executor.NetworkHost, Devices: []string{"nvidia0"}}},
+		{"a gang gets the network it declared (its ranks meet on their private network)", market.Policy{MaxNetwork: market.NetworkNone, MaxPids: 100}, market.ExecSpec{Network: market.NetworkNone},
+			true, executor.Limits{Pids: 100, Network: executor.NetworkNone, Devices: []string{"nvidia0"}}},
 	} {
 		n := &Node{cfg: Config{Policy: c.policy}}
 		e := market.Execution{Exec: c.exec}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/cardedit"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
+	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/layers"
 	"github.com/gpumesh/gpumesh/node/store"
@@ -65,7 +66,8 @@ type Node struct {
 	adv        *gossip.Advertiser
 	exec       *executor.Executor
 	server     *api.Server
-	tun        *tunnels // exec, port-forward, services (tunnels.go)
+	tun        *tunnels         // exec, port-forward, services (tunnels.go)
+	gang       *gangnet.Service // gangs' private networks (gangnets.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -339,6 +341,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	closers = append(closers, func() { n.tun.close() })
+	if err := n.startGangnet(); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { n.gang.Close() })
 
 	n.adv, err = gossip.NewAdvertiser(n.gossip, n.supply(), gossip.AdvertiserConfig{
 		Logger:    n.log,
@@ -396,7 +402,8 @@ func (n *Node) Close() error {
 		if n.server != nil {
 			n.server.Close()
 		}
-		n.tun.close() // exec sessions hang up; tunnels and probes end
+		n.tun.close()  // exec sessions hang up; tunnels and probes end
+		n.gang.Close() // gangs' connections are cut
 		n.cancel()
 		n.exec.Close() // the attempts' watchers return once their processes are gone
 		n.wg.Wait()

@@ -246,6 +246,8 @@ func TestJobLandsOnTheRightModelAndAnyPeerAnswersForIt(t *testing.T) {
 	}
 }
 
+// A gang on network host (process-mode nodes give no private network)
+// meets at its master node's own address.
 func TestGangJobSpansNodesWithOneRendezvous(t *testing.T) {
 	sm := newSimMesh(t, "a100-80g:4", "a100-80g:4", "rtx4090-24g:1")
 	for _, n := range sm.nodes {
@@ -257,6 +259,7 @@ func TestGangJobSpansNodesWithOneRendezvous(t *testing.T) {
 		Cards:          8,
 		Layout:         market.Layout{Mode: market.LayoutPerNode, PerNode: 4},
 		MaxPriceCNY:    20,
+		Network:        market.NetworkHost,
 		Command:        []string{"sh", "-c", "echo rank=$NODE_RANK nnodes=$NNODES master=$MASTER_ADDR:$MASTER_PORT world=$WORLD_SIZE"},
 	}
 	if _, err := sm.nodes[2].Submit(context.Background(), spec); err != nil {

@@ -258,15 +258,9 @@ func (t *tunnels) lookup(ctx context.Context, job string) (tunnel.Backend, error
 	return b, nil
 }
 
-// reachable gives libp2p every address membership knows of a runner:
-// behind NAT, its relayed ones (/p2p-circuit) are the ways in, which the
-// peerstore may not hold when it holds a direct one that fails.
-func (t *tunnels) reachable(id peer.ID) {
-	t.n.dialable(id)
-	if m, ok := t.n.mesh.Member(id); ok && len(m.Addrs) > 0 {
-		t.n.mesh.Host().Peerstore().AddAddrs(id, m.Addrs, addrTTL)
-	}
-}
+// reachable gives libp2p every address membership knows of a runner
+// (Node.reachable).
+func (t *tunnels) reachable(id peer.ID) { t.n.reachable(id) }
 
 // serveIngress serves http://ADDR/JOB_ID/… of public services, to anyone.
 func (t *tunnels) serveIngress(w http.ResponseWriter, r *http.Request) {

@@ -99,8 +99,10 @@ Which jobs it runs is the supplier's choice: --allow-owner and --deny-owner
 name owners by their IDs (` + "`gpumesh key show`" + ` prints yours), --max-job-duration
 refuses jobs that expect to run longer and stops any job at that age, and
 --job-network is the most network a job gets: none, egress (the public
-internet only; the default) or host (this machine's own network, which gang
-jobs across nodes need). The node does not bid for a job its policy refuses;
+internet only; the default) or host (this machine's own network). A gang
+across nodes on none or egress gets a private network between its shares,
+which the sandbox gives (root, ip and nft); a node that cannot give it does
+not bid for such a gang. The node does not bid for a job its policy refuses;
 the job's --explain says why.
 
 What a job may use besides its cards is capped too (enforced by the sandbox):

@@ -37,8 +37,8 @@ type policyFlags struct {
 const autoJobMemory = "auto"
 
 // defaultJobNetwork is --job-network's default: jobs may reach the public
-// internet, never the supplier's own network (gang jobs across nodes need
-// host, which a supplier must choose).
+// internet, never the supplier's own network (gang jobs across nodes meet
+// on their private network).
 const defaultJobNetwork = market.NetworkEgress
 
 // policy turns the flags into the supplier's policy; a bad value is a

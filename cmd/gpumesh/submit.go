@@ -125,15 +125,19 @@ without one or was cancelled (with the reason on stderr). While it waits,
 it says on stderr what the job waits for each time that changes ("job ID
 is pending: waiting for capacity: 3 of 3 suppliers asked declined: ...").
 
-A gang across nodes (--per-node N with more than N cards) needs network
-host, which suppliers allow only when started with gpumesh node
---job-network host (their default is egress); until enough do, it waits,
-and its reason counts the suppliers that declined.
+A gang across nodes (--per-node N with more than N cards) gets a private
+network of its own: each share has an address on a subnet only the job's
+shares share (MASTER_ADDR is share 0's), and TCP between them travels over
+the mesh between their nodes, through NATs (hole-punched, or relayed for
+little data).
+Suppliers whose nodes cannot give one (no sandbox, no nftables) decline the
+gang, and its reason says why; with --net host the gang meets on the
+suppliers' own networks instead, where they allow host.
 
-Network: a job sees no network by default (a --per-node gang across
-nodes: the supplier's, for its rendezvous); --net egress asks for the public internet,
---net host for the supplier's own network. Suppliers choose what they allow
-(gpumesh node --job-network); those that do not allow it do not bid.
+Network: a job sees no network by default (a gang across nodes: its private
+network alone); --net egress asks for the public internet, --net host for
+the supplier's own network. Suppliers choose what they allow (gpumesh node
+--job-network); those that do not allow it do not bid.
 
 Resources: --memory (a size such as 16GiB), --pids and --cpu-weight (1-10000,
 against other jobs on the same node; 100 by default) cap what each share may
@@ -273,7 +277,7 @@ submitted.`,
 	f.StringVar(&o.elastic, "elastic", "", "let the job be scaled between `MIN:MAX` cards (gpumesh scale)")
 	f.DurationVar(&o.duration, "duration", 0, "how long the job is expected to run, such as 2h (weighs suppliers' availability)")
 	f.StringVar(&o.name, "name", "", "a label for people")
-	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; host for a --per-node gang across nodes)")
+	f.StringVar(&o.network, "net", "", "the network the job needs: none, egress (the public internet) or host (default none; a --per-node gang across nodes also gets a private network between its shares)")
 	f.StringVar(&o.memory, "memory", "", "the most memory each share may use on its node, such as 16GiB (default the supplier's cap)")
 	f.IntVar(&o.pids, "pids", 0, "the most processes and threads each share may have (default the supplier's cap)")
 	f.IntVar(&o.cpuWeight, "cpu-weight", 0, "each share's CPU weight against other jobs on its node, 1-10000 (default 100)")

@@ -111,8 +111,8 @@ func TestSubmitWaitInterrupted(t *testing.T) {
 // that changes, and once it runs, that it runs; the end is said once.
 func TestSubmitWaitSaysWhatTheJobWaitsFor(t *testing.T) {
 	n := newFakeNode(t)
-	declined := "waiting for capacity: 3 of 3 suppliers asked declined: policy: the job needs network host (a gang across nodes needs host); this supplier allows at most egress (3)"
-	fewer := "waiting for capacity: 2 of 3 suppliers asked declined: policy: the job needs network host (a gang across nodes needs host); this supplier allows at most egress (2); bids offer 1 nodes with 4 feasible cards, the job needs 2"
+	declined := "waiting for capacity: 3 of 3 suppliers asked declined: policy: a gang across nodes needs network host here (no private network: the node needs nft (package nftables)); this supplier allows at most egress (3)"
+	fewer := "waiting for capacity: 2 of 3 suppliers asked declined: policy: a gang across nodes needs network host here (no private network: the node needs nft (package nftables)); this supplier allows at most egress (2); bids offer 1 nodes with 4 feasible cards, the job needs 2"
 	pending := func(why string) market.JobRecord {
 		return market.JobRecord{ID: "w4", State: market.JobPending, Reason: why}
 	}

@@ -137,6 +137,7 @@ func (r *Run) containerEnv() map[string]string {
 		k, v, _ := strings.Cut(e, "=")
 		env[k] = v
 	}
+	privateEnv(env, a.Private)
 	for k, v := range a.Env {
 		env[k] = v
 	}
@@ -162,6 +163,9 @@ func (r *Run) containerEnv() map[string]string {
 		env["MASTER_ADDR"] = g.MasterAddr
 		env["MASTER_PORT"] = strconv.Itoa(g.MasterPort)
 		env["WORLD_SIZE"] = strconv.Itoa(g.WorldSize)
+	}
+	if a.Private != nil {
+		env["GPUMESH_PRIVATE_ADDR"] = a.Private.Addr.Addr().String()
 	}
 	return env
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -366,11 +367,11 @@ func (j *containerJail) spec(cmd *exec.Cmd) (*specs.Spec, error) {
 	}
 	ns := []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace}, {Type: specs.UserNamespace}}
-	switch l.Network {
-	case NetworkNone:
-		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace})
-	case NetworkEgress:
+	switch {
+	case j.named: // egress, or a private network
 		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: j.s.net.nsPath(j.uidv)})
+	case l.Network == NetworkNone:
+		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace})
 	}
 	res := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
 	if l.MemoryBytes > 0 {
@@ -536,10 +537,10 @@ func (j *containerJail) enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (_ *os
 	return nil, cmd.Start()
 }
 
-// dial connects to port on the loopback of the container's network.
-func (j *containerJail) dial(ctx context.Context, port int) (net.Conn, error) {
+// dial connects to addr in the container's network.
+func (j *containerJail) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	if j.limits.Network == NetworkHost {
-		return dialLoopback(ctx, port)
+		return dialAddr(ctx, addr)
 	}
 	st, err := j.rt.State(ctx, j.id)
 	if err != nil || st.Pid <= 0 {
@@ -561,7 +562,7 @@ func (j *containerJail) dial(ctx context.Context, port int) (net.Conn, error) {
 			done <- result{nil, fmt.Errorf("entering the job's network namespace: %w", err)}
 			return
 		}
-		c, err := dialLoopback(ctx, port)
+		c, err := dialAddr(ctx, addr)
 		done <- result{c, err}
 	}()
 	r := <-done

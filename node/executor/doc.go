@@ -14,7 +14,9 @@
 //     the node), a mount namespace with a read-only system, hidden homes,
 //     node data and other attempts, a /dev with only its own device nodes,
 //     and a network namespace: none, egress to the public internet only, or
-//     the node's.
+//     the node's; on none or egress, optionally an address on a network
+//     of the job's own whose TCP the node carries (PrivateNet: a gang's
+//     shares meet there, see node/gangnet).
 //   - IsolationAuto: the sandbox where this node can provide it, else
 //     process mode with a WARNING log.
 //

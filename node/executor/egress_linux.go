@@ -172,6 +172,9 @@ func (e *egress) jobRules(jif string) string {
 	fmt.Fprintf(&b, "  set blocked { type ipv4_addr; flags interval; elements = { %s } }\n", strings.Join(e.blockedElems(), ", "))
 	fmt.Fprintf(&b, "  chain output {\n    type filter hook output priority filter; policy accept;\n")
 	fmt.Fprintf(&b, "    oifname \"lo\" accept\n")
+	// A private network's TCP redirected to the node's listener on
+	// loopback (nat output) keeps the interface of its first route here.
+	fmt.Fprintf(&b, "    ip daddr 127.0.0.0/8 accept\n")
 	// TCP is refused with a reset: the job's connect fails at once (ICMP
 	// errors are rate-limited, so a second refused SYN would wait a second).
 	fmt.Fprintf(&b, "    meta nfproto ipv6 meta l4proto tcp reject with tcp reset\n")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -233,14 +234,16 @@ func (r *Run) DialTCP(ctx context.Context, port int) (net.Conn, error) {
 	if ended || isClosed(r.done) {
 		return nil, ErrAttemptEnded
 	}
-	return j.dial(ctx, port)
+	return j.dial(ctx, netip.AddrPortFrom(loopback, uint16(port)))
 }
 
-// dialLoopback connects to port on 127.0.0.1 in the calling thread's
-// network namespace.
-func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
+// loopback is the address DialTCP reaches a job's port on.
+var loopback = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// dialAddr connects to addr in the calling thread's network namespace.
+func dialAddr(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
+	return d.DialContext(ctx, "tcp", addr.String())
 }
 
 func isClosed(c <-chan struct{}) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -194,13 +195,12 @@ func (j *sandboxJail) openTTY() (master, slave *os.File, err error) {
 	return master, slave, nil
 }
 
-// dial connects to port on the loopback address of the job's network
-// namespace (the node's own with network host), from a thread locked into
-// it and thrown away after: the socket stays in the namespace it was made
-// in.
-func (j *sandboxJail) dial(ctx context.Context, port int) (net.Conn, error) {
+// dial connects to addr in the job's network namespace (the node's own
+// with network host), from a thread locked into it and thrown away after:
+// the socket stays in the namespace it was made in.
+func (j *sandboxJail) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	if j.limits.Network == NetworkHost {
-		return dialLoopback(ctx, port)
+		return dialAddr(ctx, addr)
 	}
 	ns, err := j.dupNamespaces()
 	if err != nil {
@@ -218,9 +218,11 @@ func (j *sandboxJail) dial(ctx context.Context, port int) (net.Conn, error) {
 			done <- result{nil, fmt.Errorf("entering the job's network namespace: %w", err)}
 			return
 		}
-		c, err := dialLoopback(ctx, port)
+		c, err := dialAddr(ctx, addr)
 		done <- result{c, err}
 	}()
 	r := <-done
 	return r.c, r.err
 }
+
+func (j *sandboxJail) private() net.Listener { return j.priv }

@@ -258,6 +258,9 @@ type Attempt struct {
 	// runtime (Config.Runtime; sandbox mode): its process is Image's, and
 	// Command is not used.
 	Image *Container
+	// Private, when set, puts the attempt on its job's private network
+	// (sandbox mode, network none or egress; see PrivateNet).
+	Private *PrivateNet
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -295,7 +298,13 @@ func (a Attempt) validate() error {
 	if size > maxArgBytes {
 		return fmt.Errorf("executor: command and environment take %s, at most %s", text.Bytes(int64(size)), text.Bytes(maxArgBytes))
 	}
-	return a.Limits.Validate()
+	if err := a.Limits.Validate(); err != nil {
+		return err
+	}
+	if a.Private != nil {
+		return a.Private.validate(a.Limits)
+	}
+	return nil
 }
 
 // Executor starts attempts and owns their processes.

@@ -23,14 +23,18 @@ const helperEnv = "EXECUTOR_TEST_HELPER"
 //
 //   - "listen PORT": accept connections on 127.0.0.1:PORT and echo each
 //     line back prefixed with "echo: ", after printing "listening";
+//     "listen-addr HOST:PORT" the same on HOST:PORT;
 //   - "tty": print the terminal's size as "size ROWS COLS", again at each
 //     SIGWINCH, and at SIGINT print "interrupted" and exit 3;
 //   - "exit CODE": exit with CODE.
 func runHelper(mode string, args []string) int {
 	switch mode {
-	case "listen":
-		port, _ := strconv.Atoi(args[0])
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	case "listen", "listen-addr":
+		addr := "127.0.0.1:" + args[0]
+		if mode == "listen-addr" {
+			addr = args[0]
+		}
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			fmt.Println("listen:", err)
 			return 1

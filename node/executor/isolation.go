@@ -90,6 +90,11 @@ type Capabilities struct {
 	Networks []NetworkMode `json:"networks"`
 	// Reason says why auto mode fell back to process mode ("" otherwise).
 	Reason string `json:"reason,omitempty"`
+	// PrivateNet tells whether attempts may have a PrivateNet (sandbox
+	// mode with the ip and nft tools); PrivateNetReason says why not, as
+	// a clause ("the node needs nft (package nftables)").
+	PrivateNet       bool   `json:"private_net,omitempty"`
+	PrivateNetReason string `json:"private_net_reason,omitempty"`
 	// Runtime is the OCI runtime that runs attempts in images (Attempt.Image),
 	// "" when this executor runs none; ImagesReason then says why.
 	Runtime      string `json:"runtime,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"syscall"
@@ -49,8 +50,12 @@ type jail interface {
 	// master. rows and cols are the terminal's first size (0: the
 	// kernel's default); the caller sets it on the master as well.
 	enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (master *os.File, err error)
-	// dial connects to port on the loopback address of the job's network.
-	dial(ctx context.Context, port int) (net.Conn, error)
+	// dial connects to addr (127.0.0.1 or the attempt's private address)
+	// in the job's network.
+	dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	// private is the listener of the attempt's PrivateNet, nil without
+	// one.
+	private() net.Listener
 }
 
 // newIsolator picks the isolation mode cfg asks for, logging a WARNING
@@ -88,14 +93,21 @@ func (p processIsolator) jail(r *Run) (jail, error) {
 	if r.attempt.Image != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoRuntime, processImagesReason)
 	}
+	if r.attempt.Private != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNetworkUnavailable, processPrivateReason)
+	}
 	return &processJail{}, nil
 }
+
+// processPrivateReason says why process mode gives no private network.
+const processPrivateReason = "jobs share the node's network under isolation process"
 
 // processImagesReason says why process mode runs no images.
 const processImagesReason = "images run only in the sandbox (gpumesh node as root, --isolation sandbox or auto)"
 
 func (p processIsolator) capabilities() Capabilities {
-	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason, ImagesReason: processImagesReason}
+	return Capabilities{Isolation: IsolationProcess, Networks: []NetworkMode{NetworkHost}, Reason: p.reason, ImagesReason: processImagesReason,
+		PrivateNetReason: processPrivateReason}
 }
 
 // processJail is a process group: Stop reaches every process that stayed
@@ -130,6 +142,8 @@ func (j *processJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, err
 	return startInGroup(cmd, tty)
 }
 
-func (j *processJail) dial(ctx context.Context, port int) (net.Conn, error) {
-	return dialLoopback(ctx, port)
+func (j *processJail) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+	return dialAddr(ctx, addr)
 }
+
+func (j *processJail) private() net.Listener { return nil }

@@ -332,6 +332,7 @@ func (r *Run) env() map[string]string {
 	for k, v := range r.cfg.BaseEnv {
 		env[k] = v
 	}
+	privateEnv(env, a.Private)
 	for k, v := range a.Env {
 		env[k] = v
 	}
@@ -352,6 +353,9 @@ func (r *Run) env() map[string]string {
 		env["MASTER_ADDR"] = g.MasterAddr
 		env["MASTER_PORT"] = strconv.Itoa(g.MasterPort)
 		env["WORLD_SIZE"] = strconv.Itoa(g.WorldSize)
+	}
+	if a.Private != nil {
+		env["GPUMESH_PRIVATE_ADDR"] = a.Private.Addr.Addr().String()
 	}
 	return env
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -91,6 +92,9 @@ func (s *sandbox) capabilities() Capabilities {
 	c.Runtime = s.runtime
 	if s.net != nil {
 		c.Networks = []NetworkMode{NetworkNone, NetworkEgress, NetworkHost}
+		c.PrivateNet = true
+	} else {
+		c.PrivateNetReason = "the node " + strings.TrimPrefix(s.netWhy, "egress ")
 	}
 	return c
 }
@@ -155,6 +159,9 @@ func (s *sandbox) hostJail(r *Run) (_ jail, err error) {
 	if l.Network == NetworkEgress && s.net == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNetworkUnavailable, s.netWhy)
 	}
+	if r.attempt.Private != nil && s.net == nil {
+		return nil, fmt.Errorf("%w: a private network %s", ErrNetworkUnavailable, strings.TrimPrefix(s.netWhy, "egress "))
+	}
 	nodes, nums, err := s.devices(l.Devices)
 	if err != nil {
 		return nil, err
@@ -198,7 +205,18 @@ func (s *sandbox) hostJail(r *Run) (_ jail, err error) {
 		if err := s.net.setup(uid); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		j.egress = true
+		j.named = true
+	}
+	if p := r.attempt.Private; p != nil {
+		if !j.named {
+			if err := s.net.isolated(uid); err != nil {
+				return nil, fmt.Errorf("executor: %w", err)
+			}
+			j.named = true
+		}
+		if j.priv, err = s.net.private(uid, p); err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
 	}
 	return j, nil
 }
@@ -239,7 +257,10 @@ type sandboxJail struct {
 	limits Limits
 	cg     cgroupJob
 	fs     *rootfs
-	egress bool
+	// named tells that the job's network namespace is uid's named one
+	// (egress, or a private network), which finish removes.
+	named bool
+	priv  net.Listener // the private network's (PrivateNet), or nil
 
 	// ns holds the job's namespaces (enter.go): opened when it starts,
 	// closed by finish.
@@ -296,15 +317,8 @@ func (j *sandboxJail) startLocked(cmd *exec.Cmd) error {
 	if err := j.fs.build(); err != nil {
 		return fmt.Errorf("sandbox file system: %w", err)
 	}
-	switch j.limits.Network {
-	case NetworkNone:
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("network namespace: %w", err)
-		}
-		if err := loopbackUp(); err != nil {
-			return err
-		}
-	case NetworkEgress:
+	switch {
+	case j.named:
 		fd, err := unix.Open(j.s.net.nsPath(j.uidv), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("network namespace: %w", err)
@@ -313,6 +327,13 @@ func (j *sandboxJail) startLocked(cmd *exec.Cmd) error {
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("network namespace: %w", err)
+		}
+	case j.limits.Network == NetworkNone:
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("network namespace: %w", err)
+		}
+		if err := loopbackUp(); err != nil {
+			return err
 		}
 	}
 	if err := j.ns.openThread(); err != nil {
@@ -375,7 +396,10 @@ func (j *sandboxJail) finish() bool {
 			log.Warn("executor: removing cgroup", "err", err)
 		}
 	}
-	if j.egress {
+	if j.priv != nil {
+		j.priv.Close()
+	}
+	if j.named {
 		j.s.net.teardown(j.uidv)
 	}
 	if j.fs != nil {

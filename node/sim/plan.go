@@ -199,7 +199,12 @@ func specOf(id, kind string, gpus int, d time.Duration) market.JobSpec {
 		s.Cards = (gpus + 7) / 8 * 8
 		s.Layout = market.Layout{Mode: market.LayoutPerNode, PerNode: 8}
 		s.MinMemoryMiB, s.MaxPriceCNY = 48<<10, 40
+		// The cluster's nodes run jobs as their own processes (isolation
+		// process), which gives a gang no private network: it meets on
+		// the host's.
+		s.Network = market.NetworkHost
 	case KindTraining:
+		s.Network = market.NetworkHost // as KindGang
 		s.Layout = market.Layout{Mode: market.LayoutPerNode, PerNode: 8}
 		s.Elastic = &market.Elastic{Min: 8, Max: MaxTrainingCards}
 		s.MinMemoryMiB, s.MaxPriceCNY = TrainingClass.MinMemoryMiB, 40

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -52,6 +53,18 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sleep" {
 		time.Sleep(time.Hour)
+	}
+	if len(os.Args) > 2 && os.Args[1] == "dial" {
+		// A gang's share: its address, then a line to ADDR:PORT and back.
+		fmt.Printf("private %s %s\n", os.Getenv("GPUMESH_PRIVATE_ADDR"), os.Getenv("NCCL_SOCKET_IFNAME"))
+		c, err := net.Dial("tcp", os.Args[2])
+		if err != nil {
+			fmt.Printf("dial %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(c, "hello from the image")
+		line, err := bufio.NewReader(c).ReadString('\n')
+		fmt.Printf("dialed %q %v\n", line, err)
 	}
 	if len(os.Args) > 2 && os.Args[1] == "exit" {
 		var code int
