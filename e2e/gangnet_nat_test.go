@@ -55,6 +55,12 @@ func TestGangPrivateNetworkAcrossNATs(t *testing.T) {
 	}
 	s1, s2 := sup[0], sup[1]
 	waitAllSee(t, []*proc{pub, s1, s2}, 3, 2)
+	// The suppliers reach each other only once the relay (and then hole
+	// punching) connects them: a job's record is replicated among them,
+	// and a submission before that is answered 503, try again.
+	eventually(t, 40*time.Second, "s1 and s2 connected (relayed or direct)", func() bool {
+		return connView(s1, s2) != "" && connView(s2, s1) != ""
+	})
 
 	ref := payloadOf(t, pub, map[string]string{"rendezvous": prog})
 	rec := pub.submit(market.JobSpec{AllowSimulated: true, Cards: 2, Layout: market.Layout{Mode: market.LayoutPerNode, PerNode: 1},
