@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -150,22 +149,6 @@ func (r *Run) containerEnv() map[string]string {
 	for k, v := range a.DeviceEnv {
 		env[k] = v
 	}
-	env["TMPDIR"] = containerTmpDir
-	env["GPUMESH_JOB_ID"] = a.JobID
-	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
-	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)
-	env["GPUMESH_LOCAL_CARDS"] = strconv.Itoa(a.LocalCards)
-	env["GPUMESH_WORK_DIR"] = containerWorkDir
-	env["GPUMESH_CHECKPOINT_DIR"] = containerCheckpointDir
-	if g := a.Gang; g != nil {
-		env["NNODES"] = strconv.Itoa(g.NNodes)
-		env["NODE_RANK"] = strconv.Itoa(g.NodeRank)
-		env["MASTER_ADDR"] = g.MasterAddr
-		env["MASTER_PORT"] = strconv.Itoa(g.MasterPort)
-		env["WORLD_SIZE"] = strconv.Itoa(g.WorldSize)
-	}
-	if a.Private != nil {
-		env["GPUMESH_PRIVATE_ADDR"] = a.Private.Addr.Addr().String()
-	}
+	gpumeshEnv(env, a, containerTmpDir, containerWorkDir, containerCheckpointDir)
 	return env
 }

@@ -340,13 +340,21 @@ func (r *Run) env() map[string]string {
 		env[k] = v
 	}
 	env["HOME"] = r.WorkDir()
-	env["TMPDIR"] = r.tmpDir()
+	gpumeshEnv(env, a, r.tmpDir(), r.WorkDir(), r.CheckpointDir())
+	return env
+}
+
+// gpumeshEnv sets gpumesh's own variables of attempt a, which the job
+// cannot override, with the paths as the job sees them (on the host, or
+// inside its container).
+func gpumeshEnv(env map[string]string, a Attempt, tmpDir, workDir, checkpointDir string) {
+	env["TMPDIR"] = tmpDir
 	env["GPUMESH_JOB_ID"] = a.JobID
 	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
 	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)
 	env["GPUMESH_LOCAL_CARDS"] = strconv.Itoa(a.LocalCards)
-	env["GPUMESH_WORK_DIR"] = r.WorkDir()
-	env["GPUMESH_CHECKPOINT_DIR"] = r.CheckpointDir()
+	env["GPUMESH_WORK_DIR"] = workDir
+	env["GPUMESH_CHECKPOINT_DIR"] = checkpointDir
 	if g := a.Gang; g != nil {
 		env["NNODES"] = strconv.Itoa(g.NNodes)
 		env["NODE_RANK"] = strconv.Itoa(g.NodeRank)
@@ -357,7 +365,6 @@ func (r *Run) env() map[string]string {
 	if a.Private != nil {
 		env["GPUMESH_PRIVATE_ADDR"] = a.Private.Addr.Addr().String()
 	}
-	return env
 }
 
 func envList(env map[string]string) []string {
