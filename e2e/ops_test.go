@@ -45,19 +45,29 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 	}
 
 	// Metrics: gpumesh_* names, the job's coordinator counts it running.
+	// The gauges come from a status each node rebuilds about once a second,
+	// so a scrape may show the state of up to a second ago: wait for it.
 	var metrics strings.Builder
-	for _, p := range []*proc{a, b, c} {
-		m, err := p.text("/metrics")
-		if err != nil {
-			t.Fatal(err)
+	scrape := func() string {
+		metrics.Reset()
+		for _, p := range []*proc{a, b, c} {
+			m, err := p.text("/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics.WriteString(m)
+			if !strings.Contains(m, "gpumesh_members{") || !strings.Contains(m, "gpumesh_mesh_cards{") {
+				t.Fatalf("%s /metrics lacks members or cards", p.name)
+			}
 		}
-		metrics.WriteString(m)
-		if !strings.Contains(m, "gpumesh_members{") || !strings.Contains(m, "gpumesh_mesh_cards{") {
-			t.Errorf("%s /metrics lacks members or cards", p.name)
-		}
+		return metrics.String()
 	}
-	if !strings.Contains(metrics.String(), `gpumesh_jobs{state="running"} 1`) {
-		t.Errorf("no node counts the running job:\n%s", grepLines(metrics.String(), "gpumesh_jobs"))
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(scrape(), `gpumesh_jobs{state="running"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no node counts the running job after 15s:\n%s", grepLines(metrics.String(), "gpumesh_jobs"))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if promtool, err := exec.LookPath("promtool"); err == nil {
 		m, _ := c.text("/metrics")
