@@ -59,6 +59,9 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 			if !strings.Contains(m, "gpumesh_members{") || !strings.Contains(m, "gpumesh_mesh_cards{") {
 				t.Fatalf("%s /metrics lacks members or cards", p.name)
 			}
+			if !strings.Contains(m, "gpumesh_network_received_bytes_total ") || strings.Contains(m, "gpumesh_network_received_bytes_total 0\n") {
+				t.Fatalf("%s /metrics counts no bytes received:\n%s", p.name, grepLines(m, "gpumesh_network"))
+			}
 		}
 		return metrics.String()
 	}

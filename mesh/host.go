@@ -74,7 +74,7 @@ func resourceManager(memory int64) (network.ResourceManager, int, error) {
 // Security is TLS 1.3 or Noise, nothing else. Transports are TCP, and QUIC
 // unless the mesh is private (psk set): libp2p's private networks wrap the
 // raw connection, which QUIC does not expose.
-func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autorelay.PeerSource) (host.Host, error) {
+func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autorelay.PeerSource, bytes *byteCounter) (host.Host, error) {
 	rm, sysConns, err := resourceManager(cfg.ResourceMemory)
 	if err != nil {
 		return nil, err
@@ -99,6 +99,7 @@ func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autore
 		libp2p.ConnectionManager(cm),
 		libp2p.ConnectionGater(g),
 		libp2p.UserAgent(cfg.UserAgent),
+		libp2p.BandwidthReporter(bytes),
 	}
 	if len(psk) > 0 {
 		opts = append(opts, libp2p.PrivateNetwork(psk))

@@ -56,6 +56,11 @@ func TestRealThreeNodesOnLoopbackTCP(t *testing.T) {
 		s := a.Stats()
 		return s.PacketsReceived > 0 && s.BytesSent > 0 && s.StreamBytes > 0
 	})
+	// The host's own byte totals count the same traffic, both ways.
+	waitFor(t, 20*time.Second, "host bytes counted", func() bool {
+		in, out := a.Bytes()
+		return in > 0 && out > 0
+	})
 	// A graceful leave over real sockets is seen as left.
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ type Mesh struct {
 	h     host.Host
 	owned bool // the mesh built the host and closes it
 	gater *gater
+	bytes *byteCounter // the host's stream bytes; nil on a host it did not build
 
 	tr    *transport
 	ml    *memberlist.Memberlist
@@ -104,7 +105,8 @@ func New(cfg Config) (*Mesh, error) {
 		}
 		return nil
 	}
-	h, err := newHost(cfg, key, keys.psk, g, relaySource(members))
+	bytes := &byteCounter{}
+	h, err := newHost(cfg, key, keys.psk, g, relaySource(members), bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +115,7 @@ func New(cfg Config) (*Mesh, error) {
 		h.Close()
 		return nil, err
 	}
+	m.bytes = bytes
 	self.Store(m)
 	return m, nil
 }

@@ -438,6 +438,7 @@ func (n *Node) foldPending() {
 		n.events.publish(memberEvent(ev))
 		if ev.Kind != mesh.EventUpdate && ev.Kind != mesh.EventDisconnect {
 			n.obs.flaps.Changed(ev.Peer.String(), ev.Time)
+			n.obs.m.CountMemberChange(ev.Kind.String())
 		}
 		switch ev.Kind {
 		case mesh.EventDead, mesh.EventLeft:

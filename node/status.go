@@ -48,6 +48,7 @@ func (n *Node) newMetrics() error {
 		cfg.Version = n.cfg.Version
 	}
 	cfg.Gossip = n.gossip.Stats
+	cfg.Network = n.mesh.Bytes
 	m, err := metrics.New(cfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

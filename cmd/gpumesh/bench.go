@@ -30,6 +30,8 @@ type benchFlags struct {
 	submitters int
 	jobs       int
 	profile    string
+	hold       time.Duration
+	settle     time.Duration
 	maxStart   time.Duration
 	flags      *pflag.FlagSet // to tell a flag given from its default
 }
@@ -53,6 +55,9 @@ Scenarios (--scenario, repeatable or comma-separated; default all):
   quality     cost and throughput against an ideal central matcher
   processes   real gpumesh node processes on loopback under many submitters
               (runs alone; not part of the default)
+  burst       real node processes hit by a burst of large jobs and their
+              cancels: does the mesh return to idle? (runs alone; not part
+              of the default)
 
 Real-time figures come from an in-process mesh of --nodes full nodes
 (default 100, each about 10 MiB); a mesh that would not fit in the memory
@@ -73,13 +78,24 @@ mesh for 10 s, then has --submitters (default 32) clients submit --jobs
 owner token. It reports jobs accepted and placed per second, submit →
 acknowledged and submit → running (p50, p99), refusals by status after the
 client's retries, the CPU of all node processes per placed job (Linux
-/proc), and idle CPU and memory per node.`,
+/proc), and idle CPU and memory per node.
+
+The burst scenario starts --nodes (default 40) node processes with --cards
+(default 8) simulated cards each, watches them idle for 10 s, submits ten
+64-card and two 256-card jobs at once, cancels them after --hold (20 s),
+and watches the mesh for --settle (60 s): the bytes each node receives,
+the cards any book still shows reserved, the members seen suspect or dead.
+Then it submits a 64-card job and reports how long it took to run. A mesh
+that returns to idle within the watch meets the targets it prints.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if procs, err := f.processes(); err != nil {
+			switch procs, err := f.processes(); {
+			case err != nil:
 				return err
-			} else if procs {
+			case procs == procbench.Scenario:
 				return f.runProcesses(cmd.Context(), e)
+			case procs == procbench.BurstScenario:
+				return f.runBurst(cmd.Context(), e)
 			}
 			cfg, closeLog, err := f.config(e)
 			if err != nil {
@@ -115,6 +131,8 @@ client's retries, the CPU of all node processes per placed job (Linux
 	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
 	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile of the load's first 10 s to `DIR`")
+	fl.DurationVar(&f.hold, "hold", procbench.DefaultHold, "burst: how long the burst's jobs run before they are cancelled")
+	fl.DurationVar(&f.settle, "settle", procbench.DefaultSettle, "burst: how long the mesh is watched after the last cancel")
 	f.flags = fl
 	return cmd
 }
@@ -126,13 +144,13 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 	scenarios, err := bench.ParseScenarios(f.scenarios)
 	if err != nil {
 		if errors.Is(err, bench.ErrUnknownScenario) {
-			err = fmt.Errorf("%v; and %s, which runs alone", err, procbench.Scenario)
+			err = fmt.Errorf("%v; and %s and %s, which run alone", err, procbench.Scenario, procbench.BurstScenario)
 		}
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
 	}
-	for _, name := range []string{"cards", "submitters", "jobs", "profile"} {
+	for _, name := range []string{"cards", "submitters", "jobs", "profile", "hold", "settle"} {
 		if f.flags != nil && f.flags.Changed(name) {
-			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procbench.Scenario)
+			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procOnly[name])
 		}
 	}
 	if f.nodes < 4 || f.nodes > bench.MaxNodes {
@@ -223,23 +241,47 @@ func writeBenchHeader(w io.Writer, res *bench.Results) error {
 	return err
 }
 
-// processes reports whether --scenario names the processes scenario, which
-// runs alone: with another scenario it is a usage error.
-func (f benchFlags) processes() (bool, error) {
-	found, others := false, 0
+// procOnly says which scenarios of node processes each of their own
+// flags applies to.
+var procOnly = map[string]string{
+	"cards": procbench.Scenario + " or " + procbench.BurstScenario, "submitters": procbench.Scenario, "jobs": procbench.Scenario,
+	"profile": procbench.Scenario, "hold": procbench.BurstScenario, "settle": procbench.BurstScenario,
+}
+
+// processes returns the scenario of node processes that --scenario names
+// (processes or burst), or "" when it names none. Each runs alone: with
+// another scenario it is a usage error.
+func (f benchFlags) processes() (string, error) {
+	found, others := "", 0
 	for _, arg := range f.scenarios {
 		for _, n := range strings.Split(arg, ",") {
 			switch n = strings.TrimSpace(strings.ToLower(n)); n {
 			case "":
-			case procbench.Scenario:
-				found = true
+			case procbench.Scenario, procbench.BurstScenario:
+				if found != "" && found != n {
+					others++
+				}
+				found = n
 			default:
 				others++
 			}
 		}
 	}
-	if found && others > 0 {
-		return false, usagef("--scenario %s runs alone: its --nodes are processes, not in-process nodes", procbench.Scenario)
+	if found != "" && others > 0 {
+		return "", usagef("--scenario %s runs alone: its --nodes are processes, not in-process nodes", found)
+	}
+	if found != procbench.BurstScenario {
+		for _, name := range []string{"hold", "settle"} {
+			if found != "" && f.flags != nil && f.flags.Changed(name) {
+				return "", usagef("--%s applies to --scenario %s only", name, procbench.BurstScenario)
+			}
+		}
+	} else {
+		for _, name := range []string{"submitters", "jobs", "profile"} {
+			if f.flags != nil && f.flags.Changed(name) {
+				return "", usagef("--%s applies to --scenario %s only", name, procbench.Scenario)
+			}
+		}
 	}
 	return found, nil
 }
@@ -280,6 +322,65 @@ func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 		return err
 	}
 	res, runErr := procbench.Run(ctx, cfg)
+	if res == nil {
+		if errors.Is(runErr, procbench.ErrBadConfig) {
+			return usagef("%s", strings.TrimPrefix(runErr.Error(), procbench.ErrBadConfig.Error()+": "))
+		}
+		return runErr
+	}
+	return f.report(e, res, runErr)
+}
+
+// runBurst runs the burst scenario with this binary as the nodes.
+func (f benchFlags) runBurst(ctx context.Context, e env) error {
+	nodes, cards := procbench.DefaultBurstNodes, procbench.DefaultBurstCards
+	if f.flags != nil && f.flags.Changed("nodes") {
+		nodes = f.nodes
+	}
+	if f.flags != nil && f.flags.Changed("cards") {
+		cards = f.cards
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"nodes", nodes}, {"cards", cards}} {
+		if v.n <= 0 {
+			return usagef("--%s %d: want at least 1", v.name, v.n)
+		}
+	}
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"hold", f.hold}, {"settle", f.settle}} {
+		if v.d <= 0 {
+			return usagef("--%s %v: want more than 0", v.name, v.d)
+		}
+	}
+	if f.out != "" {
+		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+			return usagef("--out %s: not a directory", f.out)
+		}
+	}
+	if f.logFile != "" {
+		return usagef("--log-file: the burst scenario keeps each node's log in its data dir (kept when the run fails)")
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
+	}
+	start := time.Now()
+	cfg := procbench.BurstConfig{
+		Config: procbench.Config{Binary: bin, Nodes: nodes, Cards: cards,
+			Progress: func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }},
+		Hold: f.hold, Settle: f.settle,
+	}
+	if err := cfg.Validate(); err != nil {
+		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {
+			return usagef("%s", strings.TrimPrefix(err.Error(), procbench.ErrBadConfig.Error()+": "))
+		}
+		return err
+	}
+	res, runErr := procbench.RunBurst(ctx, cfg)
 	if res == nil {
 		if errors.Is(runErr, procbench.ErrBadConfig) {
 			return usagef("%s", strings.TrimPrefix(runErr.Error(), procbench.ErrBadConfig.Error()+": "))

@@ -52,7 +52,7 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--scenario", "processes", "--cards", "5000"}, "--cards 5000: want 1 to 1024"},
 		{[]string{"--scenario", "processes,placement"}, "--scenario processes runs alone"},
 		{[]string{"--scenario", "throughput", "--jobs", "10"}, "--jobs applies to --scenario processes only"},
-		{[]string{"--scenario", "nope"}, "and processes, which runs alone"},
+		{[]string{"--scenario", "nope"}, "and processes and burst, which run alone"},
 		{[]string{"--max-start", "-1s"}, "--max-start -1s: want 0 (no limit) or more"},
 	} {
 		start := time.Now()

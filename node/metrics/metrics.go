@@ -33,6 +33,7 @@ type Metrics struct {
 	renewals, misses       *prometheus.CounterVec
 	billedCNY, billedCards *prometheus.CounterVec
 	busy                   prometheus.Counter
+	memberChanges          *prometheus.CounterVec
 	stages                 *prometheus.HistogramVec
 
 	mu         sync.Mutex // guards the windows and rates below
@@ -138,6 +139,10 @@ func New(cfg Config) (*Metrics, error) {
 			Name: "gpumesh_submissions_busy_total",
 			Help: "Submissions this node refused as their coordinator with 429 (Retry-After) because it was saturated; the clients send them again.",
 		}),
+		memberChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpumesh_member_changes_total",
+			Help: "Changes of other members' state as this node saw them, by kind (join, suspect, dead, left): a calm mesh adds none; joins after deaths are flapping.",
+		}, []string{"kind"}),
 		stages:     newStageHistogram(),
 		placements: NewWindow(cfg.PlacementWindow, cfg.WindowSamples),
 		reroutes:   NewWindow(cfg.RerouteWindow, cfg.WindowSamples),
@@ -158,6 +163,9 @@ func New(cfg Config) (*Metrics, error) {
 	for _, st := range Stages() {
 		m.stages.WithLabelValues(string(st))
 	}
+	for _, k := range memberChangeKinds {
+		m.memberChanges.WithLabelValues(k)
+	}
 	for _, s := range []Side{SideCharged, SideEarned} {
 		m.billedCNY.WithLabelValues(string(s))
 		m.billedCards.WithLabelValues(string(s))
@@ -169,7 +177,7 @@ func New(cfg Config) (*Metrics, error) {
 	})
 	buildInfo.Set(1)
 	cs := []prometheus.Collector{
-		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards, m.busy, m.stages,
+		buildInfo, m.placement, m.reroute, m.auctions, m.renewals, m.misses, m.billedCNY, m.billedCards, m.busy, m.memberChanges, m.stages,
 		statusCollector{m: m},
 	}
 	if cfg.Gossip != nil {
@@ -240,6 +248,15 @@ func (m *Metrics) CountAuction(o Outcome) {
 // CountBusy counts one submission refused with 429 while the node was
 // saturated.
 func (m *Metrics) CountBusy() { m.busy.Inc() }
+
+// memberChangeKinds are the labels of gpumesh_member_changes_total.
+var memberChangeKinds = []string{"join", "suspect", "dead", "left"}
+
+// CountMemberChange counts one change of a member's state (kind join,
+// suspect, dead or left; anything else is counted as "other").
+func (m *Metrics) CountMemberChange(kind string) {
+	m.memberChanges.WithLabelValues(oneOf(kind, memberChangeKinds...)).Inc()
+}
 
 // CountLeaseRenewal counts one lease renewal.
 func (m *Metrics) CountLeaseRenewal(r Role) {

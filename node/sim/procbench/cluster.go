@@ -148,6 +148,7 @@ func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
 		"--api-token-file", filepath.Join(c.dir, "api-token"),
 		"--log-level", "warn",
 	}
+	args = append(args, c.cfg.nodeArgs...)
 	if i > 0 {
 		first := c.procs[0]
 		args = append(args, "--join", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", first.p2pPort, first.peerID))

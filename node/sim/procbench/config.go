@@ -79,6 +79,9 @@ type Config struct {
 	Progress func(string)
 	// Logger receives the bench's own warnings. Default: discard.
 	Logger *slog.Logger
+
+	// nodeArgs are added to every node's command line.
+	nodeArgs []string
 }
 
 func (c Config) withDefaults() Config {

@@ -1,0 +1,90 @@
+package procbench
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/sim/bench"
+)
+
+func TestBurstValidateRefusesBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  BurstConfig
+		want string
+	}{
+		{BurstConfig{Config: Config{Binary: binary}, Burst: []int{64, 0}}, "burst job of 0 cards"},
+		{BurstConfig{Config: Config{Binary: binary}, Burst: []int{}}, "a burst of no jobs"},
+		{BurstConfig{Config: Config{Binary: binary}, Hold: -time.Second}, "must not be negative"},
+		{BurstConfig{Config: Config{Binary: binary, Nodes: 2, Cards: 4}, Probe: 9}, "probe job of 9 cards: the mesh has 8"},
+		{BurstConfig{Config: Config{Binary: binary, Nodes: -1}}, "--nodes -1"},
+	} {
+		err := tc.cfg.Validate()
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want a bad configuration saying %q", tc.cfg, err, tc.want)
+		}
+	}
+	if err := (BurstConfig{Config: Config{Binary: binary}}).Validate(); err != nil && !errors.Is(err, bench.ErrTooBig) {
+		t.Errorf("the defaults: %v", err)
+	}
+}
+
+func TestParseSeries(t *testing.T) {
+	s, err := parseSeries(strings.NewReader(`# HELP gpumesh_mesh_cards x
+gpumesh_mesh_cards{model="a",vendor="nvidia",state="reserved"} 3
+gpumesh_mesh_cards{model="b",vendor="nvidia",state="reserved"} 2
+gpumesh_mesh_cards{model="b",vendor="nvidia",state="free"} 7
+gpumesh_network_received_bytes_total 1.5e+06
+go_goroutines 12
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.sum("gpumesh_mesh_cards", `state="reserved"`); got != 5 {
+		t.Errorf("reserved %v, want 5", got)
+	}
+	if got := s.sum("gpumesh_network_received_bytes_total"); got != 1.5e6 {
+		t.Errorf("received %v", got)
+	}
+	if _, err := parseSeries(strings.NewReader("gpumesh_x{a=\"b\"} nope\n")); err == nil {
+		t.Error("a value that is no number was taken")
+	}
+}
+
+// A small mesh hit by a burst of jobs larger than it, cancelled: the
+// rows say what a user sees afterwards, no card left reserved in any
+// book, and a new job that runs.
+func TestBurstOnASmallMesh(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	var lines []string
+	res, err := RunBurst(context.Background(), BurstConfig{
+		Config: Config{Binary: binary, Nodes: 3, Cards: 4, Idle: 2 * time.Second, SkipCoordinatorWait: true,
+			Progress: func(s string) { lines = append(lines, s) }},
+		Burst: []int{4, 8, 32}, Hold: 3 * time.Second, Settle: 10 * time.Second, Probe: 8,
+	})
+	if err != nil {
+		t.Fatalf("%v\nprogress: %q\nnotes: %q", err, lines, res.Notes)
+	}
+	got := rows(res)
+	for key, check := range map[string]func(bench.Row) bool{
+		"idle, per node/received":                            func(r bench.Row) bool { return r.Value > 0 && r.N == 3 },
+		"burst, per node/received peak":                      func(r bench.Row) bool { return r.Value > 0 },
+		"after the last cancel/cards reserved":               func(r bench.Row) bool { return r.Value == 0 },
+		"after the last cancel/back to idle":                 func(r bench.Row) bool { return r.Value >= 0 && r.Unit == "s" },
+		"after the last cancel/members seen suspect or dead": func(r bench.Row) bool { return r.Value >= 0 },
+		"a 8-card job after the watch/submit → running":      func(r bench.Row) bool { return r.Value > 0 && r.Value < 30000 },
+	} {
+		r, ok := got[key]
+		if !ok || !check(r) {
+			t.Errorf("row %s: %+v (present %v)", key, r, ok)
+		}
+	}
+	if len(res.Scenarios) != 1 || res.Scenarios[0] != BurstScenario {
+		t.Errorf("scenarios %v", res.Scenarios)
+	}
+}
