@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -81,7 +82,23 @@ type AdvertiserConfig struct {
 	Catalog *device.Catalog
 	// MinInterval is the least time between two publishes: changes within
 	// it are coalesced into one ad. Default: 250 ms (at most 4 ads a second).
+	// In a larger mesh the interval grows with it (MeshChangeRate).
 	MinInterval time.Duration
+	// MeshChangeRate is the rate, in ads per second, that changes of supply
+	// across the whole mesh should stay under: each node publishes a change
+	// at most every PeerCount()/MeshChangeRate, within [MinInterval,
+	// MaxChangeInterval]. Default: 20. Why: every ad reaches every node
+	// about six times over (gossipsub's mesh degree), so a burst of
+	// placements that reserves and frees cards on every node at 4 ads a
+	// second each would cost each node of a 40-node mesh about a thousand
+	// messages a second, enough to starve a small machine of the CPU its
+	// membership probes need; at 20 a second it stays near a hundred.
+	// A change a node undoes within the interval (cards reserved for a bid
+	// that lost) is never published at all.
+	MeshChangeRate float64
+	// MaxChangeInterval caps the interval MeshChangeRate gives, so that a
+	// change reaches a large mesh within it. Default: 5 s.
+	MaxChangeInterval time.Duration
 	// MinRefresh and MaxRefresh bound the refresh interval, the time after
 	// which an unchanged supply is published again. Default: 10 s and 40 min
 	// (so that ExpiryFactor intervals fit in MaxTTL).
@@ -125,12 +142,16 @@ func (c AdvertiserConfig) withDefaults() (AdvertiserConfig, error) {
 		}
 	}
 	def(&c.MinInterval, 250*time.Millisecond)
+	def(&c.MaxChangeInterval, 5*time.Second)
 	def(&c.MinRefresh, 10*time.Second)
 	def(&c.MaxRefresh, 40*time.Minute)
 	def(&c.PublishTimeout, 5*time.Second)
 	def(&c.RetryInterval, time.Second)
 	if c.MeshRefreshRate == 0 {
 		c.MeshRefreshRate = 0.4
+	}
+	if c.MeshChangeRate == 0 {
+		c.MeshChangeRate = 20
 	}
 	if c.ExpiryFactor == 0 {
 		c.ExpiryFactor = 3
@@ -142,6 +163,10 @@ func (c AdvertiserConfig) withDefaults() (AdvertiserConfig, error) {
 		return c, fmt.Errorf("gossip: advertiser: MaxRefresh %s below MinRefresh %s", c.MaxRefresh, c.MinRefresh)
 	case !(c.MeshRefreshRate > 0):
 		return c, fmt.Errorf("gossip: advertiser: MeshRefreshRate %v: want > 0", c.MeshRefreshRate)
+	case !(c.MeshChangeRate > 0):
+		return c, fmt.Errorf("gossip: advertiser: MeshChangeRate %v: want > 0", c.MeshChangeRate)
+	case c.MaxChangeInterval < c.MinInterval:
+		return c, fmt.Errorf("gossip: advertiser: MaxChangeInterval %s below MinInterval %s", c.MaxChangeInterval, c.MinInterval)
 	case c.ExpiryFactor < 1:
 		return c, fmt.Errorf("gossip: advertiser: ExpiryFactor %d: want >= 1", c.ExpiryFactor)
 	}
@@ -240,19 +265,24 @@ func (a *Advertiser) Close() error {
 }
 
 // run is the Advertiser's goroutine. It holds the supply and one timer, due
-// at the next publish: after MinInterval when the supply changed, after the
-// refresh interval otherwise.
+// at the next publish: after the change interval when the supply changed,
+// after the refresh interval otherwise. A change whose ad would say what
+// the last one said (cards reserved and freed again within the interval)
+// is not published; the refresh stays where it was.
 func (a *Advertiser) run(supply Supply) {
 	defer close(a.done)
 	ctx := a.ctx
 	clock := a.cfg.Clock
 	republish := a.cfg.Republish
 	var (
-		seq       uint64
-		lastPub   time.Time // zero: never published
-		due       = clock.Now()
-		timer     = clock.NewTimer(0)
-		firstTime = true
+		seq        uint64
+		last       Ad        // the last ad published
+		lastPub    time.Time // zero: never published
+		refreshDue time.Time // when the next refresh is due
+		force      bool      // publish even an unchanged ad (Republish)
+		due        = clock.Now()
+		timer      = clock.NewTimer(0)
+		firstTime  = true
 	)
 	defer func() { timer.Stop() }()
 	schedule := func(at time.Time) {
@@ -260,11 +290,11 @@ func (a *Advertiser) run(supply Supply) {
 		due = at
 		timer = clock.NewTimer(at.Sub(clock.Now()))
 	}
-	// soon schedules a publish as early as MinInterval allows.
+	// soon schedules a publish as early as the change interval allows.
 	soon := func() {
 		at := clock.Now()
 		if !lastPub.IsZero() {
-			at = later(at, lastPub.Add(a.cfg.MinInterval))
+			at = later(at, lastPub.Add(a.changeInterval()))
 		}
 		if at.Before(due) {
 			schedule(at)
@@ -282,11 +312,16 @@ func (a *Advertiser) run(supply Supply) {
 			if !ok {
 				republish = nil // closed: once is enough
 			}
+			force = true
 			soon()
 		case <-timer.C():
 			now := clock.Now()
 			refresh := a.refreshInterval()
 			ad, err := a.build(supply, now, max(seq+1, uint64(now.UnixMicro())), refresh)
+			if err == nil && !force && !lastPub.IsZero() && now.Before(refreshDue) && sameOffer(ad, last) {
+				schedule(refreshDue) // nothing new to say
+				continue
+			}
 			if err == nil {
 				pctx, pcancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 				err = a.pub.PublishAd(pctx, ad)
@@ -300,15 +335,33 @@ func (a *Advertiser) run(supply Supply) {
 				schedule(now.Add(a.cfg.RetryInterval))
 				continue
 			}
-			seq, lastPub = ad.Seq, now
+			seq, lastPub, last, force = ad.Seq, now, ad, false
 			next := time.Duration(float64(refresh) * (0.9 + 0.2*a.cfg.Rand()))
 			if firstTime {
 				next = time.Duration(float64(refresh) * (1 - a.cfg.Rand())) // (0, refresh]
 				firstTime = false
 			}
-			schedule(now.Add(max(next, a.cfg.MinInterval)))
+			refreshDue = now.Add(max(next, a.cfg.MinInterval))
+			schedule(refreshDue)
 		}
 	}
+}
+
+// sameOffer reports whether two ads offer the same: the same cards in the
+// same states at the same prices, region and track record. Their times and
+// uptime may differ.
+func sameOffer(a, b Ad) bool {
+	return a.Region == b.Region && a.Availability.MTBF == b.Availability.MTBF && a.Availability.Sessions == b.Availability.Sessions &&
+		reflect.DeepEqual(a.Cards, b.Cards) // every field of every group, those added later too
+}
+
+// changeInterval is the least time between two publishes now:
+// PeerCount()/MeshChangeRate within [MinInterval, MaxChangeInterval].
+func (a *Advertiser) changeInterval() time.Duration { return a.cfg.changeFor(a.cfg.PeerCount()) }
+
+func (c AdvertiserConfig) changeFor(peers int) time.Duration {
+	d := time.Duration(float64(max(peers, 1)) / c.MeshChangeRate * float64(time.Second))
+	return min(max(d, c.MinInterval), c.MaxChangeInterval)
 }
 
 // refreshInterval is PeerCount()/MeshRefreshRate within [MinRefresh,

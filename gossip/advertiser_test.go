@@ -169,6 +169,68 @@ func TestAdvertiserCoalescesChanges(t *testing.T) {
 	}
 }
 
+// Cards reserved for a bid and freed again before the change interval
+// passed: the ad would say what the last one said, so none goes out, and
+// the refresh stays where it was.
+func TestAdvertiserDoesNotPublishAChangeItUndid(t *testing.T) {
+	r := &recorder{}
+	free := Supply{Cards: []SupplyCard{card(t, "h100-sxm-80g", 0, CardFree)}}
+	a, clock := newTestAdvertiser(t, r, free, AdvertiserConfig{})
+	r.waitAds(t, 1)
+	waitDue(t, clock, t0.Add(5*time.Second)) // the first refresh: half an interval
+	ctx := context.Background()
+	reserved := Supply{Cards: []SupplyCard{card(t, "h100-sxm-80g", 0, CardReserved)}}
+	if err := a.Update(ctx, reserved); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Update(ctx, free); err != nil {
+		t.Fatal(err)
+	}
+	waitDue(t, clock, t0.Add(250*time.Millisecond))
+	clock.Advance(250 * time.Millisecond)
+	waitDue(t, clock, t0.Add(5*time.Second))
+	if n := len(r.published()); n != 1 {
+		t.Fatalf("%d ads, want 1: a change undone within the interval was published", n)
+	}
+	// A change that stands goes out (at once: the interval since the last
+	// publish has passed), and the refresh follows it.
+	if err := a.Update(ctx, reserved); err != nil {
+		t.Fatal(err)
+	}
+	if ad := r.waitAds(t, 2); ad.Cards[0].Reserved != 1 || !ad.IssuedAt.Equal(t0.Add(250*time.Millisecond)) {
+		t.Fatalf("second ad %+v: want the card reserved, now", ad)
+	}
+	waitDue(t, clock, t0.Add(250*time.Millisecond+10*time.Second))
+}
+
+// The least time between two changes grows with the mesh, so that the
+// mesh as a whole publishes about MeshChangeRate changes a second, up to
+// MaxChangeInterval.
+func TestChangeIntervalScalesWithTheMesh(t *testing.T) {
+	for _, c := range []struct {
+		peers int
+		want  time.Duration
+	}{
+		{1, 250 * time.Millisecond}, {5, 250 * time.Millisecond}, {40, 2 * time.Second}, {100, 5 * time.Second}, {100000, 5 * time.Second},
+	} {
+		r := &recorder{}
+		peers := c.peers
+		s := Supply{Cards: []SupplyCard{card(t, "l40s-48g", 0, CardFree)}}
+		a, clock := newTestAdvertiser(t, r, s, AdvertiserConfig{PeerCount: func() int { return peers }})
+		r.waitAds(t, 1)
+		s.Cards[0].State = CardBusy
+		if err := a.Update(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		waitDue(t, clock, t0.Add(c.want))
+		clock.Advance(c.want)
+		if ad := r.waitAds(t, 2); ad.Cards[0].Busy != 1 {
+			t.Errorf("%d peers: ad %+v, want the card busy", c.peers, ad)
+		}
+		a.Close()
+	}
+}
+
 func TestAdvertiserRefreshes(t *testing.T) {
 	r := &recorder{}
 	_, clock := newTestAdvertiser(t, r, Supply{Cards: []SupplyCard{card(t, "l40s-48g", 0, CardFree)}}, AdvertiserConfig{})
@@ -248,6 +310,7 @@ func TestAdvertiserRefusesBadSupply(t *testing.T) {
 func TestAdvertiserConfigChecks(t *testing.T) {
 	for _, cfg := range []AdvertiserConfig{
 		{MinInterval: -1}, {MinRefresh: time.Minute, MaxRefresh: time.Second},
+		{MeshChangeRate: -1}, {MinInterval: time.Second, MaxChangeInterval: time.Millisecond},
 		{MeshRefreshRate: -1}, {MeshRefreshRate: math.NaN()}, {ExpiryFactor: -2},
 	} {
 		if _, err := NewAdvertiser(&recorder{}, Supply{}, cfg); err == nil {

@@ -33,8 +33,10 @@
 //
 // An Advertiser turns the node's Supply (cards with their states, prices,
 // region, reliability) into CapacityAds: published at once on change
-// (coalesced to at most one per MinInterval), and refreshed before they
-// expire. The refresh interval grows with the mesh (PeerCount /
+// (coalesced to at most one per change interval, which grows with the mesh
+// so that the whole mesh publishes about MeshChangeRate changes a second;
+// a change undone within it, such as cards reserved for a bid that lost,
+// is never published), and refreshed before they expire. The refresh interval grows with the mesh (PeerCount /
 // MeshRefreshRate, 10 s to 40 min) so that a node's idle traffic stays flat
 // however many peers there are; an ad lives three intervals. Membership is
 // what takes a dead node's cards out at once (Book.Hide, undone by Show when

@@ -130,6 +130,9 @@ type Gossip struct {
 	done     chan struct{}
 	syncDone chan struct{}
 
+	repairs    chan peer.ID // Repair's queue
+	repairDone chan struct{}
+
 	broadcast *pubsub.Topic        // nil unless Config.OnBroadcast is set
 	bsub      *pubsub.Subscription // its subscription
 	bdone     chan struct{}
@@ -172,7 +175,10 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 		bdone:    make(chan struct{}),
 		syncDone: make(chan struct{}),
 		scores:   map[peer.ID]float64{},
-		served:   map[peer.ID]time.Time{},
+
+		repairs:    make(chan peer.ID, repairQueue),
+		repairDone: make(chan struct{}),
+		served:     map[peer.ID]time.Time{},
 
 		serveSlots: make(chan struct{}, maxSyncServes),
 	}
@@ -208,6 +214,7 @@ func New(h host.Host, cfg Config) (*Gossip, error) {
 	go g.deliver()
 	go g.deliverBroadcasts()
 	go g.syncLoop(events)
+	go g.repairLoop()
 	return g, nil
 }
 
@@ -338,6 +345,7 @@ func (g *Gossip) Close() error {
 		<-g.done
 		<-g.bdone
 		<-g.syncDone
+		<-g.repairDone
 		g.serving.Wait()
 		_ = g.capacity.Close()
 		if g.broadcast != nil {

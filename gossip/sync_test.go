@@ -170,3 +170,34 @@ func TestDecodeSyncedReasons(t *testing.T) {
 		}
 	}
 }
+
+// A member whose ad this node lost (it expired while the member was cut
+// off) is asked for its book once it is back: Repair brings the ad, and
+// asks no more while the Book has it.
+func TestRepairSyncsFromAMemberWhoseAdIsMissing(t *testing.T) {
+	tn := newTestNet(t)
+	a := startGossip(t, tn.addHost(), Config{SyncPeers: -1})
+	b := startGossip(t, tn.addHost(), Config{SyncPeers: -1})
+	tn.connect(tn.hosts[0], tn.hosts[1])
+	now := time.Now()
+	ad := testAd(b.self, 1, now)
+	signed, err := pb.Marshal(pubsubMessage(t, b.Topics().Capacity, b.self, 1, mustEncode(t, ad), tn.hosts[1].Peerstore().PrivKey(b.self)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Book().applySigned(ad, signed, now); err != nil {
+		t.Fatal(err)
+	}
+	if a.Book().Has(b.self, now) {
+		t.Fatal("a holds b's ad before any sync")
+	}
+	a.Repair(a.self) // its own: nothing to do
+	a.Repair(b.self)
+	eventually(t, 10*time.Second, "a's book holds b's ad after the repair", func() bool {
+		return a.Book().Has(b.self, time.Now())
+	})
+	a.Repair(b.self) // has it now: no second sync
+	if n := a.Stats().Sync.Syncs; n != 1 {
+		t.Errorf("%d syncs, want 1", n)
+	}
+}

@@ -32,6 +32,14 @@ func benchEnvInt(name string, def int) int {
 // benchProfiles are the profile measured and its baseline.
 func benchProfiles() []Profile { return []Profile{FastProfile(), LANProfile()} }
 
+// fastMult2 is FastProfile with the suspicion multiplier it had before
+// (2: no confirmation expected), the baseline crash detection compares with.
+func fastMult2() Profile {
+	p := FastProfile()
+	p.Name, p.SuspicionMult = "fast-mult2", 2
+	return p
+}
+
 // BenchmarkMeshConverge builds a mesh of GPUMESH_BENCH_NODES nodes, every
 // one joining one of three bootstrap peers at once (up to 4 × GOMAXPROCS
 // joins in flight), and reports:
@@ -126,7 +134,7 @@ func pushPullInterval(base time.Duration, n int) time.Duration {
 func BenchmarkCrashDetection(b *testing.B) {
 	const n = 100
 	kills := benchEnvInt("GPUMESH_BENCH_KILLS", 10)
-	for _, p := range benchProfiles() {
+	for _, p := range append(benchProfiles(), fastMult2()) {
 		b.Run(fmt.Sprintf("%s/nodes=%d", p.Name, n), func(b *testing.B) {
 			for b.Loop() {
 				sm := buildSimMesh(b, n, p, 5*time.Minute)

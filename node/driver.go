@@ -421,17 +421,10 @@ func (n *Node) foldPending() {
 		}
 		n.book.Put(p.String(), offersOf(ad, now))
 	}
-	readvertise, regroup := false, false
+	regroup := false
 	defer func() {
 		if regroup {
 			n.replicateAll() // a member's role changed: it joins or leaves some jobs' groups
-		}
-		if readvertise && n.adv != nil {
-			ctx, cancel := context.WithTimeout(n.ctx, time.Second)
-			defer cancel()
-			if err := n.adv.Update(ctx, n.supply()); err != nil && n.ctx.Err() == nil {
-				n.log.Warn("cannot publish the capacity ad again", "err", err)
-			}
 		}
 	}()
 	for _, ev := range members {
@@ -483,14 +476,18 @@ func (n *Node) foldPending() {
 				n.clearBackoff(ev.Peer)
 				n.replicateAll() // it may rank among some jobs' replicas
 				// A member back after it was declared dead (a partition
-				// healed): its ad was hidden then, and it forgot this
-				// node's. Show its ad again if gossip kept one, and
-				// publish this node's own again.
+				// healed): its ad was hidden then. Show it again while
+				// gossip keeps it, else ask the member for its book
+				// (gossip's repair: one sync between two nodes, not an ad
+				// from every node to every node on every rejoin, which
+				// under CPU starvation kept members flapping). The member
+				// does the same for this node's ad if it lost it.
 				n.gossip.Book().Show(ev.Peer)
 				if ad, ok := n.gossip.Book().Get(ev.Peer, now); ok {
 					n.book.Put(ev.Peer.String(), offersOf(ad, now))
+				} else {
+					n.gossip.Repair(ev.Peer)
 				}
-				readvertise = true
 			}
 			// Learn its addresses now, so that the first message to it
 			// need not wait for a lookup.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/procstat"
 	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
@@ -29,8 +30,8 @@ const (
 	DefaultHold = 20 * time.Second
 	// DefaultSettle is the watch after the last cancel.
 	DefaultSettle = 60 * time.Second
-	// QuietBytes is the traffic per node, in bytes a second received on
-	// every protocol, under which a mesh counts as back to idle.
+	// QuietBytes is the gossip per node, in bytes a second of gossipsub
+	// RPCs received, under which a mesh counts as back to idle.
 	QuietBytes = 2048
 	// quietWindow is the span a rate is averaged over when it is judged.
 	quietWindow = 5 * time.Second
@@ -109,7 +110,8 @@ func (c BurstConfig) Validate() error {
 // tick is what every node reported at one moment.
 type tick struct {
 	at    time.Time
-	nodes []series // by node; nil where the node did not answer
+	nodes []series        // by node; nil where the node did not answer
+	cpu   []time.Duration // by node: CPU used so far; -1 where unread
 }
 
 // RunBurst starts cfg.Nodes `gpumesh node` processes on loopback, lets
@@ -268,7 +270,13 @@ func (r *burstRun) sample(ctx context.Context, c *cluster) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		tk := tick{at: time.Now(), nodes: make([]series, len(c.procs))}
+		tk := tick{at: time.Now(), nodes: make([]series, len(c.procs)), cpu: make([]time.Duration, len(c.procs))}
+		for i, p := range c.procs {
+			tk.cpu[i] = -1
+			if u, err := procstat.Read(p.cmd.Process.Pid); err == nil {
+				tk.cpu[i] = u.CPU
+			}
+		}
 		var wg sync.WaitGroup
 		for i, p := range c.procs {
 			wg.Add(1)
@@ -425,15 +433,25 @@ func (r *burstRun) probe(ctx context.Context, c *cluster) (probeResult, error) {
 // report turns the ticks into rows.
 func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, settled time.Time, running, jobs int, probe probeResult, perr error) {
 	cfg := r.bcfg
-	in := func(t tick, i int) (float64, bool) {
-		if t.nodes[i] == nil {
+	counter := func(name string) func(t tick, i int) (float64, bool) {
+		return func(t tick, i int) (float64, bool) {
+			if t.nodes[i] == nil {
+				return 0, false
+			}
+			return t.nodes[i].sum(name), true
+		}
+	}
+	gossipIn := counter("gpumesh_gossip_received_bytes_total")
+	netIn := counter("gpumesh_network_received_bytes_total")
+	cpu := func(t tick, i int) (float64, bool) {
+		if t.cpu[i] < 0 {
 			return 0, false
 		}
-		return t.nodes[i].sum("gpumesh_network_received_bytes_total"), true
+		return 100 * t.cpu[i].Seconds(), true // so that a rate is % of a core
 	}
-	// rate is the mean bytes a second per node received between the
-	// ticks nearest to from and to.
-	rate := func(from, to time.Time) (mean, most float64, ok bool) {
+	// rate is the mean of a counter's rate per node between the ticks
+	// nearest to from and to, and the highest node's.
+	rate := func(of func(tick, int) (float64, bool), from, to time.Time) (mean, most float64, ok bool) {
 		a, b := nearest(ticks, from), nearest(ticks, to)
 		if a < 0 || b <= a {
 			return 0, 0, false
@@ -441,8 +459,8 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		dt := ticks[b].at.Sub(ticks[a].at).Seconds()
 		n := 0
 		for i := range ticks[a].nodes {
-			x, ok1 := in(ticks[a], i)
-			y, ok2 := in(ticks[b], i)
+			x, ok1 := of(ticks[a], i)
+			y, ok2 := of(ticks[b], i)
 			if !ok1 || !ok2 {
 				continue
 			}
@@ -481,9 +499,17 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		return n
 	}
 
-	if mean, most, ok := rate(idleFrom, idleTo); ok {
-		r.row(bench.Row{Case: "idle, per node", Clock: bench.ClockReal, Metric: "received", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
-			Note: fmt.Sprintf("bytes received on every protocol before the burst; the busiest node %.2f KB/s", most/1024)})
+	if mean, most, ok := rate(gossipIn, idleFrom, idleTo); ok {
+		r.row(bench.Row{Case: "idle, per node", Clock: bench.ClockReal, Metric: "gossip received", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
+			Note: fmt.Sprintf("gossipsub RPCs (ads, bid requests, control) before the burst; the busiest node %.2f KB/s", most/1024)})
+	}
+	if mean, most, ok := rate(netIn, idleFrom, idleTo); ok {
+		r.row(bench.Row{Case: "idle, per node", Clock: bench.ClockReal, Metric: "all received", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
+			Note: fmt.Sprintf("every protocol (membership probes, gossip, the market's streams); the busiest node %.2f KB/s", most/1024)})
+	}
+	if mean, most, ok := rate(cpu, idleFrom, idleTo); ok {
+		r.row(bench.Row{Case: "idle, per node", Clock: bench.ClockReal, Metric: "CPU", Value: mean, Unit: "%", N: cfg.Nodes,
+			Note: fmt.Sprintf("of one core; the busiest node %.1f%%", most)})
 	}
 	// The storm's peak: the highest mean over quietWindow from the burst on.
 	peak := 0.0
@@ -491,18 +517,22 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		if ticks[i].at.Before(burstAt) {
 			continue
 		}
-		if mean, _, ok := rate(ticks[i].at.Add(-quietWindow), ticks[i].at); ok {
+		if mean, _, ok := rate(gossipIn, ticks[i].at.Add(-quietWindow), ticks[i].at); ok {
 			peak = max(peak, mean)
 		}
 	}
-	r.row(bench.Row{Case: "burst, per node", Clock: bench.ClockReal, Metric: "received peak", Value: peak / 1024, Unit: "KB/s", N: cfg.Nodes,
+	r.row(bench.Row{Case: "burst, per node", Clock: bench.ClockReal, Metric: "gossip received peak", Value: peak / 1024, Unit: "KB/s", N: cfg.Nodes,
 		Note: fmt.Sprintf("the highest %v mean from the burst until the probe job; %d of %d burst jobs ran before the cancels", quietWindow, running, jobs)})
 
 	// When did it return to quiet, and stay there: traffic under
 	// QuietBytes and no card reserved in any book, from then to the end.
 	quietAt := time.Time{}
-	for i := len(ticks) - 1; i >= 0 && !ticks[i].at.Before(lastCancel); i-- {
-		mean, _, ok := rate(ticks[i].at.Add(-quietWindow), ticks[i].at)
+	last := len(ticks) - 1
+	for last >= 0 && ticks[last].at.After(settled) {
+		last-- // the probe job's own reservations are not the burst's
+	}
+	for i := last; i >= 0 && !ticks[i].at.Before(lastCancel); i-- {
+		mean, _, ok := rate(gossipIn, ticks[i].at.Add(-quietWindow), ticks[i].at)
 		if !ok || mean >= QuietBytes || reserved(ticks[i]) > 0 {
 			break
 		}
@@ -512,7 +542,7 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		quietAt = lastCancel
 	}
 	row := bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "back to idle", Unit: "s",
-		Note: fmt.Sprintf("from the last cancel until traffic stays under %.0f KB/s per node (%v means) and no book shows a card reserved", float64(QuietBytes)/1024, quietWindow)}
+		Note: fmt.Sprintf("from the last cancel until gossip stays under %.0f KB/s per node (%v means) and no book shows a card reserved", float64(QuietBytes)/1024, quietWindow)}
 	if quietAt.IsZero() {
 		row.Value = settled.Sub(lastCancel).Seconds()
 		row.Note = "NOT back to idle by the end of the watch; " + row.Note
@@ -522,9 +552,17 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		r.row(target(row, "≤ 60 s", row.Value <= 60))
 	}
 	end := settled
-	if mean, most, ok := rate(end.Add(-10*time.Second), end); ok {
-		r.row(target(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "received at the end", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
+	if mean, most, ok := rate(gossipIn, end.Add(-10*time.Second), end); ok {
+		r.row(target(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "gossip received at the end", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
 			Note: fmt.Sprintf("per node, the last 10 s of the %v watch; the busiest node %.2f KB/s", cfg.Settle, most/1024)}, "< 2 KB/s", mean < QuietBytes))
+	}
+	if mean, most, ok := rate(netIn, end.Add(-10*time.Second), end); ok {
+		r.row(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "all received at the end", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
+			Note: fmt.Sprintf("per node, every protocol; the busiest node %.2f KB/s", most/1024)})
+	}
+	if mean, most, ok := rate(cpu, end.Add(-10*time.Second), end); ok {
+		r.row(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "CPU at the end", Value: mean, Unit: "%", N: cfg.Nodes,
+			Note: fmt.Sprintf("per node, of one core, the last 10 s of the watch; the busiest node %.1f%%", most)})
 	}
 	if i := nearest(ticks, end); i >= 0 {
 		n := reserved(ticks[i])
@@ -533,8 +571,14 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 	}
 	during := changes(burstAt, end)
 	after := changes(lastCancel, end)
+	lastChange := ""
+	for i := range ticks {
+		if i > 0 && !ticks[i].at.Before(lastCancel) && !ticks[i].at.After(end) && changes(ticks[i-1].at, ticks[i].at) > 0 {
+			lastChange = fmt.Sprintf("; the last seen %.0f s after the last cancel", ticks[i].at.Sub(lastCancel).Seconds())
+		}
+	}
 	r.row(target(bench.Row{Case: "after the last cancel", Metric: "members seen suspect or dead", Value: after, Unit: "changes",
-		Note: fmt.Sprintf("gpumesh_member_changes_total, summed over the nodes, during the watch; from the burst on: %.0f (no node failed)", during)}, "0", after == 0))
+		Note: fmt.Sprintf("gpumesh_member_changes_total, summed over the nodes, during the watch%s; from the burst on: %.0f (no node failed)", lastChange, during)}, "0", after == 0))
 	row = bench.Row{Case: fmt.Sprintf("a %d-card job after the watch", cfg.Probe), Clock: bench.ClockReal, Metric: "submit → running", Unit: "ms"}
 	if perr != nil {
 		row.Value = 30000
