@@ -36,7 +36,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	lot := &r.lots[w.lot]
 	meta := &r.meta[w.lot]
 	meta.used = true
-	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.n.cfg.AwardTimeout), lastHeard: c.n.now}
+	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.accepts.timeout(lot.Node, c.n.cfg.AwardTimeout)), lastHeard: c.n.now}
 	p.Share, p.Epoch, p.Node, p.Region, p.State, p.AwardedAt = share, epoch, lot.Node, lot.Region, PlacementAwarded, c.n.now
 	p.Model = shareModel(lot, w.cards)
 	for i, ci := range w.cards {
@@ -92,9 +92,13 @@ func (c *coordinator) onAccept(from string, m *Accept) error {
 	}
 	switch p.State {
 	case PlacementAwarded:
+		c.accepts.observe(from, c.n.now.Sub(p.AwardedAt))
 	case PlacementAccepted, PlacementRunning:
 		return nil // a duplicate
 	default: // given up on meanwhile: the node must let the cards go
+		// Late or not, it is how long this supplier takes to answer: an
+		// award timed out waits longer next time.
+		c.accepts.observe(from, c.n.now.Sub(p.AwardedAt))
 		c.n.send(from, &Stop{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, Reason: "the award was withdrawn"})
 		return fmt.Errorf("%w: accept for %s share %d epoch %d, which is %s", ErrStale, m.Job, m.Share, m.Epoch, p.State)
 	}

@@ -22,6 +22,9 @@ type coordinator struct {
 	// probe whose verdict has not come (verify.go).
 	probeAsked map[string]time.Time
 	lastTick   time.Time // the previous Tick
+	// accepts is each supplier's smoothed award → accept time, which its
+	// awards' timeouts follow (acceptwait.go).
+	accepts acceptTimes
 	// resumedAt is the Tick that ended a gap of FenceAfter/2 since the one
 	// before (this node was frozen): losses of attempts not heard from
 	// since are not charged to their suppliers.

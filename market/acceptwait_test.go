@@ -1,0 +1,92 @@
+package market_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/market/markettest"
+)
+
+// slowAccepts makes every supplier's Accept and renewals arrive d late
+// (its disk takes that long to write the attempt, which both wait for).
+func slowAccepts(h *markettest.Harness, d time.Duration) {
+	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
+		switch m.Payload.(type) {
+		case *market.Accept, *market.Renewal:
+			return true
+		}
+		return false
+	}, Delay: d})
+}
+
+// A supplier whose accepts all come after AwardTimeout (a busy disk): the
+// first award times out, and the next waits as long as the supplier took,
+// so the job runs instead of being placed again and again.
+func TestAwardsWaitForASupplierThatAnswersLate(t *testing.T) {
+	h := rankedMesh(t, 1, 2, nil)
+	wait := market.DefaultConfig("x").AwardTimeout
+	slowAccepts(h, wait+200*time.Millisecond)
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 2, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	var rec market.JobRecord
+	if !h.RunUntil(func() bool {
+		rec, _ = h.Peer("coord").Node.Job("j1")
+		return rec.State == market.JobRunning
+	}, 30*time.Second) {
+		t.Fatalf("not running 30 s after the submit: %s (%s), %d placements", rec.State, rec.Reason, len(rec.Placements))
+	}
+	timedOut := 0
+	for _, p := range rec.Placements {
+		if strings.Contains(p.Reason, "no answer to the award") {
+			timedOut++
+		}
+	}
+	if timedOut != 1 || len(rec.Placements) != 2 {
+		t.Errorf("%d placements, %d timed out; want the first timed out and the second running\n%+v", len(rec.Placements), timedOut, rec.Placements)
+	}
+}
+
+// A supplier that answers at once keeps the configured timeout: an award
+// it never answers is given up on after AwardTimeout, as before.
+func TestAwardTimeoutStaysForSuppliersThatAnswer(t *testing.T) {
+	h := rankedMesh(t, 1, 2, nil)
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !h.RunUntil(func() bool {
+		rec, _ := h.Peer("coord").Node.Job("j1")
+		return rec.State == market.JobRunning
+	}, 5*time.Second) {
+		t.Fatal("j1 not running")
+	}
+	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
+		switch m.Payload.(type) {
+		case *market.Accept, *market.Renewal:
+			return true
+		}
+		return false
+	}, Drop: true})
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j2", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	var awarded, given time.Time
+	if !h.RunUntil(func() bool {
+		rec, _ := h.Peer("coord").Node.Job("j2")
+		for _, p := range rec.Placements {
+			if strings.Contains(p.Reason, "no answer to the award") {
+				awarded, given = p.AwardedAt, p.EndedAt
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second) {
+		t.Fatal("j2's unanswered award was never given up on")
+	}
+	// The coordinator looks at its awards on its ticks: a few ms late.
+	if d, want := given.Sub(awarded), market.DefaultConfig("x").AwardTimeout; d < want || d > want+50*time.Millisecond {
+		t.Errorf("gave up %v after the award, want AwardTimeout %v (and its tick)", d, want)
+	}
+}
