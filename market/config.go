@@ -96,7 +96,9 @@ type Config struct {
 	// once the best candidates have answered). Default 150ms.
 	BidWindow time.Duration
 	// AwardTimeout is how long a coordinator waits for an Accept before it
-	// gives the share to a spare. Default 500ms.
+	// gives the share to a spare, for a supplier that answers within it;
+	// for one that has answered late, twice its smoothed answer time, at
+	// most 4 × AwardTimeout (acceptwait.go). Default 500ms.
 	AwardTimeout time.Duration
 	// LeaseMargin is subtracted from a bid's lease when the coordinator
 	// judges whether it can still award it (the supplier's clock started
