@@ -9,16 +9,20 @@ import (
 	"github.com/gpumesh/gpumesh/market/markettest"
 )
 
+// acceptOrRenewal matches a supplier's Accept and renewals: both wait for
+// its write of the attempt.
+func acceptOrRenewal(m market.Message) bool {
+	switch m.Payload.(type) {
+	case *market.Accept, *market.Renewal:
+		return true
+	}
+	return false
+}
+
 // slowAccepts makes every supplier's Accept and renewals arrive d late
-// (its disk takes that long to write the attempt, which both wait for).
+// (its disk takes that long to write the attempt).
 func slowAccepts(h *markettest.Harness, d time.Duration) {
-	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
-		switch m.Payload.(type) {
-		case *market.Accept, *market.Renewal:
-			return true
-		}
-		return false
-	}, Delay: d})
+	h.AddRule(&markettest.Rule{Match: acceptOrRenewal, Delay: d})
 }
 
 // A supplier whose accepts all come after AwardTimeout (a busy disk): the
@@ -62,13 +66,7 @@ func TestAwardTimeoutStaysForSuppliersThatAnswer(t *testing.T) {
 	}, 5*time.Second) {
 		t.Fatal("j1 not running")
 	}
-	h.AddRule(&markettest.Rule{Match: func(m market.Message) bool {
-		switch m.Payload.(type) {
-		case *market.Accept, *market.Renewal:
-			return true
-		}
-		return false
-	}, Drop: true})
+	h.AddRule(&markettest.Rule{Match: acceptOrRenewal, Drop: true})
 	if err := h.SubmitAt("coord", market.JobSpec{ID: "j2", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -286,49 +286,71 @@ func (f benchFlags) processes() (string, error) {
 	return found, nil
 }
 
+// count is a count flag of a scenario of node processes.
+type count struct {
+	name string
+	n    int
+}
+
+// procSetup checks what the scenarios of node processes share (counts of
+// at least 1, --out a directory, no --log-file) and returns this binary,
+// which the nodes run, and a printer of progress lines on stderr.
+func (f benchFlags) procSetup(e env, scenario string, counts ...count) (string, func(string), error) {
+	for _, v := range counts {
+		if v.n <= 0 {
+			return "", nil, usagef("--%s %d: want at least 1", v.name, v.n)
+		}
+	}
+	if f.out != "" {
+		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+			return "", nil, usagef("--out %s: not a directory", f.out)
+		}
+	}
+	if f.logFile != "" {
+		return "", nil, usagef("--log-file: the %s scenario keeps each node's log in its data dir (kept when the run fails)", scenario)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
+	}
+	start := time.Now()
+	return bin, func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }, nil
+}
+
+// procRun validates a configuration (its faults are usage errors), runs
+// the scenario and reports what it measured.
+func (f benchFlags) procRun(e env, validate func() error, run func() (*bench.Results, error)) error {
+	badConfig := func(err error) error {
+		return usagef("%s", strings.TrimPrefix(err.Error(), procbench.ErrBadConfig.Error()+": "))
+	}
+	if err := validate(); err != nil {
+		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {
+			return badConfig(err)
+		}
+		return err
+	}
+	res, runErr := run()
+	if res == nil {
+		if errors.Is(runErr, procbench.ErrBadConfig) {
+			return badConfig(runErr)
+		}
+		return runErr
+	}
+	return f.report(e, res, runErr)
+}
+
 // runProcesses runs the processes scenario with this binary as the nodes.
 func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 	nodes := f.nodes
 	if f.flags == nil || !f.flags.Changed("nodes") {
 		nodes = procbench.DefaultNodes
 	}
-	for _, v := range []struct {
-		name string
-		n    int
-	}{{"nodes", nodes}, {"cards", f.cards}, {"submitters", f.submitters}, {"jobs", f.jobs}} {
-		if v.n <= 0 {
-			return usagef("--%s %d: want at least 1", v.name, v.n)
-		}
-	}
-	if f.out != "" {
-		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
-			return usagef("--out %s: not a directory", f.out)
-		}
-	}
-	if f.logFile != "" {
-		return usagef("--log-file: the processes scenario keeps each node's log in its data dir (kept when the run fails)")
-	}
-	bin, err := os.Executable()
+	bin, progress, err := f.procSetup(e, procbench.Scenario, count{"nodes", nodes}, count{"cards", f.cards}, count{"submitters", f.submitters}, count{"jobs", f.jobs})
 	if err != nil {
-		return fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
-	}
-	start := time.Now()
-	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile,
-		Progress: func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }}
-	if err := cfg.Validate(); err != nil {
-		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {
-			return usagef("%s", strings.TrimPrefix(err.Error(), procbench.ErrBadConfig.Error()+": "))
-		}
 		return err
 	}
-	res, runErr := procbench.Run(ctx, cfg)
-	if res == nil {
-		if errors.Is(runErr, procbench.ErrBadConfig) {
-			return usagef("%s", strings.TrimPrefix(runErr.Error(), procbench.ErrBadConfig.Error()+": "))
-		}
-		return runErr
-	}
-	return f.report(e, res, runErr)
+	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile, Progress: progress}
+	return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.Run(ctx, cfg) })
 }
 
 // runBurst runs the burst scenario with this binary as the nodes.
@@ -342,52 +364,18 @@ func (f benchFlags) runBurst(ctx context.Context, e env) error {
 	}
 	for _, v := range []struct {
 		name string
-		n    int
-	}{{"nodes", nodes}, {"cards", cards}} {
-		if v.n <= 0 {
-			return usagef("--%s %d: want at least 1", v.name, v.n)
-		}
-	}
-	for _, v := range []struct {
-		name string
 		d    time.Duration
 	}{{"hold", f.hold}, {"settle", f.settle}} {
 		if v.d <= 0 {
 			return usagef("--%s %v: want more than 0", v.name, v.d)
 		}
 	}
-	if f.out != "" {
-		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
-			return usagef("--out %s: not a directory", f.out)
-		}
-	}
-	if f.logFile != "" {
-		return usagef("--log-file: the burst scenario keeps each node's log in its data dir (kept when the run fails)")
-	}
-	bin, err := os.Executable()
+	bin, progress, err := f.procSetup(e, procbench.BurstScenario, count{"nodes", nodes}, count{"cards", cards})
 	if err != nil {
-		return fmt.Errorf("bench: finding this binary to run the nodes: %w", err)
-	}
-	start := time.Now()
-	cfg := procbench.BurstConfig{
-		Config: procbench.Config{Binary: bin, Nodes: nodes, Cards: cards,
-			Progress: func(line string) { fmt.Fprintf(e.stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), line) }},
-		Hold: f.hold, Settle: f.settle,
-	}
-	if err := cfg.Validate(); err != nil {
-		if errors.Is(err, procbench.ErrBadConfig) || errors.Is(err, bench.ErrTooBig) {
-			return usagef("%s", strings.TrimPrefix(err.Error(), procbench.ErrBadConfig.Error()+": "))
-		}
 		return err
 	}
-	res, runErr := procbench.RunBurst(ctx, cfg)
-	if res == nil {
-		if errors.Is(runErr, procbench.ErrBadConfig) {
-			return usagef("%s", strings.TrimPrefix(runErr.Error(), procbench.ErrBadConfig.Error()+": "))
-		}
-		return runErr
-	}
-	return f.report(e, res, runErr)
+	cfg := procbench.BurstConfig{Config: procbench.Config{Binary: bin, Nodes: nodes, Cards: cards, Progress: progress}, Hold: f.hold, Settle: f.settle}
+	return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.RunBurst(ctx, cfg) })
 }
 
 // usesFullMesh reports whether a scenario of the run starts the in-process

@@ -128,6 +128,9 @@ func RunBurst(ctx context.Context, cfg BurstConfig) (*bench.Results, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if _, err := procstat.Read(os.Getpid()); err != nil {
+		return nil, fmt.Errorf("%w: the burst scenario reads /proc: %v", ErrBadConfig, err)
+	}
 	res := &bench.Results{
 		Started: time.Now().UTC().Truncate(time.Second),
 		Machine: bench.ThisMachine(),
@@ -135,19 +138,7 @@ func RunBurst(ctx context.Context, cfg BurstConfig) (*bench.Results, error) {
 			processes(cfg.Nodes), text.Count(cfg.Cards, "card"), cfg.Model, burstText(cfg.Burst), cfg.Hold, cfg.Probe),
 	}
 	r := &burstRun{run: run{cfg: cfg.Config, res: res}, bcfg: cfg}
-	err := r.burst(ctx)
-	res.Took = time.Since(res.Started).Round(time.Second).Seconds()
-	if la := bench.ThisMachine().LoadAvg; la != "" {
-		r.note("load average at the end: %s (at the start: %s)", la, res.Machine.LoadAvg)
-	}
-	if ctx.Err() != nil {
-		res.Interrupted = true
-		return res, ctx.Err()
-	}
-	if err == nil {
-		res.Scenarios = []string{BurstScenario}
-	}
-	return res, err
+	return r.conclude(ctx, BurstScenario, r.burst(ctx))
 }
 
 type burstRun struct {
@@ -163,46 +154,17 @@ func (r *burstRun) row(row bench.Row) {
 	r.res.Rows = append(r.res.Rows, row)
 }
 
-func (r *burstRun) burst(ctx context.Context) (err error) {
-	cfg := r.bcfg
-	dir := cfg.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "gpumesh-bench-burst-"); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	defer func() {
-		switch {
-		case cfg.KeepDir:
-			r.note("the nodes' data and logs are in %s", dir)
-		case err != nil && ctx.Err() == nil:
-			r.note("the nodes' data and logs are kept in %s", dir)
-		default:
-			os.RemoveAll(dir)
-		}
-	}()
-	ccfg := cfg.Config
+func (r *burstRun) burst(ctx context.Context) error {
+	ccfg := r.bcfg.Config
 	// Gangs across nodes of process-isolated suppliers meet on the
 	// suppliers' own network: the nodes must allow it.
 	ccfg.nodeArgs = []string{"--job-network", "host"}
-	cfg.Progress(fmt.Sprintf("starting %s on loopback", processes(cfg.Nodes)))
-	c, err := startCluster(ctx, ccfg, dir)
-	if err != nil {
-		if ctx.Err() != nil {
-			r.note("stopped while the node processes started: nothing was measured")
-		}
-		return err
-	}
-	defer func() {
-		grace := 5 * time.Second
-		if ctx.Err() != nil {
-			grace = 500 * time.Millisecond
-		}
-		c.stop(grace)
-	}()
+	return r.withCluster(ctx, ccfg, "gpumesh-bench-burst-", r.hit)
+}
 
+// hit is the burst scenario on a formed cluster.
+func (r *burstRun) hit(ctx context.Context, c *cluster, _ time.Duration) error {
+	cfg := r.bcfg
 	sctx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
 	sampling.Add(1)

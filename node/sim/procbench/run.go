@@ -84,7 +84,13 @@ func Run(ctx context.Context, cfg Config) (*bench.Results, error) {
 			text.Count(cfg.Submitters, "submitter"), text.Count(cfg.Jobs, "1-card job")),
 	}
 	r := &run{cfg: cfg, res: res}
-	err := r.run(ctx)
+	return r.conclude(ctx, Scenario, r.run(ctx))
+}
+
+// conclude finishes the results of a run of scenario that ended with err:
+// how long it took, the load average, and whether Ctrl-C cut it short.
+func (r *run) conclude(ctx context.Context, scenario string, err error) (*bench.Results, error) {
+	res := r.res
 	res.Took = time.Since(res.Started).Round(time.Second).Seconds()
 	if la := bench.ThisMachine().LoadAvg; la != "" {
 		r.note("load average at the end: %s (at the start: %s)", la, res.Machine.LoadAvg)
@@ -94,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*bench.Results, error) {
 		return res, ctx.Err()
 	}
 	if err == nil {
-		res.Scenarios = []string{Scenario}
+		res.Scenarios = []string{scenario}
 	}
 	return res, err
 }
@@ -113,11 +119,15 @@ func (r *run) row(row bench.Row) {
 	r.res.Rows = append(r.res.Rows, row)
 }
 
-func (r *run) run(ctx context.Context) (err error) {
-	cfg := r.cfg
+// withCluster makes the run's directory (cfg.Dir, or a temporary one
+// named after prefix), starts cfg's node processes in it and calls fn with
+// them and the time they took to form a mesh. It stops the processes after
+// fn (within a second after Ctrl-C), and removes the directory unless
+// cfg.KeepDir or the run failed, noting where it is kept.
+func (r *run) withCluster(ctx context.Context, cfg Config, prefix string, fn func(ctx context.Context, c *cluster, formed time.Duration) error) (err error) {
 	dir := cfg.Dir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "gpumesh-bench-processes-"); err != nil {
+		if dir, err = os.MkdirTemp("", prefix); err != nil {
 			return err
 		}
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -142,14 +152,23 @@ func (r *run) run(ctx context.Context) (err error) {
 		}
 		return err
 	}
-	grace := 5 * time.Second
 	defer func() {
+		grace := 5 * time.Second
 		if ctx.Err() != nil {
 			grace = 500 * time.Millisecond // Ctrl-C: be gone within a second
 		}
 		c.stop(grace)
 	}()
-	formed := time.Since(t0)
+	return fn(ctx, c, time.Since(t0))
+}
+
+func (r *run) run(ctx context.Context) error {
+	return r.withCluster(ctx, r.cfg, "gpumesh-bench-processes-", r.load)
+}
+
+// load is the processes scenario on a formed cluster.
+func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error {
+	cfg := r.cfg
 	cfg.Progress(fmt.Sprintf("mesh formed in %s", formed.Round(100*time.Millisecond)))
 	r.row(bench.Row{Case: "start and form", Clock: bench.ClockReal, Metric: "time", Value: formed.Seconds(), Unit: "s",
 		Note: "processes started one after another, until every node sees every member alive and coordinating and every supplier's cards in its book"})

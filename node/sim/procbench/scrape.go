@@ -39,24 +39,34 @@ func (s series) sum(name string, labels ...string) float64 {
 
 // scrape reads p's /metrics, with the nodes' API token.
 func (c *cluster) scrape(ctx context.Context, p *proc) (series, error) {
+	var s series
+	err := c.readMetrics(ctx, p, func(r io.Reader) (err error) {
+		s, err = parseSeries(r)
+		return err
+	})
+	return s, err
+}
+
+// readMetrics GETs p's /metrics with the nodes' API token and hands the
+// body to parse; its errors name the node.
+func (c *cluster) readMetrics(ctx context.Context, p *proc, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.api+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.admin)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: /metrics: %s", p.name, resp.Status)
+		return fmt.Errorf("%s: /metrics: %s", p.name, resp.Status)
 	}
-	s, err := parseSeries(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s: /metrics: %w", p.name, err)
+	if err := parse(resp.Body); err != nil {
+		return fmt.Errorf("%s: /metrics: %w", p.name, err)
 	}
-	return s, nil
+	return nil
 }
 
 // parseSeries reads the gpumesh_* samples of a Prometheus text exposition.

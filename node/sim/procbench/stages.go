@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,19 +25,8 @@ type stageHist struct {
 func (c *cluster) stages(ctx context.Context) (map[string]*stageHist, error) {
 	out := map[string]*stageHist{}
 	for _, p := range c.procs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.api+"/metrics", nil)
-		if err != nil {
+		if err := c.readMetrics(ctx, p, func(r io.Reader) error { return parseStages(r, out) }); err != nil {
 			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.admin)
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		err = parseStages(resp.Body, out)
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: /metrics: %w", p.name, err)
 		}
 	}
 	return out, nil
