@@ -371,9 +371,12 @@ func TestSuppliersRefuseAwardsWithoutTheOwnersSignature(t *testing.T) {
 			t.Errorf("node %s runs the unsigned job", n.ID().ShortString())
 		}
 	}
+	// The coordinator goes on awarding the job (a spare, the next round):
+	// an award still waiting for its answer is no fault, but none may
+	// have been taken.
 	for _, p := range rec.Placements {
-		if p.State != market.PlacementRejected {
-			t.Errorf("placement %+v was not rejected", p)
+		if p.State != market.PlacementRejected && p.State != market.PlacementAwarded || !p.StartedAt.IsZero() {
+			t.Errorf("placement %+v was taken", p)
 		}
 	}
 }
