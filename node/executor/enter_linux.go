@@ -82,7 +82,7 @@ func (j *sandboxJail) dupNamespaces() (namespaces, error) {
 // made on the job's own devpts instance (its /dev/pts), given to its uid.
 // The work runs on a thread locked for it and never unlocked: the thread
 // ends with its goroutine and takes the namespaces along.
-func (j *sandboxJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, error) {
+func (j *sandboxJail) enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (*os.File, error) {
 	ns, err := j.dupNamespaces()
 	if err != nil {
 		return nil, err
@@ -98,14 +98,14 @@ func (j *sandboxJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, err
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked
-		m, err := j.enterLocked(cmd, tty, ns)
+		m, err := j.enterLocked(cmd, tty, rows, cols, ns)
 		done <- result{m, err}
 	}()
 	r := <-done
 	return r.master, r.err
 }
 
-func (j *sandboxJail) enterLocked(cmd *exec.Cmd, tty bool, ns namespaces) (master *os.File, err error) {
+func (j *sandboxJail) enterLocked(cmd *exec.Cmd, tty bool, rows, cols uint16, ns namespaces) (master *os.File, err error) {
 	// A thread sharing its file system attributes with others (every Go
 	// thread does) may not change its mount namespace.
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
@@ -139,10 +139,17 @@ func (j *sandboxJail) enterLocked(cmd *exec.Cmd, tty bool, ns namespaces) (maste
 				master = nil
 			}
 		}()
+		defer slave.Close()
+		// Sized before the process starts, so that it reads its size at
+		// once (a shell or an editor lays out its first screen by it).
+		if rows > 0 || cols > 0 {
+			if err = setTTYSize(master, rows, cols); err != nil {
+				return nil, err
+			}
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		attr.Setpgid = false
 		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
-		defer slave.Close()
 	}
 	cmd.SysProcAttr = attr
 	after, err := j.cg.attach(cmd.SysProcAttr)

@@ -138,8 +138,8 @@ func (j *processJail) cgroupDir() string { return "" }
 
 func (j *processJail) hiddenBy(string) string { return "" } // it sees the node's files
 
-func (j *processJail) enter(cmd *exec.Cmd, tty bool, _, _ uint16) (*os.File, error) {
-	return startInGroup(cmd, tty)
+func (j *processJail) enter(cmd *exec.Cmd, tty bool, rows, cols uint16) (*os.File, error) {
+	return startInGroup(cmd, tty, rows, cols)
 }
 
 func (j *processJail) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {

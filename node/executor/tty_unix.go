@@ -12,8 +12,9 @@ import (
 
 // startInGroup starts cmd as the node's user: in a process group of its
 // own, or with tty in a session of its own on a new pseudo-terminal of the
-// node's, whose master it returns.
-func startInGroup(cmd *exec.Cmd, tty bool) (*os.File, error) {
+// node's, whose master it returns, sized rows × cols (0 × 0: unset)
+// before the process starts, so that it reads its size at once.
+func startInGroup(cmd *exec.Cmd, tty bool, rows, cols uint16) (*os.File, error) {
 	if !tty {
 		setProcessGroup(cmd)
 		return nil, cmd.Start()
@@ -21,6 +22,13 @@ func startInGroup(cmd *exec.Cmd, tty bool) (*os.File, error) {
 	master, slave, err := pty.Open()
 	if err != nil {
 		return nil, err
+	}
+	if rows > 0 || cols > 0 {
+		if err := setTTYSize(master, rows, cols); err != nil {
+			master.Close()
+			slave.Close()
+			return nil, err
+		}
 	}
 	if err := startOnTTY(cmd, slave, nil); err != nil {
 		master.Close()
