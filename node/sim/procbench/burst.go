@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -128,16 +127,12 @@ func RunBurst(ctx context.Context, cfg BurstConfig) (*bench.Results, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if _, err := procstat.Read(os.Getpid()); err != nil {
-		return nil, fmt.Errorf("%w: the burst scenario reads /proc: %v", ErrBadConfig, err)
+	base, err := newRun(cfg.Config, BurstScenario, fmt.Sprintf("%s × %s (%s); a burst of %s, cancelled after %v; then a %d-card job",
+		processes(cfg.Nodes), text.Count(cfg.Cards, "card"), cfg.Model, burstText(cfg.Burst), cfg.Hold, cfg.Probe))
+	if err != nil {
+		return nil, err
 	}
-	res := &bench.Results{
-		Started: time.Now().UTC().Truncate(time.Second),
-		Machine: bench.ThisMachine(),
-		Setup: fmt.Sprintf("%s × %s (%s); a burst of %s, cancelled after %v; then a %d-card job",
-			processes(cfg.Nodes), text.Count(cfg.Cards, "card"), cfg.Model, burstText(cfg.Burst), cfg.Hold, cfg.Probe),
-	}
-	r := &burstRun{run: run{cfg: cfg.Config, res: res}, bcfg: cfg}
+	r := &burstRun{run: *base, bcfg: cfg}
 	return r.conclude(ctx, BurstScenario, r.burst(ctx))
 }
 

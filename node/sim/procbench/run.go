@@ -74,17 +74,22 @@ func Run(ctx context.Context, cfg Config) (*bench.Results, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if _, err := procstat.Read(os.Getpid()); err != nil {
-		return nil, fmt.Errorf("%w: the processes scenario reads /proc: %v", ErrBadConfig, err)
+	r, err := newRun(cfg, Scenario, fmt.Sprintf("%s × %s (%s), %s, %s", processes(cfg.Nodes), text.Count(cfg.Cards, "card"), cfg.Model,
+		text.Count(cfg.Submitters, "submitter"), text.Count(cfg.Jobs, "1-card job")))
+	if err != nil {
+		return nil, err
 	}
-	res := &bench.Results{
-		Started: time.Now().UTC().Truncate(time.Second),
-		Machine: bench.ThisMachine(),
-		Setup: fmt.Sprintf("%s × %s (%s), %s, %s", processes(cfg.Nodes), text.Count(cfg.Cards, "card"), cfg.Model,
-			text.Count(cfg.Submitters, "submitter"), text.Count(cfg.Jobs, "1-card job")),
-	}
-	r := &run{cfg: cfg, res: res}
 	return r.conclude(ctx, Scenario, r.run(ctx))
+}
+
+// newRun checks that this system has the /proc the scenarios read and
+// starts a run's results: when, on what machine, what was set up.
+func newRun(cfg Config, scenario, setup string) (*run, error) {
+	if _, err := procstat.Read(os.Getpid()); err != nil {
+		return nil, fmt.Errorf("%w: the %s scenario reads /proc: %v", ErrBadConfig, scenario, err)
+	}
+	res := &bench.Results{Started: time.Now().UTC().Truncate(time.Second), Machine: bench.ThisMachine(), Setup: setup}
+	return &run{cfg: cfg, res: res}, nil
 }
 
 // conclude finishes the results of a run of scenario that ended with err:
