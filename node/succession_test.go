@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -186,6 +188,23 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 		sm.waitBook(n, 2)
 	}
 
+	// What the runner saw, to tell on a failure whether it took the job
+	// over because of the cut or of a member it wrongly lost before it.
+	seen, unsubscribe := holder.events.subscribe()
+	var timeline []api.Event
+	var seenWG sync.WaitGroup
+	seenWG.Go(func() {
+		for ev := range seen {
+			timeline = append(timeline, ev)
+		}
+	})
+	defer func() {
+		unsubscribe()
+		seenWG.Wait()
+	}()
+	if q := holder.quorumOthers(); q != 1 {
+		t.Fatalf("before the cut the runner counts %d other members its claims need, want 1 (a group of three)", q)
+	}
 	// Cut off from all at once: cut link by link, the runner could still
 	// reach a majority of the group while the first links go, and adopt.
 	cut := time.Now()
@@ -197,7 +216,15 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	if mine {
-		t.Errorf("the cut-off runner adopted its own job")
+		unsubscribe()
+		seenWG.Wait()
+		var lines []string
+		for _, ev := range timeline {
+			if ev.Type == "member" || ev.Job == id {
+				lines = append(lines, fmt.Sprintf("%+v %s %s %s %s", ev.At.Sub(cut).Round(time.Millisecond), ev.Type, ev.State, ev.Peer, ev.Reason))
+			}
+		}
+		t.Errorf("the cut-off runner adopted its own job; what it saw, from the cut:\n%s", strings.Join(lines, "\n"))
 	}
 	eventually(t, 15*time.Second, "the share runs on the other side", func() bool { return len(spare.exec.Running()) == 1 })
 }
