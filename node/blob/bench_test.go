@@ -98,3 +98,34 @@ func BenchmarkPutChangedTree(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkPutSmallTree is what keeping a small job's outputs costs a
+// node at each attempt's end: a tree of a directory and two small files
+// (a job that wrote a result and a log line). It reports the CPU time and
+// bytes allocated per Put; every ended attempt pays it.
+//
+//	go test -run XXX -bench PutSmallTree -benchmem ./node/blob/
+func BenchmarkPutSmallTree(b *testing.B) {
+	src := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "out"), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	for name, size := range map[string]int{"out/result.json": 300, "stdout.log": 4 << 10} {
+		if err := os.WriteFile(filepath.Join(src, name), make([]byte, size), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := Open(Config{Dir: filepath.Join(b.TempDir(), "blobs"), Limit: NoLimit})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	mustLease(b, s, "out")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Put(ctx, src, "out"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

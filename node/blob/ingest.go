@@ -10,11 +10,12 @@ import (
 // ingestBuffers chunks (each in a buffer of up to MaxChunkSize, touched
 // only as far as the chunk reaches: some MiB in all).
 type ingest struct {
-	s    *Store
-	hold *hold
-	free chan []byte
-	jobs chan ingestJob
-	wg   sync.WaitGroup
+	s     *Store
+	hold  *hold
+	reuse *reuse
+	slots chan struct{} // one per chunk handed out and not yet stored
+	jobs  chan ingestJob
+	wg    sync.WaitGroup
 
 	mu        sync.Mutex
 	err       error
@@ -40,39 +41,42 @@ type ingestJob struct {
 }
 
 // newIngest starts an ingest that stores into s, holding what it stores
-// in h; with a nil s it only hashes (Scan), counting each distinct chunk
-// as new.
-func newIngest(s *Store, h *hold) *ingest {
-	in := &ingest{s: s, hold: h, free: make(chan []byte, ingestBuffers), jobs: make(chan ingestJob), seen: map[Digest]bool{}}
-	for range ingestBuffers {
-		in.free <- nil // allocated at first use
-	}
+// in h and taking its buffers from r; with a nil s it only hashes (Scan),
+// counting each distinct chunk as new.
+func newIngest(s *Store, h *hold, r *reuse) *ingest {
+	in := &ingest{s: s, hold: h, reuse: r, slots: make(chan struct{}, ingestBuffers), jobs: make(chan ingestJob), seen: map[Digest]bool{}}
 	for range ingestWorkers {
 		in.wg.Go(in.work)
 	}
 	return in
 }
 
-// buffer returns a free buffer, waiting for one.
+// buffer returns an empty buffer of capacity MaxChunkSize, waiting while
+// ingestBuffers chunks are out.
 func (in *ingest) buffer() []byte {
-	b := <-in.free
-	if b == nil {
-		b = make([]byte, 0, MaxChunkSize)
-	}
-	return b
+	in.slots <- struct{}{}
+	return in.reuse.buffer()
 }
 
-// store hands a chunk (in a buffer from buffer) to the goroutines; its
-// digest is in ref once wait returned.
+// take waits, as buffer does, for a chunk the caller holds in a buffer of
+// its own.
+func (in *ingest) take() { in.slots <- struct{}{} }
+
+// store hands a chunk (in a buffer from buffer, or one of the caller's
+// after take) to the goroutines; its digest is in ref once wait returned.
 func (in *ingest) store(data []byte, ref *ChunkRef) { in.jobs <- ingestJob{data, ref} }
 
 // recycle gives back a buffer that was not handed over.
-func (in *ingest) recycle(b []byte) { in.free <- b }
+func (in *ingest) recycle(b []byte) {
+	in.reuse.putBuffer(b)
+	<-in.slots
+}
 
 func (in *ingest) work() {
 	for j := range in.jobs {
 		in.do(j)
-		in.free <- j.data[:0]
+		in.reuse.putBuffer(j.data)
+		<-in.slots
 	}
 }
 

@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,7 @@ func (s *Store) PutPath(ctx context.Context, dir, path, lease string) (PutStats,
 	}
 	h := s.newHold()
 	defer s.release(h)
-	m, st, err := walkTree(ctx, dir, path, newIngest(s, h), s.log)
+	m, st, err := walkTree(ctx, dir, path, newIngest(s, h, &s.pools), s.log)
 	if err != nil {
 		return st, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
@@ -93,8 +94,9 @@ func walkTree(ctx context.Context, dir, path string, in *ingest, log *slog.Logge
 		return nil, PutStats{}, err
 	}
 	defer root.Close()
-	p := &putter{ctx: ctx, log: log, root: root, split: newSplitter(), entries: []Entry{}, in: in}
+	p := &putter{ctx: ctx, log: log, root: root, split: in.reuse.splitter(), entries: []Entry{}, in: in}
 	err = p.top(path)
+	in.reuse.putSplitter(p.split)
 	if ierr := p.in.wait(); err == nil {
 		err = ierr
 	}
@@ -247,7 +249,50 @@ func (p *putter) file(path, name string) error {
 	if !info.Mode().IsRegular() {
 		return fmt.Errorf("is no longer a regular file but %s", info.Mode().Type())
 	}
+	if info.Size() < MinChunkSize {
+		return p.small(name, info.Mode().Perm(), f, info.Size())
+	}
 	return p.stream(name, info.Mode().Perm(), f)
+}
+
+// small adds a file shorter than MinChunkSize, as stat found it, from f:
+// it is one chunk (the chunker never cuts before MinChunkSize), read into
+// a buffer of its size rather than one of MaxChunkSize. A file that grew
+// to MinChunkSize meanwhile is cut as any other, from what was read on.
+func (p *putter) small(path string, mode fs.FileMode, f io.Reader, size int64) error {
+	data := make([]byte, 0, size+1)
+	for len(data) < MinChunkSize {
+		if len(data) == cap(data) {
+			data = slices.Grow(data, min(2*cap(data), MinChunkSize)-len(data))
+		}
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(data) >= MinChunkSize {
+		return p.stream(path, mode, io.MultiReader(bytes.NewReader(data), f))
+	}
+	pf := putFile{entry: len(p.entries)}
+	e := Entry{Path: path, Type: TypeFile, Mode: mode, Size: int64(len(data))}
+	if len(data) > 0 {
+		if err := p.in.failed(); err != nil {
+			return err
+		}
+		ref := new(ChunkRef)
+		pf.chunks = append(pf.chunks, ref)
+		p.in.take()
+		p.in.store(data, ref)
+		p.stats.Chunks++
+		p.stats.Bytes += int64(len(data))
+	}
+	p.entries = append(p.entries, e)
+	p.files = append(p.files, pf)
+	return nil
 }
 
 // stream cuts the bytes of r into chunks, hands them to the ingest and

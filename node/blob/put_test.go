@@ -132,6 +132,61 @@ func TestChunkingIsFixed(t *testing.T) {
 	}
 }
 
+// A file shorter than MinChunkSize is read whole into a buffer of its
+// size instead of going through the chunker; its chunks must be those the
+// chunker makes of the same bytes (PutFile streams them through it), or
+// stores of two versions would share nothing. A file that grew past the
+// size its stat gave is cut as any other.
+func TestSmallFilesAreChunkedAsTheChunkerWould(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	mustLease(t, s, "l")
+	for _, size := range []int{0, 1, 4096, MinChunkSize - 1, MinChunkSize, MinChunkSize + 1, 3 * MinChunkSize} {
+		data := randBytes(uint64(size), size)
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "f"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tree, err := s.Put(context.Background(), dir, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed, err := s.PutFile(context.Background(), "f", bytes.NewReader(data), "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tree.Manifest != streamed.Manifest {
+			t.Errorf("a file of %d bytes: put as a tree %s, through the chunker %s", size, tree.Manifest, streamed.Manifest)
+		}
+	}
+
+	// Grown: stat said 10 bytes; 2 MinChunkSize came.
+	data := randBytes(7, 2*MinChunkSize)
+	h := s.newHold()
+	defer s.release(h)
+	p := &putter{ctx: context.Background(), split: s.pools.splitter(), entries: []Entry{}, in: newIngest(s, h, &s.pools)}
+	if err := p.small("f", 0o644, bytes.NewReader(data), 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.in.wait(); err != nil {
+		t.Fatal(err)
+	}
+	streamed, err := s.PutFile(context.Background(), "f", bytes.NewReader(data), "l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Manifest(streamed.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []ChunkRef
+	for _, c := range p.files[0].chunks {
+		got = append(got, *c)
+	}
+	if want := m.Entries[0].Chunks; !slices.Equal(got, want) || p.entries[0].Size != int64(len(data)) {
+		t.Errorf("a file that grew to %d bytes after its stat: chunks %v (size %d), the chunker's %v", len(data), got, p.entries[0].Size, want)
+	}
+}
+
 func TestPutNeedsItsLease(t *testing.T) {
 	s, _ := openStore(t, NoLimit)
 	src := t.TempDir()

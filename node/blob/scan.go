@@ -22,7 +22,7 @@ func Scan(ctx context.Context, dir string, log *slog.Logger) (*Manifest, PutStat
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, st, err := walkTree(ctx, dir, ".", newIngest(nil, nil), log)
+	m, st, err := walkTree(ctx, dir, ".", newIngest(nil, nil, new(reuse)), log)
 	if err != nil {
 		return nil, st, fmt.Errorf("blob: scan %s: %w", dir, err)
 	}

@@ -92,6 +92,9 @@ type Store struct {
 	// starts with byte b exists.
 	fanned [3][256]atomic.Bool
 
+	// pools keeps the buffers and splitters of Puts for the next.
+	pools reuse
+
 	// afterChunk, when set (tests), runs after Put stored each chunk.
 	afterChunk func()
 }

@@ -27,8 +27,10 @@ func (s *Store) PutFile(ctx context.Context, name string, r io.Reader, lease str
 	}
 	h := s.newHold()
 	defer s.release(h)
-	p := &putter{ctx: ctx, log: s.log, split: newSplitter(), entries: []Entry{}, in: newIngest(s, h)}
+	in := newIngest(s, h, &s.pools)
+	p := &putter{ctx: ctx, log: s.log, split: s.pools.splitter(), entries: []Entry{}, in: in}
 	err := p.stream(name, 0o644, r)
+	s.pools.putSplitter(p.split)
 	if ierr := p.in.wait(); err == nil {
 		err = ierr
 	}
