@@ -41,8 +41,13 @@
 //
 // An object is written to ingest/, synced, checked against its digest and
 // renamed into place, and its directory synced: it is whole under its name
-// or absent, whatever the crash. The index of objects (size and age) is
-// rebuilt from the directories at Open, so it cannot disagree with them.
+// or absent, whatever the crash. The exception is a copy that can be
+// fetched again (Writer.SkipSync: a restore's, a cache's), left to the
+// kernel's write-back: a crash may leave it torn under its name, and it
+// is found out when read, since the store hashes every object it did not
+// write since it opened before a restore copies it. The index of objects
+// (size and age) is rebuilt from the directories at Open, so it cannot
+// disagree with them.
 //
 // # Chunking
 //

@@ -29,7 +29,10 @@ type Writer struct {
 	hold *hold // keeps the object once committed, when set
 	// summed says the caller named the object by hashing the very bytes
 	// it writes from memory (put): they are not hashed again.
-	summed  bool
+	summed bool
+	// nosync leaves the bytes and the rename to the kernel's write-back
+	// (SkipSync).
+	nosync  bool
 	renamed bool // its file is in place: nothing to remove
 	done    bool
 	err     error // the first write error
@@ -97,6 +100,16 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return k, nil
 }
 
+// SkipSync has Commit leave the object's bytes and its name to the
+// kernel's write-back instead of syncing them, for a copy that can be
+// fetched again (a restore's, a cache's): a fetch of gigabytes then moves
+// at the speed of memory, not of the disk's syncs. A crash may leave such
+// an object torn under its name. It is found out when read: the store
+// hashes every object it did not write since it opened before a Restore
+// copies it (and removes one that fails, so that the next fetch brings it
+// again), and a peer it is served to checks it against its digest.
+func (w *Writer) SkipSync() { w.nosync = true }
+
 // Commit checks the bytes written and, when they are the announced size
 // and hash to the digest, makes the object visible. Otherwise it discards
 // them and returns a *SizeError or *DigestError (a manifest must also
@@ -125,8 +138,10 @@ func (w *Writer) Commit() error {
 			return err
 		}
 	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("blob: %w", err)
+	if !w.nosync {
+		if err := w.f.Sync(); err != nil {
+			return fmt.Errorf("blob: %w", err)
+		}
 	}
 	if err := w.f.Close(); err != nil {
 		return fmt.Errorf("blob: %w", err)
@@ -185,6 +200,9 @@ func (s *Store) commit(w *Writer) error {
 		w.hold.add(w.kind, w.want)
 	}
 	s.mu.Unlock()
+	if w.nosync {
+		return nil
+	}
 	// The rename is durable once the directory is: a crash before this
 	// loses the object whole, never half of it.
 	if err := syncDir(filepath.Dir(dst)); err != nil {

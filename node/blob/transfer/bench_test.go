@@ -83,7 +83,7 @@ func BenchmarkRestoreFromTwoHolders(b *testing.B) {
 	}
 	b.Logf("tree %s, fetched from 2 holders, all in this process on %d CPUs", bench.Human(put.Bytes), runtime.NumCPU())
 	b.Logf("plain libp2p streams: %s", rawStreams)
-	b.Logf("disk, 1 MiB files:    %s (what a fetch writes, without the network)", disk)
+	b.Logf("disk, 1 MiB files:    %s (synced, as a push's receiver writes them; a fetch does not sync)", disk)
 
 	var ofTCP, ofTCPByCPU, fetchMBps, tcpMBps, rss, heap []float64
 	for b.Loop() {
@@ -252,7 +252,8 @@ func measureTCP(b *testing.B, n int64) run {
 }
 
 // measureDisk writes n bytes from memory into files of 1 MiB under dir,
-// each synced, from four goroutines: the disk work of a fetch.
+// each synced, from four goroutines: the disk work of a push's receiver
+// (a fetch leaves syncing to the kernel).
 func measureDisk(b *testing.B, n int64, dir string) run {
 	buf := make([]byte, 1<<20)
 	files := (n + int64(len(buf)) - 1) / int64(len(buf))

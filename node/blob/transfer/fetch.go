@@ -49,13 +49,16 @@ var _ Fetcher = (*Service)(nil)
 // holders into the store, and adds m to the lease named lease (which must
 // exist) before it stores anything, so that what it brings is kept from
 // the first chunk, across a failure and a restart: a fetch run again
-// after a cut fetches only what is still missing.
+// after a cut fetches only what is still missing. What it brings is not
+// synced chunk by chunk (blob.Writer.SkipSync): it can be fetched again,
+// and a chunk a crash left torn is found and removed when it is next
+// read (blob.Store.Restore). A push's receiver syncs each chunk.
 //
 // The manifest comes from the first holder that has it. The chunks are
 // split among the holders that are left: HolderStreams streams to each,
 // each with Pipeline requests of Batch chunks in flight, at most Window
 // chunks out overall. Each chunk is streamed to disk and hashed as it
-// arrives, then checked against its digest and synced by one of Commits
+// arrives, then checked against its digest (and, for a push, synced) by one of Commits
 // committers while its stream reads on; it is visible only once checked.
 // A chunk a holder lacks or serves corrupt is asked of the others; a
 // holder that fails (a cut, a stall past Timeout, a refusal, a protocol
@@ -72,11 +75,15 @@ func (s *Service) Fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 		return FetchStats{Manifest: m}, ErrClosed
 	}
 	defer s.wg.Done()
-	return s.fetch(ctx, m, holders, lease)
+	return s.fetch(ctx, m, holders, lease, false)
 }
 
-// fetch is Fetch for a caller already counted in s.wg.
-func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, lease string) (FetchStats, error) {
+// fetch is Fetch for a caller already counted in s.wg. A durable fetch
+// syncs each object it stores before it counts it (a push's receiver,
+// which answers that it holds what it was pushed); the others leave
+// syncing to the kernel (blob.Writer.SkipSync): what they bring can be
+// fetched again.
+func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, lease string, durable bool) (FetchStats, error) {
 	stats := FetchStats{Manifest: m, Holders: make(map[peer.ID]HolderStats)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -92,7 +99,7 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 	if err := s.store.AddToLease(lease, []blob.Digest{m}, nil); err != nil {
 		return stats, fmt.Errorf("transfer: fetch %s: %w", m, err)
 	}
-	f := &fetch{s: s, m: m, stats: &stats}
+	f := &fetch{s: s, m: m, stats: &stats, durable: durable}
 	if !s.store.Has(blob.KindManifest, m) {
 		if err := f.manifest(ctx, hs); err != nil {
 			return stats, err
@@ -179,6 +186,7 @@ func (s *Service) fetch(ctx context.Context, m blob.Digest, holders []peer.ID, l
 type fetch struct {
 	s       *Service
 	m       blob.Digest
+	durable bool // sync what is stored (fetch)
 	q       *schedule
 	commits chan commit // chunks received whole, to check and sync
 	// drop ends a holder's streams; hctx are their contexts. Both are
@@ -433,6 +441,9 @@ func (f *fetch) work(ctx, hctx context.Context, h peer.ID) {
 // fetch's streams have all ended.
 func (f *fetch) committer() {
 	for c := range f.commits {
+		if !f.durable {
+			c.w.SkipSync()
+		}
 		res, drop := f.settle(c.h, blob.KindChunk, c.it.ref.Size, c.w.Commit())
 		switch {
 		case res == nil:

@@ -142,6 +142,66 @@ func TestFetchResumesAfterACut(t *testing.T) {
 	sameFiles(t, a, m, src)
 }
 
+// A fetch leaves what it brings to the kernel's write-back (it can be
+// fetched again), so a crash may leave a chunk torn under its name. After
+// the restart the store does not take its word for it: the restore finds
+// the torn chunk and removes it, and the next fetch brings that one alone.
+func TestAChunkTornByACrashAfterAFetchIsFetchedAgain(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addNode(blob.NoLimit, nil), tn.addNode(blob.NoLimit, nil)
+	src := bigTree(t, 5)
+	m := putTree(t, b, src).Manifest
+	id := lease(t, a, "fetch")
+	if _, err := a.svc.Fetch(testCtx(t), m, []peer.ID{b.id()}, id); err != nil {
+		t.Fatal(err)
+	}
+	man, err := a.store.Manifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := man.Chunks()[1].Digest
+
+	// The crash: the node stops, and the chunk's file keeps only half its
+	// bytes (where the store keeps it: chunks/ab/abcdef…).
+	dir := a.store.Dir()
+	a.svc.Close()
+	if err := a.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "chunks", torn.Hex()[:2], torn.Hex())
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, info.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	st, err := blob.Open(blob.Config{Dir: dir, Limit: blob.NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	a.store = st
+	if a.svc, err = New(a.h, Config{Protocol: testProto, Store: st, Auth: a.auth, Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.svc.Close() })
+
+	err = st.Restore(testCtx(t), m, filepath.Join(t.TempDir(), "restored"))
+	var de *blob.DigestError
+	if !errors.As(err, &de) || de.Want != torn {
+		t.Fatalf("Restore after the crash = %v, want a *DigestError for the torn chunk %s", err, torn.Short())
+	}
+	again, err := a.svc.Fetch(testCtx(t), m, []peer.ID{b.id()}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fetched != 1 || again.Present != again.Chunks-1 {
+		t.Fatalf("the fetch after the restore found the torn chunk: %+v; want it alone fetched again", again)
+	}
+	sameFiles(t, a, m, src)
+}
+
 func TestFetchGetsAVanishedHoldersChunksFromTheOthers(t *testing.T) {
 	tn, a, b, c, src, m := holders(t, nil)
 	cSeen := newGate()

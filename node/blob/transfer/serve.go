@@ -207,7 +207,7 @@ func (s *Service) servePush(ctx context.Context, c *conn, from peer.ID, m blob.D
 	// The fetch takes as long as it takes; its own requests have
 	// deadlines. The pusher waits without one.
 	c.noDeadline()
-	st, err := s.fetch(ctx, m, []peer.ID{from}, lease)
+	st, err := s.fetch(ctx, m, []peer.ID{from}, lease, true)
 	if err != nil {
 		code := CodeFailed
 		if errors.Is(err, blob.ErrQuota) {
