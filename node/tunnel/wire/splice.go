@@ -2,6 +2,7 @@ package wire
 
 import (
 	"io"
+	"net"
 	"sync"
 )
 
@@ -32,11 +33,16 @@ func Splice(a, b HalfCloser) (ab, ba int64) {
 	one := func(dst, src HalfCloser, n *int64) {
 		defer wg.Done()
 		var err error
-		if rf, ok := dst.(io.ReaderFrom); ok {
-			// TCP to TCP: the kernel moves the bytes (splice(2)).
-			*n, err = rf.ReadFrom(src)
+		if kernelCopies(dst, src) {
+			// Socket to socket: the kernel moves the bytes (splice(2)).
+			*n, err = dst.(io.ReaderFrom).ReadFrom(src)
 		} else {
-			*n, err = io.CopyBuffer(dst, src, make([]byte, spliceBuffer))
+			// Anything else through one buffer of ours. Neither side's
+			// WriteTo or ReadFrom may take over: a TCP connection's
+			// falls back to a buffer of 32 KiB for a libp2p stream,
+			// which cuts the stream into frames of half the size and a
+			// third more TLS records.
+			*n, err = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, make([]byte, spliceBuffer))
 		}
 		if err != nil {
 			fail()
@@ -54,6 +60,26 @@ func Splice(a, b HalfCloser) (ab, ba int64) {
 	b.Close()
 	return ab, ba
 }
+
+// kernelCopies reports whether a copy from src to dst can be left to the
+// kernel: both are TCP or Unix sockets.
+func kernelCopies(dst, src io.Reader) bool {
+	_, ok := dst.(io.ReaderFrom)
+	return ok && isSocket(dst) && isSocket(src)
+}
+
+func isSocket(c any) bool {
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		return true
+	}
+	return false
+}
+
+// onlyReader and onlyWriter hide every method but Read and Write from
+// io.CopyBuffer.
+type onlyReader struct{ io.Reader }
+type onlyWriter struct{ io.Writer }
 
 // abort ends a connection at once: a libp2p stream is reset, others are
 // closed.
