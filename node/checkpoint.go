@@ -47,6 +47,7 @@ const (
 const (
 	DefaultCheckpointInterval = 30 * time.Second
 	DefaultKeepOutputs        = 24 * time.Hour
+	DefaultCheckpointKeep     = 2
 )
 
 // checkpointHolders is how many members besides the runner a checkpoint
@@ -514,9 +515,7 @@ func (n *Node) restore(e market.Execution, cp *market.Checkpoint, dir string) er
 }
 
 // checkpointKeep is how many checkpoints of a share are kept.
-func (n *Node) checkpointKeep() int {
-	return market.DefaultConfig(n.id.String()).CheckpointKeep
-}
+func (n *Node) checkpointKeep() int { return n.cfg.CheckpointKeep }
 
 // coordinatorOf is the coordinator this node's market renews the job's
 // lease with.

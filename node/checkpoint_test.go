@@ -226,6 +226,33 @@ func TestCheckpointOfAJobOnItsOwnCoordinatorIsAccepted(t *testing.T) {
 	}
 }
 
+// A node started with CheckpointKeep 3 (--checkpoint-keep 3) keeps the
+// newest three checkpoints of a share in the records it coordinates, not
+// the default two, and never more.
+func TestCheckpointKeepSetsHowManyCheckpointsTheRecordKeeps(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) { c.CheckpointInterval, c.CheckpointKeep = 100*time.Millisecond, 3 }, "a100-80g:1", "")
+	n := sm.nodes[0]
+	sm.waitBook(n, 1)
+	if _, err := n.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "keep3", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", stepScript}}); err != nil {
+		t.Fatal(err)
+	}
+	most, distinct := 0, map[string]bool{}
+	eventually(t, 30*time.Second, "five checkpoints taken, the record keeping the newest three", func() bool {
+		rec, err := n.Job(context.Background(), "keep3")
+		if err != nil {
+			return false
+		}
+		most = max(most, len(rec.Checkpoints))
+		for _, cp := range rec.Checkpoints {
+			distinct[cp.Manifest] = true
+		}
+		return len(distinct) >= 5 && len(rec.Checkpoints) == 3
+	})
+	if most > 3 {
+		t.Errorf("the record held %d checkpoints of one share at once, want at most 3", most)
+	}
+}
+
 // A job alone on a node that no other member could hold a checkpoint for
 // goes on, but its checkpoints do not count: the record has none.
 func TestCheckpointHeldByItsRunnerAloneDoesNotCount(t *testing.T) {

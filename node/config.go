@@ -152,6 +152,11 @@ type Config struct {
 	// CheckpointLimit bounds one checkpoint's size; a bigger one is not
 	// shipped. Default 0: no limit but the content store's (StoreMax).
 	CheckpointLimit int64
+	// CheckpointKeep is how many checkpoints of each share this node keeps:
+	// as a runner (the newest it shipped), as a holder, and in the records
+	// of the jobs it coordinates. Default DefaultCheckpointKeep (2); at
+	// most 100.
+	CheckpointKeep int
 	// StoreMax bounds the bytes of the node's content store (checkpoints,
 	// and what it holds for other nodes' jobs). Default 0: half of what
 	// the file system under DataDir could give it, at most a quarter of
@@ -212,6 +217,9 @@ func (c Config) withDefaults() Config {
 	if c.KeepOutputs <= 0 {
 		c.KeepOutputs = DefaultKeepOutputs
 	}
+	if c.CheckpointKeep == 0 {
+		c.CheckpointKeep = DefaultCheckpointKeep
+	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = DefaultTickInterval
 	}
@@ -252,6 +260,9 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 0 || c.Replicas > 7 {
 		return fmt.Errorf("node: Replicas %d: want 1 to 7", c.Replicas)
+	}
+	if c.CheckpointKeep < 0 || c.CheckpointKeep > 100 {
+		return fmt.Errorf("node: CheckpointKeep %d: want 1 to 100", c.CheckpointKeep)
 	}
 	if c.CoordinatorAfter < 0 {
 		return fmt.Errorf("node: CoordinatorAfter %s: must not be negative", c.CoordinatorAfter)

@@ -30,6 +30,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 	mcfg.Prices.PerModel = n.cfg.Prices
 	mcfg.Book = n.book
 	mcfg.Network, mcfg.RequireSigned, mcfg.Policy = n.mesh.Network(), true, n.cfg.Policy
+	mcfg.CheckpointKeep = n.cfg.CheckpointKeep
 	if caps := n.exec.Capabilities(); caps.Runtime == "" && mcfg.Policy.NoImages == "" {
 		// No bid for a job in an image, with the reason in its --explain.
 		mcfg.Policy.NoImages = caps.ImagesReason

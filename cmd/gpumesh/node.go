@@ -51,6 +51,7 @@ type nodeFlags struct {
 	drain       time.Duration
 	ckptEvery   time.Duration
 	ckptMaxMiB  int
+	ckptKeep    int
 	storeMax    string
 	keepOutputs time.Duration
 	ociRuntime  string
@@ -199,6 +200,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
+	fl.IntVar(&f.ckptKeep, "checkpoint-keep", node.DefaultCheckpointKeep, "how many checkpoints of each share to keep (as their runner, holder and coordinator), newest first: a rerouted attempt restores the newest whole one (1 to 100)")
 	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
 	fl.StringVar(&f.storeMax, "store-max", "", "the most the content store (checkpoints, and what this node holds for others' jobs) may take: a `SIZE` such as 200GiB (default: half of what the data dir's file system could give it, at most a quarter of the disk)")
 	fl.DurationVar(&f.keepOutputs, "keep-outputs", node.DefaultKeepOutputs, "how long the checkpoints, payload and outputs of a job that ended are kept")
@@ -259,7 +261,10 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 	if f.ckptMaxMiB < 0 {
 		return cfg, usagef("--checkpoint-max-mib %d: want a number of MiB, 0 for no limit", f.ckptMaxMiB)
 	}
-	cfg.CheckpointInterval, cfg.CheckpointLimit = f.ckptEvery, int64(f.ckptMaxMiB)<<20
+	if f.ckptKeep < 1 || f.ckptKeep > 100 {
+		return cfg, usagef("--checkpoint-keep %d: want 1 to 100 checkpoints", f.ckptKeep)
+	}
+	cfg.CheckpointInterval, cfg.CheckpointLimit, cfg.CheckpointKeep = f.ckptEvery, int64(f.ckptMaxMiB)<<20, f.ckptKeep
 	if f.storeMax != "" {
 		n, err := parseBytes(f.storeMax)
 		if err != nil || n <= 0 {

@@ -35,7 +35,7 @@ func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 		p.maxMemory = "0"
 	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
-		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
 }
 
@@ -116,7 +116,7 @@ func TestNodeMaxJobMemoryAuto(t *testing.T) {
 	var logs strings.Builder
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
 		policy:    policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
-		ckptEvery: node.DefaultCheckpointInterval, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs,
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
 	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
@@ -307,32 +307,39 @@ func TestExplainShowsPolicyDeclines(t *testing.T) {
 
 func TestNodeCheckpointFlags(t *testing.T) {
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
-		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, ckptKeep: 3, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
 	cfg, err := f.config(e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CheckpointInterval != 500*time.Millisecond || cfg.CheckpointLimit != 8<<20 {
-		t.Errorf("checkpoint interval %v, limit %d", cfg.CheckpointInterval, cfg.CheckpointLimit)
+	if cfg.CheckpointInterval != 500*time.Millisecond || cfg.CheckpointLimit != 8<<20 || cfg.CheckpointKeep != 3 {
+		t.Errorf("checkpoint interval %v, limit %d, keep %d", cfg.CheckpointInterval, cfg.CheckpointLimit, cfg.CheckpointKeep)
 	}
 	for _, c := range []struct {
 		every time.Duration
 		mib   int
+		keep  int
 		want  string
 	}{
-		{0, 8, "--checkpoint-interval 0s: want a positive duration"},
-		{time.Second, -1, "--checkpoint-max-mib -1: want a number of MiB, 0 for no limit"},
+		{0, 8, 2, "--checkpoint-interval 0s: want a positive duration"},
+		{time.Second, -1, 2, "--checkpoint-max-mib -1: want a number of MiB, 0 for no limit"},
+		{time.Second, 8, 0, "--checkpoint-keep 0: want 1 to 100 checkpoints"},
+		{time.Second, 8, 101, "--checkpoint-keep 101: want 1 to 100 checkpoints"},
 	} {
-		f.ckptEvery, f.ckptMaxMiB = c.every, c.mib
+		f.ckptEvery, f.ckptMaxMiB, f.ckptKeep = c.every, c.mib, c.keep
 		_, err := f.config(e)
 		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v, %d MiB: %v; want a usage error saying %q", c.every, c.mib, err, c.want)
+			t.Errorf("%v, %d MiB, keep %d: %v; want a usage error saying %q", c.every, c.mib, c.keep, err, c.want)
 		}
 	}
+	f.ckptKeep = 2
 	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
 	if fl := cmd.Flags().Lookup("checkpoint-interval"); fl == nil || fl.DefValue != "30s" {
 		t.Errorf("--checkpoint-interval default %v, want 30s", fl)
+	}
+	if fl := cmd.Flags().Lookup("checkpoint-keep"); fl == nil || fl.DefValue != "2" {
+		t.Errorf("--checkpoint-keep default %v, want 2", fl)
 	}
 	if fl := cmd.Flags().Lookup("checkpoint-max-mib"); fl == nil || fl.DefValue != "0" {
 		t.Errorf("--checkpoint-max-mib default %v, want 0 (no limit but the store's)", fl)
