@@ -394,9 +394,11 @@ func (sm *simMesh) neverCoordinate(nodes ...*Node) {
 }
 
 // agreeCoordinators waits until every node sees every other as a
-// coordinator, but those in never as not: a test that picks a job ID by
-// its HRW order among the coordinators needs the submitter to compute the
-// same order (a node's flag reaches the others with its next summary).
+// coordinator, but those in never as neither a coordinator nor a standby:
+// a test that picks a job ID by its HRW order among the coordinators, or
+// counts a job's group, needs every node to compute the same (a node's
+// flags reach the others with its next summary; a node joins as a
+// standby, and one set to never coordinate stops being one only then).
 func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
 	sm.t.Helper()
 	eventually(sm.t, 10*time.Second, "every node agrees who coordinates", func() bool {
@@ -406,7 +408,7 @@ func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
 					continue
 				}
 				m, ok := a.Mesh().Member(b.ID())
-				if !ok || m.Coordinator == never[b] {
+				if !ok || m.Coordinator == never[b] || never[b] && m.Standby {
 					return false
 				}
 			}
