@@ -269,6 +269,12 @@ func (j *cgroupV1Job) signal(sig syscall.Signal) {
 }
 
 func (j *cgroupV1Job) killAll(deadline time.Time) error {
+	if len(j.procs()) == 0 {
+		// Nothing can join an empty cgroup but by a write of the node's:
+		// the common end of an attempt whose processes all exited. The
+		// freeze and thaw cost more than the attempt's start.
+		return nil
+	}
 	fr := j.dirs["freezer"]
 	frozen := false
 	if fr != "" && writeFile(fr, "freezer.state", "FROZEN") == nil {
@@ -401,6 +407,9 @@ func (j *cgroupV2Job) signal(sig syscall.Signal) {
 }
 
 func (j *cgroupV2Job) killAll(deadline time.Time) error {
+	if len(j.procs()) == 0 {
+		return nil // as for v1: nothing can join an empty cgroup
+	}
 	if writeFile(j.dir, "cgroup.kill", "1") != nil { // before Linux 5.14
 		if writeFile(j.dir, "cgroup.freeze", "1") == nil {
 			pollUntil(deadline, func() bool { return counter(filepath.Join(j.dir, "cgroup.events"), "frozen") == 1 })

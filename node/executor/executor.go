@@ -444,6 +444,7 @@ func (e *Executor) Close() error {
 		r.Stop(StopShutdown)
 	}
 	e.wg.Wait()
+	e.iso.close()
 	return nil
 }
 

@@ -19,6 +19,8 @@ type isolator interface {
 	jail(r *Run) (jail, error)
 	// capabilities says what the mode enforces.
 	capabilities() Capabilities
+	// close lets go of what the mode keeps open, once no run is left.
+	close()
 }
 
 // jail is one run's isolation. start is called at most once, then finish
@@ -88,6 +90,8 @@ func newIsolator(cfg Config) (isolator, error) {
 type processIsolator struct {
 	reason string // why auto mode chose it
 }
+
+func (processIsolator) close() {}
 
 func (p processIsolator) jail(r *Run) (jail, error) {
 	if r.attempt.Image != nil {

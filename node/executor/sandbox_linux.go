@@ -86,6 +86,8 @@ func newSandbox(cfg Config) (isolator, error) {
 	return s, nil
 }
 
+func (s *sandbox) close() { s.uids.close() }
+
 func (s *sandbox) capabilities() Capabilities {
 	c := Capabilities{Isolation: IsolationSandbox, Limits: true, Cgroup: s.cg.version(),
 		Networks: []NetworkMode{NetworkNone, NetworkHost}, ImagesReason: s.runtimeWhy}

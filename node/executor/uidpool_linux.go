@@ -25,13 +25,15 @@ type uidPool struct {
 
 	mu   sync.Mutex
 	held map[uint32]*os.File
+
+	scan *procScanner // the uids the host's processes run as
 }
 
 func newUIDPool(dir string, min, max uint32) (*uidPool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("uid lock dir: %w", err)
 	}
-	p := &uidPool{dir: dir, min: min, max: max, skip: map[uint32]bool{}, held: map[uint32]*os.File{}}
+	p := &uidPool{dir: dir, min: min, max: max, skip: map[uint32]bool{}, held: map[uint32]*os.File{}, scan: newProcScanner()}
 	for _, f := range []string{"/etc/passwd", "/etc/group"} {
 		for _, id := range accountIDs(f) {
 			if id >= min && id <= max {
@@ -79,7 +81,7 @@ func (p *uidPool) acquire(clean func(uid uint32)) (uint32, error) {
 		}
 		clean(id)
 		if procs == nil {
-			procs = processUIDs()
+			procs = p.scan.uids()
 		}
 		if procs[id] { // someone else's process runs as this uid
 			f.Close()
@@ -124,6 +126,9 @@ func (p *uidPool) lock(id uint32) (*os.File, error) {
 	return f, nil
 }
 
+// close lets go of what the pool keeps open; it must not be used after.
+func (p *uidPool) close() { p.scan.close() }
+
 // release gives uid id back. Call it only once nothing runs as id.
 func (p *uidPool) release(id uint32) {
 	p.mu.Lock()
@@ -133,36 +138,6 @@ func (p *uidPool) release(id uint32) {
 	if f != nil {
 		f.Close() // drops the flock
 	}
-}
-
-// processUIDs returns the real, effective, saved and filesystem uids of
-// every process on the host.
-func processUIDs() map[uint32]bool {
-	out := map[uint32]bool{}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-				for _, f := range strings.Fields(rest) {
-					if id, err := strconv.ParseUint(f, 10, 32); err == nil {
-						out[uint32(id)] = true
-					}
-				}
-				break
-			}
-		}
-	}
-	return out
 }
 
 // accountIDs returns the third field (uid or gid) of each line of a
