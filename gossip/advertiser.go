@@ -99,14 +99,6 @@ type AdvertiserConfig struct {
 	// MaxChangeInterval caps the interval MeshChangeRate gives, so that a
 	// change reaches a large mesh within it. Default: 5 s.
 	MaxChangeInterval time.Duration
-	// Load reports how far this node falls behind its own work: 0 when it
-	// keeps up, 1 when it is about a tenth of a second late (node passes
-	// its driver's smoothed lateness). The change interval is stretched by
-	// 1+Load (Load taken up to 9), up to MaxChangeInterval, so that a node
-	// starved of CPU sends fewer ads, and each of its peers has fewer to
-	// take in, when every node of a small machine is starved alike.
-	// Default: nil, no load.
-	Load func() float64
 	// MinRefresh and MaxRefresh bound the refresh interval, the time after
 	// which an unchanged supply is published again. Default: 10 s and 40 min
 	// (so that ExpiryFactor intervals fit in MaxTTL).
@@ -364,22 +356,12 @@ func sameOffer(a, b Ad) bool {
 }
 
 // changeInterval is the least time between two publishes now:
-// PeerCount()/MeshChangeRate, at least MinInterval, stretched by
-// 1+Load(), at most MaxChangeInterval.
-func (a *Advertiser) changeInterval() time.Duration {
-	load := 0.0
-	if a.cfg.Load != nil {
-		load = a.cfg.Load()
-	}
-	return a.cfg.changeFor(a.cfg.PeerCount(), load)
-}
+// PeerCount()/MeshChangeRate within [MinInterval, MaxChangeInterval].
+func (a *Advertiser) changeInterval() time.Duration { return a.cfg.changeFor(a.cfg.PeerCount()) }
 
-func (c AdvertiserConfig) changeFor(peers int, load float64) time.Duration {
-	if !(load > 0) { // NaN too
-		load = 0
-	}
-	d := max(time.Duration(float64(max(peers, 1))/c.MeshChangeRate*float64(time.Second)), c.MinInterval)
-	return min(time.Duration(float64(d)*(1+min(load, 9))), c.MaxChangeInterval)
+func (c AdvertiserConfig) changeFor(peers int) time.Duration {
+	d := time.Duration(float64(max(peers, 1)) / c.MeshChangeRate * float64(time.Second))
+	return min(max(d, c.MinInterval), c.MaxChangeInterval)
 }
 
 // refreshInterval is PeerCount()/MeshRefreshRate within [MinRefresh,

@@ -231,36 +231,6 @@ func TestChangeIntervalScalesWithTheMesh(t *testing.T) {
 	}
 }
 
-// A node that falls behind its own work (Load) waits longer between ads
-// of changes: 1+Load times the interval the mesh's size gives, up to
-// MaxChangeInterval.
-func TestChangeIntervalBacksOffUnderLoad(t *testing.T) {
-	for _, c := range []struct {
-		peers int
-		load  float64
-		want  time.Duration
-	}{
-		{1, 0, 250 * time.Millisecond}, {1, 1, 500 * time.Millisecond}, {1, 3, time.Second},
-		{20, 1, 2 * time.Second}, {40, 3, 5 * time.Second}, {1, 100, 2500 * time.Millisecond},
-	} {
-		r := &recorder{}
-		peers, load := c.peers, c.load
-		s := Supply{Cards: []SupplyCard{card(t, "l40s-48g", 0, CardFree)}}
-		a, clock := newTestAdvertiser(t, r, s, AdvertiserConfig{PeerCount: func() int { return peers }, Load: func() float64 { return load }})
-		r.waitAds(t, 1)
-		s.Cards[0].State = CardBusy
-		if err := a.Update(context.Background(), s); err != nil {
-			t.Fatal(err)
-		}
-		waitDue(t, clock, t0.Add(c.want))
-		clock.Advance(c.want)
-		if ad := r.waitAds(t, 2); ad.Cards[0].Busy != 1 {
-			t.Errorf("%d peers, load %v: ad %+v, want the card busy", c.peers, c.load, ad)
-		}
-		a.Close()
-	}
-}
-
 func TestAdvertiserRefreshes(t *testing.T) {
 	r := &recorder{}
 	_, clock := newTestAdvertiser(t, r, Supply{Cards: []SupplyCard{card(t, "l40s-48g", 0, CardFree)}}, AdvertiserConfig{})

@@ -198,7 +198,6 @@ func (n *Node) drive() {
 		case ts := <-n.persister.done:
 			n.carryOut(ts)
 		case now := <-ticker.C:
-			n.lag.observe(time.Since(now))
 			n.updateCoordinatorFlag()
 			n.flushMeta(now)
 			n.settleSupply(now)

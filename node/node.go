@@ -89,7 +89,6 @@ type Node struct {
 	runs      map[attemptKey]*runSlot
 	coordNow  atomic.Bool // this node advertises itself as a coordinator
 	standby   atomic.Bool // it advertises that it will: auto mode, not a member for CoordinatorAfter yet
-	lag       lagMeter    // how late the driver takes its ticks
 	draining  atomic.Bool // Drain was called: no new work
 
 	// Fed by gossip and mesh callbacks, drained by the driver.
@@ -351,7 +350,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Logger:    n.log,
 		Republish: n.gossip.MeshReady(),
 		PeerCount: func() int { return n.gossip.Book().Len(time.Now()) },
-		Load:      n.lag.load,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
