@@ -251,3 +251,13 @@ func TestDefaultBackendsCoverEveryVendor(t *testing.T) {
 		}
 	}
 }
+
+// findCard returns the card of cards with id (the zero Card if none).
+func findCard(cards []Card, id string) Card {
+	for _, c := range cards {
+		if c.ID == id {
+			return c
+		}
+	}
+	return Card{}
+}

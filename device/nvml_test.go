@@ -344,15 +344,6 @@ func TestManagerWithNVML(t *testing.T) {
 	}
 }
 
-func findCard(cards []Card, id string) Card {
-	for _, c := range cards {
-		if c.ID == id {
-			return c
-		}
-	}
-	return Card{}
-}
-
 func TestNVIDIAReportsHardwareEvidence(t *testing.T) {
 	node := newMockNode(t, dgxh100.New())
 	cards, err := NewNVIDIA(node, DefaultCatalog()).Cards(context.Background())

@@ -1,3 +1,5 @@
+//go:build unix
+
 package e2e
 
 // The chaos suite's judge: what the attempts left behind (markers), the

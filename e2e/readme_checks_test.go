@@ -1,3 +1,5 @@
+//go:build unix
+
 package e2e
 
 // The checks of TestReadmeExamples' rules (readme_test.go).
