@@ -258,40 +258,25 @@ func (p *putter) file(path, name string) error {
 // small adds a file shorter than MinChunkSize, as stat found it, from f:
 // it is one chunk (the chunker never cuts before MinChunkSize), read into
 // a buffer of its size rather than one of MaxChunkSize. A file that grew
-// to MinChunkSize meanwhile is cut as any other, from what was read on.
+// meanwhile is cut as any other, from what was read on.
 func (p *putter) small(path string, mode fs.FileMode, f io.Reader, size int64) error {
-	data := make([]byte, 0, size+1)
-	for len(data) < MinChunkSize {
-		if len(data) == cap(data) {
-			data = slices.Grow(data, min(2*cap(data), MinChunkSize)-len(data))
-		}
-		n, err := f.Read(data[len(data):cap(data)])
-		data = data[:len(data)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	buf := make([]byte, size+1) // one more byte tells that it grew
+	n, err := io.ReadFull(f, buf)
+	switch {
+	case err == nil:
+		return p.stream(path, mode, io.MultiReader(bytes.NewReader(buf), f))
+	case err != io.EOF && err != io.ErrUnexpectedEOF:
+		return err
 	}
-	if len(data) >= MinChunkSize {
-		return p.stream(path, mode, io.MultiReader(bytes.NewReader(data), f))
-	}
-	pf := putFile{entry: len(p.entries)}
-	e := Entry{Path: path, Type: TypeFile, Mode: mode, Size: int64(len(data))}
-	if len(data) > 0 {
+	pf, e := putFile{entry: len(p.entries)}, Entry{Path: path, Type: TypeFile, Mode: mode}
+	if n > 0 {
 		if err := p.in.failed(); err != nil {
 			return err
 		}
-		ref := new(ChunkRef)
-		pf.chunks = append(pf.chunks, ref)
 		p.in.take()
-		p.in.store(data, ref)
-		p.stats.Chunks++
-		p.stats.Bytes += int64(len(data))
+		p.chunk(&pf, &e, buf[:n])
 	}
-	p.entries = append(p.entries, e)
-	p.files = append(p.files, pf)
+	p.addFile(pf, e)
 	return nil
 }
 
@@ -318,14 +303,25 @@ func (p *putter) stream(path string, mode fs.FileMode, r io.Reader) error {
 			p.in.recycle(buf)
 			return err
 		}
-		ref := new(ChunkRef)
-		pf.chunks = append(pf.chunks, ref)
-		p.in.store(data, ref)
-		e.Size += int64(len(data))
-		p.stats.Chunks++
-		p.stats.Bytes += int64(len(data))
+		p.chunk(&pf, &e, data)
 	}
+	p.addFile(pf, e)
+	return nil
+}
+
+// chunk hands data, the next chunk of file entry e, to the ingest, which
+// fills in its reference in pf.
+func (p *putter) chunk(pf *putFile, e *Entry, data []byte) {
+	ref := new(ChunkRef)
+	pf.chunks = append(pf.chunks, ref)
+	p.in.store(data, ref)
+	e.Size += int64(len(data))
+	p.stats.Chunks++
+	p.stats.Bytes += int64(len(data))
+}
+
+// addFile adds file entry e to the tree, its chunks to come in pf.
+func (p *putter) addFile(pf putFile, e Entry) {
 	p.entries = append(p.entries, e)
 	p.files = append(p.files, pf)
-	return nil
 }

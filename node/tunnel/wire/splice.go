@@ -62,11 +62,8 @@ func Splice(a, b HalfCloser) (ab, ba int64) {
 }
 
 // kernelCopies reports whether a copy from src to dst can be left to the
-// kernel: both are TCP or Unix sockets.
-func kernelCopies(dst, src io.Reader) bool {
-	_, ok := dst.(io.ReaderFrom)
-	return ok && isSocket(dst) && isSocket(src)
-}
+// kernel: both are TCP or Unix sockets (whose ReadFrom splices).
+func kernelCopies(dst, src io.Reader) bool { return isSocket(dst) && isSocket(src) }
 
 func isSocket(c any) bool {
 	switch c.(type) {
