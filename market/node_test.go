@@ -155,6 +155,10 @@ func TestReadyAndAdvance(t *testing.T) {
 	if len(rd.Stop) != 1 {
 		t.Fatalf("cancel stopped %d executions", len(rd.Stop))
 	}
+	// The executor's log says who asked and why.
+	if s := rd.Stop[0]; s.Cause != market.CauseStopped || s.By == "" || s.Reason == "" {
+		t.Fatalf("the cancel's stop %+v does not say who asked and why", s)
+	}
 	if err := n.Step(market.ExecutionExited{Now: t0.Add(time.Second), Job: "j1", Share: 0, Epoch: 1, ExitCode: -1}); err != nil {
 		t.Fatal(err)
 	}

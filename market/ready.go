@@ -60,6 +60,10 @@ type StopExecution struct {
 	Share int
 	Epoch uint64
 	Cause Cause
+	// By and Reason, for a Stop from a coordinator (CauseStopped): who
+	// sent it and why it said, for the node's log.
+	By     string
+	Reason string
 }
 
 // Notification says a job changed state.

@@ -509,7 +509,7 @@ func (s *supplier) onStop(from string, m *Stop) error {
 	if err != nil {
 		return err
 	}
-	s.stop(a, CauseStopped)
+	s.stopAsked(a, CauseStopped, from, m.Reason)
 	return nil
 }
 
@@ -539,7 +539,11 @@ func (s *supplier) close(key attemptKey, a *attempt) {
 
 // stop ends an attempt for cause: at once if it never started, else by
 // asking the executor and waiting for ExecutionExited.
-func (s *supplier) stop(a *attempt, cause Cause) {
+func (s *supplier) stop(a *attempt, cause Cause) { s.stopAsked(a, cause, "", "") }
+
+// stopAsked is stop for a Stop from coordinator by, which said why in
+// reason: both go to the executor's log line.
+func (s *supplier) stopAsked(a *attempt, cause Cause, by, reason string) {
 	if a.end != nil || a.stopCause != "" {
 		return
 	}
@@ -550,7 +554,7 @@ func (s *supplier) stop(a *attempt, cause Cause) {
 	}
 	a.rec.State = AttemptStopping
 	s.touch(a)
-	s.n.stops = append(s.n.stops, StopExecution{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause})
+	s.n.stops = append(s.n.stops, StopExecution{Job: a.rec.Job, Share: a.rec.Share, Epoch: a.rec.Epoch, Cause: cause, By: by, Reason: reason})
 }
 
 // finish records the end of an attempt, frees its cards and reports to the

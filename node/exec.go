@@ -163,6 +163,11 @@ func (n *Node) stopExecution(s market.StopExecution) {
 		return
 	}
 	reason := stopReason(s.Cause)
+	if s.By != "" {
+		// A coordinator's Stop: who asked and why, for whoever reads why
+		// an attempt ended early.
+		n.log.Info("stopping attempt", "job", s.Job, "share", s.Share, "epoch", s.Epoch, "by", s.By, "why", s.Reason)
+	}
 	slot.mu.Lock()
 	run := slot.run
 	if run == nil && slot.stop == "" {

@@ -401,20 +401,30 @@ func (sm *simMesh) neverCoordinate(nodes ...*Node) {
 // standby, and one set to never coordinate stops being one only then).
 func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
 	sm.t.Helper()
-	eventually(sm.t, 10*time.Second, "every node agrees who coordinates", func() bool {
+	var disagree string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		disagree = ""
 		for _, a := range sm.nodes {
 			for _, b := range sm.nodes {
-				if a == b || a == nil || b == nil {
+				if a == b || a == nil || b == nil || disagree != "" {
 					continue
 				}
 				m, ok := a.Mesh().Member(b.ID())
 				if !ok || m.Coordinator == never[b] || never[b] && m.Standby {
-					return false
+					disagree = fmt.Sprintf("%s sees %s (known %v, state %v, coordinator %v, standby %v); %s sets its own coordinator %v, standby %v",
+						a.ID().ShortString(), b.ID().ShortString(), ok, m.State, m.Coordinator, m.Standby, b.ID().ShortString(), b.coordNow.Load(), b.standby.Load())
 				}
 			}
 		}
-		return true
-	})
+		if disagree == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			sm.t.Fatalf("after 10s, nodes still disagree who coordinates: %s", disagree)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronization
+	}
 }
 
 // peerIDs are the nodes' peer IDs, as market.Coordinators takes them.
