@@ -130,7 +130,7 @@ that returns to idle within the watch meets the targets it prints.`,
 	fl.IntVar(&f.cards, "cards", procbench.DefaultCards, "processes: simulated cards per node")
 	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
-	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile of the load's first 10 s to `DIR`")
+	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile and execution trace of the load's first 10 s to `DIR`")
 	fl.DurationVar(&f.hold, "hold", procbench.DefaultHold, "burst: how long the burst's jobs run before they are cancelled")
 	fl.DurationVar(&f.settle, "settle", procbench.DefaultSettle, "burst: how long the mesh is watched after the last cancel")
 	f.flags = fl

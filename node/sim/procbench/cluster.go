@@ -315,48 +315,56 @@ func logTail(path string, n int) string {
 	return s
 }
 
-// profile writes each node's CPU profile of the next d to dir, as
-// node-N.cpu.pprof, at once for every node; it returns when all are
-// written.
+// profile writes each node's CPU profile and execution trace of the next
+// d to dir, as node-N.cpu.pprof and node-N.trace, at once for every node;
+// it returns when all are written. The trace shows what the profile
+// cannot: where a job waits (go tool trace's blocking and scheduler
+// views).
 func (c *cluster) profile(ctx context.Context, dir string, d time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	hc := &http.Client{Timeout: d + 30*time.Second}
-	errs := make([]error, len(c.procs))
+	kinds := []struct{ path, suffix string }{{"profile", ".cpu.pprof"}, {"trace", ".trace"}}
+	errs := make([]error, len(c.procs)*len(kinds))
 	var wg sync.WaitGroup
 	for i, p := range c.procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = func() error {
-				u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.api, int(d.Seconds()))
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-				if err != nil {
-					return err
-				}
-				req.Header.Set("Authorization", "Bearer "+c.admin)
-				resp, err := hc.Do(req)
-				if err != nil {
-					return err
-				}
-				defer resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-					return fmt.Errorf("%s: profile: %s: %s", p.name, resp.Status, bytes.TrimSpace(b))
-				}
-				f, err := os.Create(filepath.Join(dir, p.name+".cpu.pprof"))
-				if err != nil {
-					return err
-				}
-				if _, err := io.Copy(f, resp.Body); err != nil {
-					f.Close()
-					return err
-				}
-				return f.Close()
+		for k, kind := range kinds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				u := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", p.api, kind.path, int(d.Seconds()))
+				errs[i*len(kinds)+k] = c.fetchTo(ctx, hc, u, filepath.Join(dir, p.name+kind.suffix))
 			}()
-		}()
+		}
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// fetchTo writes what a GET of u with the admin token answers to file.
+func (c *cluster) fetchTo(ctx context.Context, hc *http.Client, u, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.admin)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -61,9 +61,9 @@ type Config struct {
 	// Drain bounds the wait for the jobs to run and end after the last
 	// acknowledgement. Default 1 min.
 	Drain time.Duration
-	// ProfileDir, when set, receives each node's CPU profile
-	// (node-N.cpu.pprof, from its /debug/pprof/) of the first
-	// ProfileFor of the load. Default: none.
+	// ProfileDir, when set, receives each node's CPU profile and
+	// execution trace (node-N.cpu.pprof and node-N.trace, from its
+	// /debug/pprof/) of the first ProfileFor of the load. Default: none.
 	ProfileDir string
 	// ProfileFor is how long the profiles cover. Default 10 s.
 	ProfileFor time.Duration

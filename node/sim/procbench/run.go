@@ -238,7 +238,7 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 	}
 	profiled.Wait()
 	if cfg.ProfileDir != "" && ctx.Err() == nil {
-		r.note("CPU profiles of the load's first %v: %s/node-N.cpu.pprof (go tool pprof -top BINARY FILE)", cfg.ProfileFor, cfg.ProfileDir)
+		r.note("CPU profiles and execution traces of the load's first %v: %s/node-N.cpu.pprof (go tool pprof -top BINARY FILE) and node-N.trace (go tool trace FILE: where the nodes wait)", cfg.ProfileFor, cfg.ProfileDir)
 	}
 	placedHeard, endedHeard := w.counts(accepted)
 	// The records say when each job ran, as its coordinator saw it; a
