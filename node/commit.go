@@ -242,12 +242,13 @@ func gated(p market.Payload) bool {
 
 // sendCommitted sends msgs, holding those that must wait for their job's
 // record to reach every replica (and those of the same job behind them).
-// It runs on the driver, after persist. The receipts and countersignatures
-// are attached, and the probe requests taken out, here on the driver (they
-// read its state), before a message is held: what committed sends later,
-// from the replication goroutines, is ready to go.
+// It runs on the driver, after persist. The probe requests are taken out
+// here on the driver (they read its state), before a message is held, and
+// the receipts and countersignatures were attached when the turn decided
+// the message (drain): what committed sends later, from the replication
+// goroutines, is ready to go.
 func (n *Node) sendCommitted(msgs []market.Message) {
-	msgs = n.probesOut(n.receiptsOut(msgs))
+	msgs = n.probesOut(msgs)
 	now := time.Now()
 	out := msgs[:0:0]
 	for _, m := range msgs {

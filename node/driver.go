@@ -284,8 +284,12 @@ func (n *Node) drain() {
 			n.decided.note(n.id.String(), rec)
 		}
 		n.turn.ops = append(n.turn.ops, n.persist(rd)...)
-		n.turn.effects = append(n.turn.effects, rd)
 		n.mk.Advance(rd)
+		// Receipts go with the reports that carry them, decided and
+		// written in this turn: what a message carries is on disk before
+		// it leaves, and the driver never waits for a write of its own.
+		rd.Messages = n.receiptsOut(rd.Messages)
+		n.turn.effects = append(n.turn.effects, rd)
 	}
 }
 

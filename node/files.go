@@ -69,15 +69,9 @@ func outputsLease(job string, share int, epoch uint64) string {
 // manifest's digest, "" when it could not (the store is full: the job's
 // end is reported all the same).
 func (n *Node) keepOutputs(log *slog.Logger, e market.Execution, dir string) string {
-	lease := outputsLease(e.Job, e.Share, e.Epoch)
-	if err := n.blobs.SetLease(blob.Lease{ID: lease, Expires: time.Now().Add(n.cfg.KeepOutputs)}); err != nil {
-		log.Warn("outputs not kept", "err", err)
-		return ""
-	}
 	start := time.Now()
-	st, err := n.blobs.Put(n.ctx, dir, lease)
+	st, err := n.blobs.PutUnder(n.ctx, dir, blob.Lease{ID: outputsLease(e.Job, e.Share, e.Epoch), Expires: start.Add(n.cfg.KeepOutputs)})
 	if err != nil {
-		_ = n.blobs.DeleteLease(lease)
 		log.Warn("outputs not kept", "err", err)
 		return ""
 	}

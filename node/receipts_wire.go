@@ -17,7 +17,9 @@ import (
 // acknowledgement. A receipt that fails a check is taken off its message
 // (the renewal still renews the lease; its usage is not billed), counted in
 // gpumesh_receipts_rejected_total and logged. Everything here runs on the
-// driver.
+// driver, and what it stores joins the driver's turn (Node.turn.ops): it
+// is written with the decisions of that turn, before any message of the
+// turn leaves, and the driver never waits for the disk.
 
 // receiptState is the node's receipts subsystem.
 type receiptState struct {
@@ -57,13 +59,13 @@ func (n *Node) startReceipts() *receiptState {
 		}, []string{"role", "result"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpumesh_receipts_rejected_total",
-			Help: "Usage receipts and countersignatures refused, by reason (malformed, bad_signature, mismatch, store).",
+			Help: "Usage receipts and countersignatures refused, by reason (malformed, bad_signature, mismatch).",
 		}, []string{"reason"}),
 	}
 	for _, l := range [][2]string{{"runner", "issued"}, {"runner", "countersigned"}, {"coordinator", "accepted"}} {
 		rs.counts.WithLabelValues(l[0], l[1])
 	}
-	for _, r := range []string{"malformed", "bad_signature", "mismatch", "store"} {
+	for _, r := range []string{"malformed", "bad_signature", "mismatch"} {
 		rs.rejected.WithLabelValues(r)
 	}
 	if n.obs != nil && n.obs.m != nil {
@@ -87,8 +89,8 @@ func (rs *receiptState) reject(n *Node, err error, from string, what string) {
 }
 
 // receiptsOut attaches receipts and countersignatures to the market's
-// outgoing messages: it returns msgs with the payloads it changed copied
-// (the market's own are not touched).
+// outgoing messages as a turn decides them (drain): it returns msgs with
+// the payloads it changed copied (the market's own are not touched).
 func (n *Node) receiptsOut(msgs []market.Message) []market.Message {
 	rs := n.trust.receipts
 	if rs == nil {
@@ -148,9 +150,9 @@ func (n *Node) receiptsOut(msgs []market.Message) []market.Message {
 	return out
 }
 
-// issue makes, stores and returns the next receipt of attempt a for
-// coordinator to (term 0: the attempt's own), or nil when the attempt is
-// unknown or the store fails (the report then goes without one).
+// issue makes and returns the next receipt of attempt a for coordinator
+// to (term 0: the attempt's own), written with this turn, or nil when the
+// attempt is unknown (the report then goes without one).
 func (n *Node) issue(a receipts.Attempt, to string, term uint64, cardSeconds float64, final bool, now time.Time) []byte {
 	rs := n.trust.receipts
 	at, ok := n.mk.Attempt(a.Job, a.Share, a.Epoch)
@@ -162,11 +164,7 @@ func (n *Node) issue(a receipts.Attempt, to string, term uint64, cardSeconds flo
 	}
 	r := rs.issuer.Issue(a, receipts.Terms{Owner: at.Owner, Coordinator: to, Term: term, Cards: len(at.Cards), PriceCNY: at.PriceCNY},
 		cardSeconds, final, now)
-	if err := rs.store.Put(r); err != nil {
-		rs.rejected.WithLabelValues("store").Inc()
-		n.log.Warn("cannot store a usage receipt; the report goes without one", "job", a.Job, "err", err)
-		return nil
-	}
+	n.turn.ops = append(n.turn.ops, receipts.Ops(r)...)
 	rs.counts.WithLabelValues("runner", "issued").Inc()
 	return r.Marshal()
 }
@@ -231,10 +229,7 @@ func (n *Node) checkReceipt(runner string, b *[]byte, e receipts.Expect) func() 
 		if !ok || !bytes.Equal(pl.Receipt, signed) {
 			return // not billed (a stale attempt, usage over what the cards could run)
 		}
-		if err := rs.store.Put(r); err != nil {
-			rs.rejected.WithLabelValues("store").Inc()
-			n.log.Warn("cannot store an accepted usage receipt", "job", e.Job, "err", err)
-		}
+		n.turn.ops = append(n.turn.ops, receipts.Ops(r)...) // before the acknowledgement leaves
 		rs.acceptor.Accepted(r)
 		if len(rs.cosigs) >= 4096 {
 			clear(rs.cosigs) // acknowledgements that never went (stale attempts)
@@ -256,10 +251,6 @@ func (n *Node) countersigned(coordinator string, a receipts.Attempt, sig []byte)
 		rs.reject(n, err, coordinator, "countersignature")
 		return
 	}
-	if err := rs.store.Put(r); err != nil {
-		rs.rejected.WithLabelValues("store").Inc()
-		n.log.Warn("cannot store a countersigned usage receipt", "job", a.Job, "err", err)
-		return
-	}
+	n.turn.ops = append(n.turn.ops, receipts.Ops(r)...)
 	rs.counts.WithLabelValues("runner", "countersigned").Inc()
 }

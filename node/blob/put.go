@@ -63,6 +63,27 @@ func (s *Store) PutPath(ctx context.Context, dir, path, lease string) (PutStats,
 	if _, err := s.Lease(lease); err != nil {
 		return PutStats{}, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
+	return s.putTree(ctx, dir, path, func(d Digest) error { return s.AddToLease(lease, []Digest{d}, nil) })
+}
+
+// PutUnder is Put into a lease it makes: l (replacing a lease of that ID),
+// with the tree's manifest added, written once the tree is stored, in the
+// one transaction (one fsync) that Put would spend adding the manifest to
+// a lease made before. A PutUnder that fails makes no lease.
+func (s *Store) PutUnder(ctx context.Context, dir string, l Lease) (PutStats, error) {
+	if err := checkLeaseID(l.ID); err != nil {
+		return PutStats{}, fmt.Errorf("blob: put %s: %w", dir, err)
+	}
+	return s.putTree(ctx, dir, ".", func(d Digest) error {
+		l.Manifests = append(slices.Clone(l.Manifests), d)
+		return s.SetLease(l)
+	})
+}
+
+// putTree stores what path names under dir and its manifest, then keeps
+// the manifest (its digest) as lease says, while its own hold keeps all
+// of it from collection.
+func (s *Store) putTree(ctx context.Context, dir, path string, lease func(Digest) error) (PutStats, error) {
 	h := s.newHold()
 	defer s.release(h)
 	m, st, err := walkTree(ctx, dir, path, newIngest(s, h, &s.pools), s.log)
@@ -77,7 +98,7 @@ func (s *Store) PutPath(ctx context.Context, dir, path, lease string) (PutStats,
 	if _, err := s.put(KindManifest, d, b, h); err != nil {
 		return st, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
 	}
-	if err := s.AddToLease(lease, []Digest{d}, nil); err != nil {
+	if err := lease(d); err != nil {
 		return st, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
 	st.Manifest = d

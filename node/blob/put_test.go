@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sampleTree has every kind of entry: nested directories with unusual
@@ -260,5 +261,45 @@ func TestPutStopsWithItsContext(t *testing.T) {
 	}
 	if l, _ := s.Lease("l"); len(l.Manifests) != 0 {
 		t.Fatalf("a cancelled Put leased %v", l.Manifests)
+	}
+}
+
+// PutUnder makes its lease with the tree's manifest in it: the tree
+// survives a restart and a collection, as it would after SetLease and Put;
+// a lease ID that cannot be one fails before anything is stored or made.
+func TestPutUnderKeepsTheTreeInTheLeaseItMakes(t *testing.T) {
+	s, c := openStore(t, NoLimit)
+	src := t.TempDir()
+	data := randBytes(7, 3*MinChunkSize)
+	if err := os.WriteFile(filepath.Join(src, "out.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exp := c.Now().Add(time.Hour)
+	st, err := s.PutUnder(context.Background(), src, Lease{ID: "outputs/job/0/1", Expires: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, c, NoLimit)
+	l, err := s.Lease("outputs/job/0/1")
+	if err != nil || !slices.Equal(l.Manifests, []Digest{st.Manifest}) || !l.Expires.Equal(exp) {
+		t.Fatalf("lease after restart: %+v, %v; want the manifest %s, expiring %v", l, err, st.Manifest.Short(), exp)
+	}
+	if _, err := s.GC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "dst")
+	if err := s.Restore(context.Background(), st.Manifest, dst); err != nil {
+		t.Fatalf("restore after a collection: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "out.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("restored out.bin: %d bytes, %v; want the %d bytes put", len(got), err, len(data))
+	}
+
+	before := s.Usage()
+	if _, err := s.PutUnder(context.Background(), src, Lease{ID: "bad\x00id"}); err == nil {
+		t.Fatal("PutUnder with a control character in the lease ID succeeded")
+	}
+	if after := s.Usage(); after.Leases != before.Leases || after.Bytes != before.Bytes {
+		t.Fatalf("a refused PutUnder changed the store: %+v, then %+v", before, after)
 	}
 }
