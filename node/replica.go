@@ -154,20 +154,29 @@ func (r *replicator) takeFailed() []string {
 // replica that refused a dial for a moment answers again.
 const replicaRetry = 250 * time.Millisecond
 
-// maxReplications bounds the replications in flight at once: one per job,
-// each to every replica of the job at once.
-const maxReplications = 128
+// replicaBatches bounds the batches of records in flight at once (each
+// one call per replica it goes to), and maxReplicaBatch the records of a
+// batch: a record waits at most for the batches before it to be answered,
+// and goes with every record queued by then.
+const (
+	replicaBatches  = 4
+	maxReplicaBatch = 64
+)
 
 // replicateLoop sends queued records to their replicas until the node
-// closes — each job's newest, one at a time per job, up to
-// maxReplications jobs at once — and sends again, every replicaRetry, the
-// records of the jobs it still coordinates whose last replication missed a
-// replica. A record every replica acknowledged commits (commit.go).
+// closes — each job's newest, one at a time per job, the records of many
+// jobs together in one call per replica (replicateMany), at most
+// replicaBatches calls' worth at once — and sends again, every
+// replicaRetry, the records of the jobs it still coordinates whose last
+// replication missed a replica. A record every replica acknowledged
+// commits (commit.go). Under load the records that queue while the
+// batches in flight are answered go together in the next: one stream and
+// one write at each replica for many jobs.
 func (n *Node) replicateLoop() {
 	defer n.wg.Done()
 	retry := time.NewTicker(replicaRetry)
 	defer retry.Stop()
-	slots := make(chan struct{}, maxReplications)
+	slots := make(chan struct{}, replicaBatches)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -183,20 +192,25 @@ func (n *Node) replicateLoop() {
 			n.dropStaleHeld(now)
 		case <-n.repl.wake: // a record queued, or a replication ended
 		}
-		for _, rec := range n.repl.take(cap(slots) - len(slots)) {
+		for len(slots) < cap(slots) {
+			recs := n.repl.take(maxReplicaBatch)
+			if len(recs) == 0 {
+				break
+			}
 			slots <- struct{}{}
 			n.wg.Add(1)
 			go func() {
 				defer n.wg.Done()
 				defer func() { <-slots; n.repl.nudge() }()
-				defer n.repl.done(rec.ID)
-				targets := n.replicaTargets(rec.ID)
-				acked := n.replicateTo(n.ctx, rec, targets)
-				if len(acked) < len(targets) {
-					n.repl.missed(rec.ID)
-					return
+				acked := n.replicateMany(n.ctx, recs)
+				for i, rec := range recs {
+					n.repl.done(rec.ID)
+					if acked[i] {
+						n.committed(rec)
+					} else {
+						n.repl.missed(rec.ID)
+					}
 				}
-				n.committed(rec)
 			}()
 		}
 	}
@@ -255,56 +269,6 @@ func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer
 	return missing
 }
 
-// replicateTo sends rec to targets, at once, each call bounded by
-// replicateAfter, and returns those that acknowledged.
-func (n *Node) replicateTo(ctx context.Context, rec market.JobRecord, targets []peer.ID) map[peer.ID]bool {
-	acked := map[peer.ID]bool{}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		n.log.Error("cannot encode a job record", "job", rec.ID, "err", err)
-		return acked
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, replicateAfter)
-			defer cancel()
-			n.dialable(t)
-			err := n.direct.Call(cctx, t, kindReplicate, data, func(m gossip.Message) error {
-				switch m.Kind {
-				case kindAck:
-					mu.Lock()
-					acked[t] = true
-					mu.Unlock()
-					n.repl.acked(rec.ID, t, markOf(rec))
-					return nil
-				case kindSuperseded:
-					var held market.JobRecord
-					if json.Unmarshal(m.Data, &held) == nil && holdsChange(held, rec) {
-						// The replica took a later change of this
-						// coordinator's before this copy reached it (a
-						// job that ended within its submission's
-						// confirmation): it holds rec's change too.
-						mu.Lock()
-						acked[t] = true
-						mu.Unlock()
-					}
-					return n.onSuperseding(t, rec, m.Data)
-				}
-				return fmt.Errorf("unexpected %q frame", m.Kind)
-			})
-			if err != nil && n.ctx.Err() == nil {
-				n.log.Debug("replica not updated", "job", rec.ID, "replica", t.ShortString(), "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-	return acked
-}
-
 // holdsChange tells whether a replica that holds held has the change that
 // made sent: held is sent's coordinator's record of the job at sent's
 // term, as new as sent or newer (a record's versions only add changes).
@@ -323,22 +287,65 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, api.Errorf(http.StatusBadRequest, "replica: %v", err)
 	}
+	res := n.storeReplicas(from, []market.JobRecord{rec})
+	return res[0].top, res[0].err
+}
+
+// replicaResult is what a replica holder answers for one record: stored
+// (both nil), superseded by top, or refused with err.
+type replicaResult struct {
+	top *market.JobRecord
+	err error
+}
+
+// storeReplicas is serveReplicate for records of several jobs from one
+// coordinator (replicateMany): each is checked on its own, and those to
+// store are written in one transaction, before any is acknowledged.
+func (n *Node) storeReplicas(from peer.ID, recs []market.JobRecord) []replicaResult {
+	res := make([]replicaResult, len(recs))
+	var ops []store.Op
+	var stored []int
+	for i, rec := range recs {
+		top, write, err := n.checkReplica(from, rec)
+		res[i] = replicaResult{top: top, err: err}
+		if write {
+			ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
+			stored = append(stored, i)
+		}
+	}
+	if err := n.storeApply(ops); err != nil {
+		for _, i := range stored {
+			res[i].err = fmt.Errorf("replica of %s not stored: %w", recs[i].ID, err)
+		}
+		return res
+	}
+	for _, i := range stored {
+		n.settleClaim(recs[i])
+	}
+	return res
+}
+
+// checkReplica decides what a replica holder does with rec from from:
+// answer with the record that outranks it (top), refuse it (err), or take
+// it into its view, and write it when write is set (a record it holds
+// already, or an older version of it, is acknowledged unwritten).
+func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.JobRecord, write bool, err error) {
 	if err := market.ValidateJobID(rec.ID); err != nil {
-		return nil, api.Errorf(http.StatusBadRequest, "replica: %v", err)
+		return nil, false, api.Errorf(http.StatusBadRequest, "replica: %v", err)
 	}
 	if rec.Coordinator != from.String() {
-		return nil, api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
+		return nil, false, api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
 	}
 	if top, ok := n.outranking(rec); ok {
 		n.log.Info("refused a replica from an outranked coordinator", "job", rec.ID, "from", from.ShortString(), "term", rec.Term, "coordinator", top.Coordinator, "its_term", top.Term)
-		return &top, nil
+		return &top, false, nil
 	}
 	if b, ok := n.claimOutranking(rec); ok && !ended(rec) {
 		// A would-be successor claimed the job and has not sent its
 		// record yet: nothing the sender decides may take effect now
 		// (commit.go). It lets the job go once the claimant's record is
 		// here to answer with; it tries again meanwhile.
-		return nil, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
+		return nil, false, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
 	if own, ok := n.ownRecord(rec.ID); ok && settling(own) {
 		// This node coordinates the job too, at a lower term (outranking
@@ -346,18 +353,11 @@ func (n *Node) serveReplicate(from peer.ID, data []byte) (*market.JobRecord, err
 		// replica needs nothing of the driver, whose queue may be long.
 		n.postWait(func() { n.yieldTo(rec) })
 	}
-	if !n.view.putNewer(rec) {
-		// The same record again, or an older version of it (a retry
-		// overtaken by the next change): this node holds one at least as
-		// new from the same coordinator and term (outranking refused the
-		// others).
-		return nil, nil
-	}
-	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
-		return nil, fmt.Errorf("replica of %s not stored: %w", rec.ID, err)
-	}
-	n.settleClaim(rec)
-	return nil, nil
+	// The same record again, or an older version of it (a retry
+	// overtaken by the next change), is not written: this node holds one
+	// at least as new from the same coordinator and term (outranking
+	// refused the others).
+	return nil, n.view.putNewer(rec), nil
 }
 
 // outranking returns a record that rec must not replace: the record of

@@ -2,16 +2,19 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/store"
 )
 
 // A submission is acknowledged only once the job's record is on every
@@ -258,11 +261,10 @@ func TestReplicaHoldingALaterVersionConfirmsAnEarlierOne(t *testing.T) {
 	}
 	// The submission's record sent again, as the confirmation loop does
 	// for a replica that missed its first copy.
-	acked := coord.replicateTo(context.Background(), submitted, replicas)
+	if acked := coord.replicateMany(context.Background(), []market.JobRecord{submitted}); !acked[0] {
+		t.Errorf("replicas %v, which hold version %d of the record, do not all confirm version %d", replicas, ended.Version, submitted.Version)
+	}
 	for _, id := range replicas {
-		if !acked[id] {
-			t.Errorf("replica %s, which holds version %d of the record, does not confirm version %d", id.ShortString(), ended.Version, submitted.Version)
-		}
 		if held, _ := sm.byID(id.String()).view.job("ends-at-once"); held.State != market.JobFailed {
 			t.Errorf("replica %s took the earlier version over the job's end: %s", id.ShortString(), held.State)
 		}
@@ -287,5 +289,60 @@ func TestHoldsChange(t *testing.T) {
 		if got := holdsChange(tc.held, sent); got != tc.want {
 			t.Errorf("%s: holdsChange = %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// The records of several jobs bound for the same replicas go in one call:
+// every replica confirms each, and holds it on disk. A replica answers a
+// batch record by record, in order: one that another member sent as if it
+// coordinated the job is refused without holding back the rest.
+func TestRecordsOfManyJobsGoToTheirReplicasInOneCall(t *testing.T) {
+	sm := newSimMesh(t, "", "", "", "a100-80g:4")
+	coords := sm.nodes[:3]
+	sm.neverCoordinate(sm.nodes[3])
+	for _, n := range coords {
+		sm.waitBook(n, 4)
+	}
+	coord := coords[0]
+	var recs []market.JobRecord
+	for k := range 3 {
+		id := firstID(fmt.Sprintf("batch%d", k), func(id string) bool {
+			return market.Coordinators(id, peerIDs(coords), 3)[0] == coord.ID().String()
+		})
+		_, err := coord.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, waitState(t, coord, id, 20*time.Second, market.JobRunning))
+	}
+	for i, ok := range coord.replicateMany(context.Background(), recs) {
+		if !ok {
+			t.Errorf("%s: not every replica confirmed version %d", recs[i].ID, recs[i].Version)
+		}
+	}
+	replica := sm.byID(coord.replicaTargets(recs[0].ID)[0].String())
+	for _, rec := range recs {
+		var held market.JobRecord
+		if err := replica.store.Get(store.Jobs, rec.ID, &held); err != nil || held.Version < rec.Version {
+			t.Errorf("%s: replica %s holds version %d on disk (%v), want %d or later", rec.ID, replica.ID().ShortString(), held.Version, err, rec.Version)
+		}
+	}
+
+	forged := recs[1]
+	forged.Coordinator = sm.nodes[3].ID().String()
+	batch, err := json.Marshal([]market.JobRecord{recs[0], forged, recs[2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []string
+	err = replica.serveReplicateMany(coord.ID(), batch, func(kind string, data []byte) error {
+		answers = append(answers, kind)
+		return nil
+	})
+	if err != nil || !slices.Equal(answers, []string{kindAck, kindRefused, kindAck}) {
+		t.Fatalf("answers to a batch with a forged record in the middle: %v (%v), want ack, refused, ack", answers, err)
+	}
+	if held, _ := replica.view.job(recs[1].ID); held.Coordinator != coord.ID().String() {
+		t.Fatalf("the forged record replaced the job's: coordinator %s", held.Coordinator)
 	}
 }

@@ -236,6 +236,8 @@ func (n *Node) serveCall(ctx context.Context, req gossip.Message, reply func(str
 			return reply(kindSuperseded, data)
 		}
 		return reply(kindAck, nil)
+	case kindReplicateMany:
+		return n.serveReplicateMany(req.Sender, req.Data, reply)
 	case probe.KindChallenge:
 		return n.serveProbe(ctx, req, reply)
 	case kindReceipts:
