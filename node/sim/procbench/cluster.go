@@ -256,21 +256,32 @@ func (c *cluster) formed(ctx context.Context) (bool, string) {
 
 // get decodes the JSON answer of GET path on p's API, with the owner token.
 func (c *cluster) get(ctx context.Context, p *proc, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.api+path, nil)
+	body, err := getOK(ctx, c.hc, "http://"+p.api+path, c.token)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
+	defer body.Close()
+	return json.NewDecoder(body).Decode(v)
+}
+
+// getOK GETs u with token and returns the answer's body, which the caller
+// closes; an answer other than 200 OK is an error that quotes it.
+func getOK(ctx context.Context, hc *http.Client, u, token string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return resp.Body, nil
 }
 
 // stop asks every node to leave (SIGTERM), all at once, and kills what is
@@ -344,25 +355,16 @@ func (c *cluster) profile(ctx context.Context, dir string, d time.Duration) erro
 
 // fetchTo writes what a GET of u with the admin token answers to file.
 func (c *cluster) fetchTo(ctx context.Context, hc *http.Client, u, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	body, err := getOK(ctx, hc, u, c.admin)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.admin)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
-	}
+	defer body.Close()
 	f, err := os.Create(file)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return err
 	}
