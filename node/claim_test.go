@@ -97,9 +97,14 @@ func TestOfTwoClaimantsTheOutrankedOneStartsNothing(t *testing.T) {
 		return out
 	}
 	eventually(t, 20*time.Second, "the lost share runs again", func() bool { return len(attempts()) > 0 })
-	throughout(t, 4*time.Second, func() bool { return len(attempts()) == 1 }, func() string {
+	// Never twice at once. It may run zero times for a moment: an award
+	// that carried its start (a one-share job) and whose accept came after
+	// the award timed out (a loaded machine) is stopped once the
+	// coordinator hears the late accept, and the share is placed again.
+	throughout(t, 4*time.Second, func() bool { return len(attempts()) <= 1 }, func() string {
 		return fmt.Sprintf("the share runs %d times at once: %v", len(attempts()), attempts())
 	})
+	eventually(t, 10*time.Second, "the share runs", func() bool { return len(attempts()) == 1 })
 	var final market.JobRecord
 	eventually(t, 10*time.Second, "one successor coordinates the job and the other let it go", func() bool {
 		var coordinating []string
