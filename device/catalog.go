@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // catalogCSV is a copy of shared/data/gpu-catalog.csv: published specs and list
@@ -58,16 +59,19 @@ type Catalog struct {
 	byKey  map[string]int
 }
 
-// DefaultCatalog returns the catalog compiled into the binary. It parses a few
-// dozen embedded lines on each call; callers that look up often keep the result.
-func DefaultCatalog() *Catalog {
+// DefaultCatalog returns the catalog compiled into the binary: parsed
+// once, on first use, and shared (a Catalog is immutable). Validating a
+// spec without a catalog of its own asks for it, once per submission.
+func DefaultCatalog() *Catalog { return defaultCatalog() }
+
+var defaultCatalog = sync.OnceValue(func() *Catalog {
 	c, err := ParseCatalog(catalogCSV)
 	if err != nil {
 		// The embedded file is tested; a failure here is a build defect.
 		panic(fmt.Sprintf("device: embedded catalog: %v", err))
 	}
 	return c
-}
+})
 
 // ParseCatalog reads a catalog in the format of shared/data/gpu-catalog.csv:
 // '#' comment lines, a header, then
