@@ -133,6 +133,31 @@ func (g *gate) await(job string, need mark) <-chan struct{} {
 	return ch
 }
 
+// unwait drops the waiter of job whose channel is ch: its caller stopped
+// waiting (replicateForAck's time ran out).
+func (g *gate) unwait(job string, ch <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ws := g.waiters[job][:0]
+	for _, w := range g.waiters[job] {
+		if w.ch != ch {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		delete(g.waiters, job)
+	} else {
+		g.waiters[job] = ws
+	}
+}
+
+// awaited reports whether a caller waits for job's record to commit.
+func (g *gate) awaited(job string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiters[job]) > 0
+}
+
 // commit records that every replica holds job's record at m, and returns
 // the messages that may go now, in the order they were held: those
 // committed, unless a message of their attempt before them still waits.

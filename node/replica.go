@@ -183,7 +183,10 @@ func (n *Node) replicateLoop() {
 			return
 		case now := <-retry.C:
 			for _, id := range n.repl.takeFailed() {
-				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && settling(rec) {
+				// A job that ended is sent again too while an owner's
+				// change (a cancel) waits for it: its replicas may
+				// change meanwhile (a lost one leaves the list).
+				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && (settling(rec) || n.gate.awaited(id)) {
 					n.repl.enqueue(rec)
 				} else {
 					n.gate.drop(id)
@@ -250,6 +253,7 @@ func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer
 		return nil
 	case <-ctx.Done():
 	}
+	n.gate.unwait(rec.ID, committed)
 	var missing []peer.ID
 	for _, t := range n.replicaTargets(rec.ID) {
 		if !n.repl.holds(rec.ID, t, need) {
