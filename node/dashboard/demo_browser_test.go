@@ -18,6 +18,11 @@ import (
 // a running job appear, and that the page follows the mesh as it moves.
 func TestDashboardOnDemoMesh(t *testing.T) {
 	chromium(t) // skip before starting anything
+	// Made here, before the cleanup below that stops the demo: cleanups
+	// run last first, so the directory is removed after the demo's nodes
+	// stopped writing into it. (Made inside the goroutine, its removal
+	// could be registered last and run while they still wrote.)
+	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
 		mu   sync.Mutex
@@ -33,7 +38,7 @@ func TestDashboardOnDemoMesh(t *testing.T) {
 			Dashboard: Handler(),
 			Chaos:     true,
 			TimeScale: 300, // suppliers come and go within the test
-			Dir:       t.TempDir(),
+			Dir:       dir,
 			Progress: func(p sim.Progress) {
 				mu.Lock()
 				defer mu.Unlock()
