@@ -144,10 +144,29 @@ func testLogger() *slog.Logger {
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallyWhy(t, within, what, func() string {
+		if cond() {
+			return ""
+		}
+		return what
+	})
+}
+
+// eventuallyWhy is eventually for a condition that says why it does not
+// hold yet (empty when it does): the failure quotes its last answer.
+func eventuallyWhy(t *testing.T, within time.Duration, what string, why func() string) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		w := why()
+		if w == "" {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, what)
+			if w == what {
+				t.Fatalf("after %s: %s", within, what)
+			}
+			t.Fatalf("after %s: %s: %s", within, what, w)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, not synchronization
 	}
@@ -401,30 +420,21 @@ func (sm *simMesh) neverCoordinate(nodes ...*Node) {
 // standby, and one set to never coordinate stops being one only then).
 func (sm *simMesh) agreeCoordinators(never map[*Node]bool) {
 	sm.t.Helper()
-	var disagree string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		disagree = ""
+	eventuallyWhy(sm.t, 10*time.Second, "every node agrees who coordinates", func() string {
 		for _, a := range sm.nodes {
 			for _, b := range sm.nodes {
-				if a == b || a == nil || b == nil || disagree != "" {
+				if a == b || a == nil || b == nil {
 					continue
 				}
 				m, ok := a.Mesh().Member(b.ID())
 				if !ok || m.Coordinator == never[b] || never[b] && m.Standby {
-					disagree = fmt.Sprintf("%s sees %s (known %v, state %v, coordinator %v, standby %v); %s sets its own coordinator %v, standby %v",
+					return fmt.Sprintf("%s sees %s (known %v, state %v, coordinator %v, standby %v); %s sets its own coordinator %v, standby %v",
 						a.ID().ShortString(), b.ID().ShortString(), ok, m.State, m.Coordinator, m.Standby, b.ID().ShortString(), b.coordNow.Load(), b.standby.Load())
 				}
 			}
 		}
-		if disagree == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			sm.t.Fatalf("after 10s, nodes still disagree who coordinates: %s", disagree)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronization
-	}
+		return ""
+	})
 }
 
 // peerIDs are the nodes' peer IDs, as market.Coordinators takes them.
