@@ -138,9 +138,14 @@ func (g *gate) await(job string, need mark) <-chan struct{} {
 func (g *gate) unwait(job string, ch <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.keepWaitersLocked(job, func(w waiter) bool { return w.ch != ch })
+}
+
+// keepWaitersLocked keeps the waiters of job that keep accepts.
+func (g *gate) keepWaitersLocked(job string, keep func(waiter) bool) {
 	ws := g.waiters[job][:0]
 	for _, w := range g.waiters[job] {
-		if w.ch != ch {
+		if keep(w) {
 			ws = append(ws, w)
 		}
 	}
@@ -188,19 +193,13 @@ func (g *gate) commit(job string, m mark, now time.Time, staleAward time.Duratio
 	} else {
 		g.held[job] = keep
 	}
-	ws := g.waiters[job][:0]
-	for _, w := range g.waiters[job] {
+	g.keepWaitersLocked(job, func(w waiter) bool {
 		if c.atLeast(w.need) {
 			close(w.ch)
-		} else {
-			ws = append(ws, w)
+			return false
 		}
-	}
-	if len(ws) == 0 {
-		delete(g.waiters, job)
-	} else {
-		g.waiters[job] = ws
-	}
+		return true
+	})
 	return out, dropped
 }
 

@@ -207,12 +207,12 @@ func (n *Node) replicateLoop() {
 				defer func() { <-slots; n.repl.nudge() }()
 				acked := n.replicateMany(n.ctx, recs)
 				for i, rec := range recs {
-					n.repl.done(rec.ID)
 					if acked[i] {
 						n.committed(rec)
 					} else {
 						n.repl.missed(rec.ID)
 					}
+					n.repl.done(rec.ID) // after: as when each job had a call of its own
 				}
 			}()
 		}
