@@ -377,20 +377,19 @@ func isAnswer(err error) bool {
 	return errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusNotFound
 }
 
-func (n *Node) localJob(ctx context.Context, id string) (market.JobRecord, error) {
-	var rec market.JobRecord
-	var ok bool
-	if err := n.do(ctx, func() { rec, ok = n.mk.Job(id) }); err != nil {
-		return rec, err
+// localJob answers with this node's record of the job as written to its
+// disk (the view): of a job it coordinates, of a replica it holds, or its
+// last record of a job that ended or moved. The market's own record can be
+// a driver turn ahead of the disk (the persister writes after the turn); a
+// coordinator killed in between would come back without a change its owner
+// had already seen, such as a bill that had grown. Every change an owner
+// is answered for (a submission, a cancel, a scale) is written before the
+// answer, so reading what is written never hides one.
+func (n *Node) localJob(_ context.Context, id string) (market.JobRecord, error) {
+	if held, found := n.view.job(id); found {
+		return held, nil
 	}
-	if !ok {
-		// A replica, or this node's last record of a job that ended or moved.
-		if held, found := n.view.job(id); found {
-			return held, nil
-		}
-		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
-	}
-	return rec, nil
+	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %s", id)
 }
 
 // Jobs implements api.Backend: the jobs this node coordinates and those
