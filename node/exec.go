@@ -25,6 +25,9 @@ type runSlot struct {
 	stop    executor.StopReason // asked before the process existed
 	stopped chan struct{}       // closed when stop is set
 	fence   fenceState          // what the keeper was told (fencing.go)
+	// decided is when the driver decided to start the attempt: what its
+	// fence counts from until a tick saw its lease (armStarted).
+	decided time.Time
 }
 
 func attemptName(job string, share int, epoch uint64) string {
@@ -39,7 +42,7 @@ func (n *Node) startExecution(e market.Execution) {
 	if _, ok := n.runs[key]; ok {
 		return
 	}
-	slot := &runSlot{stopped: make(chan struct{})}
+	slot := &runSlot{stopped: make(chan struct{}), decided: time.Now()}
 	n.runs[key] = slot
 	var master string
 	if e.Gang != nil && e.Gang.NNodes > 1 && !onPrivateNet(e) {
@@ -81,6 +84,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	}
 	var run *executor.Run
 	if err == nil {
+		a.Started = func(pgid int, cgroup string) { n.armStarted(key, slot, pgid, cgroup, slot.decided) }
 		startAt := time.Now()
 		run, err = n.exec.Start(a)
 		n.stages.since(metrics.StageStart, startAt)
@@ -117,7 +121,6 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 			inGang = false
 		}
 	}
-	n.armStarted(key, slot, run) // before anything else: the node may freeze any moment
 	slot.mu.Lock()
 	slot.run = run
 	stop := slot.stop

@@ -15,6 +15,8 @@ import (
 // when the lease lapses. The driver arms each running attempt with the
 // keeper from its process's start, and again whenever its coordinator
 // acknowledges it; the attempt's watcher disarms it when the process ends.
+// The first arming comes from the executor itself, as the process starts
+// (armStarted).
 
 // fenceMargin is how much earlier than its coordinator's LostAfter the
 // keeper kills an attempt: the ack reached the runner a little after the
@@ -88,8 +90,14 @@ func (n *Node) armFences(now time.Time) {
 }
 
 // armStarted arms an attempt the moment its process started, from its
-// last ack as the driver last saw it. It runs on the attempt's watcher.
-func (n *Node) armStarted(key attemptKey, slot *runSlot, run *executor.Run) {
+// last ack as the driver last saw it, or, before a tick saw its lease, from
+// when the driver decided to start it (decided): never later than the ack
+// its coordinator counts from, so that a node frozen between that decision
+// and the start has its process killed at once, not LostAfter later. The
+// executor calls it (executor.Attempt.Started) before Start returns, on the
+// attempt's watcher: nothing of the node runs between the process's start
+// and the keeper's knowing it.
+func (n *Node) armStarted(key attemptKey, slot *runSlot, pgid int, cgroup string, decided time.Time) {
 	if n.fences.k == nil {
 		return
 	}
@@ -98,9 +106,13 @@ func (n *Node) armStarted(key attemptKey, slot *runSlot, run *executor.Run) {
 	ackedAt, known := n.fences.acked[key]
 	n.fences.mu.Unlock()
 	if !known {
-		ackedAt = now // not seen by a tick yet: its award came a moment ago
+		ackedAt = decided
 	}
-	n.arm(key, slot, run, ackedAt, n.lostAfter, now)
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if within, ok, _ := slot.fence.next(ackedAt, n.lostAfter, now); ok {
+		n.armLocked(key, slot, pgid, cgroup, ackedAt, within, now)
+	}
 }
 
 // arm tells the keeper to kill the attempt LostAfter - fenceMargin after
@@ -125,14 +137,19 @@ func (n *Node) arm(key attemptKey, slot *runSlot, run *executor.Run, ackedAt tim
 		n.log.Warn("an attempt's lease lapsed while this node could not renew it (frozen?): it ends fenced",
 			"job", key.job, "share", key.share, "epoch", key.epoch, "deadline", f.deadline)
 	}
-	if !ok {
-		return
+	if ok {
+		n.armLocked(key, slot, pgid, cgroup, ackedAt, within, now)
 	}
+}
+
+// armLocked tells the keeper to kill the attempt within of now and
+// records it. The caller holds slot.mu.
+func (n *Node) armLocked(key attemptKey, slot *runSlot, pgid int, cgroup string, ackedAt time.Time, within time.Duration, now time.Time) {
 	if err := n.fences.k.Arm(attemptName(key.job, key.share, key.epoch), pgid, cgroup, within); err != nil {
 		n.log.Debug("cannot arm the fence keeper", "job", key.job, "share", key.share, "epoch", key.epoch, "err", err)
 		return
 	}
-	f.armedAt(ackedAt, now.Add(within))
+	slot.fence.armedAt(ackedAt, now.Add(within))
 }
 
 // next says whether to arm the attempt again for an ack at ackedAt, seen

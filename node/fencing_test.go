@@ -1,6 +1,8 @@
 package node
 
 import (
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 )
@@ -70,5 +72,59 @@ func TestAnAttemptThatEndsBeforeItsDeadlineEndsByItself(t *testing.T) {
 	// a process group the system may give another process.
 	if _, arm, _ := g.next(t0.Add(11*time.Second), lostAfter, t0.Add(11*time.Second)); arm {
 		t.Errorf("an attempt whose end was seen was armed")
+	}
+}
+
+// recordingFencer notes what the node tells its keeper.
+type recordingFencer struct {
+	mu   sync.Mutex
+	arms []armed
+}
+
+type armed struct {
+	key    string
+	pgid   int
+	within time.Duration
+}
+
+func (f *recordingFencer) Arm(key string, pgid int, _ string, within time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arms = append(f.arms, armed{key, pgid, within})
+	return nil
+}
+
+func (f *recordingFencer) Disarm(string) error { return nil }
+
+// A node frozen after it decided to start an attempt, and before any tick
+// saw the attempt's lease, starts the process when it resumes. Its
+// coordinator counts LostAfter from the award, so the share may already
+// run elsewhere: the keeper must kill the process at once, not LostAfter
+// after the start (which let two attempts of a share run together for
+// 1.5 s in CI's churn test, seed 1796595731053858666).
+func TestAnAttemptStartedAfterAFreezeIsFencedFromItsDecision(t *testing.T) {
+	const lostAfter = 2700 * time.Millisecond
+	k := &recordingFencer{}
+	n := &Node{fences: newFences(k), lostAfter: lostAfter, log: slog.New(slog.DiscardHandler)}
+	frozen := attemptKey{"j1", 0, 1}
+	n.armStarted(frozen, &runSlot{}, 4242, "", time.Now().Add(-5*time.Second))
+	fresh := attemptKey{"j2", 0, 1}
+	n.armStarted(fresh, &runSlot{}, 4343, "", time.Now())
+	// Seen by a tick: the lease's ack counts, not the decision.
+	renewed := attemptKey{"j3", 0, 1}
+	n.fences.acked[renewed] = time.Now()
+	n.armStarted(renewed, &runSlot{}, 4444, "", time.Now().Add(-time.Minute))
+
+	if len(k.arms) != 3 {
+		t.Fatalf("the keeper was told %+v; want three arms", k.arms)
+	}
+	if a := k.arms[0]; a.key != attemptName("j1", 0, 1) || a.pgid != 4242 || a.within != 0 {
+		t.Errorf("decided 5 s ago: armed %+v; want group 4242 killed at once", a)
+	}
+	full := lostAfter - fenceMargin
+	for _, a := range k.arms[1:] {
+		if a.within > full || a.within < full-time.Second {
+			t.Errorf("%s: armed within %v; want about %v", a.key, a.within, full)
+		}
 	}
 }

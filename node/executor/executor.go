@@ -261,6 +261,13 @@ type Attempt struct {
 	// Private, when set, puts the attempt on its job's private network
 	// (sandbox mode, network none or egress; see PrivateNet).
 	Private *PrivateNet
+	// Started, when not nil, is called with the attempt's process group
+	// and cgroup v2 directory ("" for none), as Run.Process returns them,
+	// the moment its process has started: before Start logs or returns
+	// anything. A node hands them to its fence keeper there, so that a
+	// node frozen right after the start still has the process fenced
+	// (node/fence). It must not block, and must not call the Executor.
+	Started func(pgid int, cgroupDir string)
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

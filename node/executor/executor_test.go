@@ -415,3 +415,35 @@ func TestARunRestoringItsCheckpointIsNotStarted(t *testing.T) {
 		t.Fatalf("the job read %q from its restored checkpoint, want %q", out, "step 7")
 	}
 }
+
+// Attempt.Started hears of the process before Start returns, with the
+// group and cgroup that Run.Process reports afterwards, while the process
+// runs: a fence keeper told there knows the process before the node can
+// freeze with it unknown.
+func TestStartedHearsOfTheProcessBeforeStartReturns(t *testing.T) {
+	forEachIsolation(t, func(t *testing.T, iso Isolation) {
+		ex := newExecutor(t, iso, time.Second)
+		type told struct {
+			pgid    int
+			cgroup  string
+			running bool
+		}
+		var got []told
+		a := Attempt{JobID: "told", Command: []string{"sleep", "30"}}
+		a.Started = func(pgid int, cgroup string) {
+			got = append(got, told{pgid, cgroup, syscall.Kill(-pgid, 0) == nil})
+		}
+		r, err := ex.Start(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { r.Stop(StopCancelled); waitDone(t, r, 10*time.Second) }()
+		pgid, cgroup, ok := r.Process()
+		if !ok {
+			t.Fatal("Process: not started after Start returned")
+		}
+		if len(got) != 1 || got[0] != (told{pgid, cgroup, true}) {
+			t.Errorf("Started was told %+v; want once, before Start returned, {pgid %d cgroup %q running}", got, pgid, cgroup)
+		}
+	})
+}

@@ -268,6 +268,9 @@ func (r *Run) start() error {
 		r.closeFiles()
 		return fmt.Errorf("executor: starting %q: %w", args[0], err)
 	}
+	if a.Started != nil {
+		a.Started(cmd.Process.Pid, r.jail.cgroupDir())
+	}
 	r.mu.Lock()
 	r.cmd = cmd
 	r.startedAt = time.Now()
