@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -272,30 +273,54 @@ func gated(p market.Payload) bool {
 // the message (drain): what committed sends later, from the replication
 // goroutines, is ready to go.
 func (n *Node) sendCommitted(msgs []market.Message) {
-	msgs = n.probesOut(msgs)
-	now := time.Now()
+	n.send(n.gateOut(n.probesOut(msgs), time.Now()))
+}
+
+// gateOut returns the messages of msgs that may go now, and holds the
+// others (sendCommitted). A decision that takes effect outside (gated) of
+// a job whose record this node holds from another coordinator is dropped:
+// a replica holder answered that a coordinator outranking this one holds
+// the job (onSuperseding), after the turn that decided it. Sent, an award
+// would start a share that the job's replicas never heard of, beside the
+// one that coordinator runs (soak seed 1796599946222083395: a coordinator
+// frozen past its successor's takeover awarded the share again as it
+// resumed, and the award left ungated).
+func (n *Node) gateOut(msgs []market.Message, now time.Time) []market.Message {
 	out := msgs[:0:0]
 	for _, m := range msgs {
 		job := m.Payload.JobID()
-		if gated(m.Payload) || n.gate.behind(job, m) {
-			if need, ok := n.commitNeeded(job); ok && n.gate.hold(job, need, m, now) {
+		if g := gated(m.Payload); g || n.gate.behind(job, m) {
+			need, wait, superseded := n.commitNeeded(job)
+			if superseded && g {
+				n.log.Info("a decision of a job this node no longer coordinates dropped", "job", job, "to", m.To, "kind", fmt.Sprintf("%T", m.Payload))
+				continue
+			}
+			if wait && n.gate.hold(job, need, m, now) {
 				continue
 			}
 		}
 		out = append(out, m)
 	}
-	n.send(out)
+	return out
 }
 
 // commitNeeded returns the record of job that this node coordinates and
-// that must reach the job's replicas before a decision of it takes effect;
-// false when this node does not coordinate the job or it has no replicas.
-func (n *Node) commitNeeded(job string) (mark, bool) {
+// that must reach the job's replicas before a decision of it takes effect
+// (wait); wait is false when this node does not coordinate the job or it
+// has no replicas. superseded reports that the record this node holds of
+// the job is another coordinator's: what this node decided of it as its
+// coordinator must not take effect at all.
+func (n *Node) commitNeeded(job string) (need mark, wait, superseded bool) {
 	rec, ok := n.view.job(job)
-	if !ok || rec.Coordinator != n.id.String() || len(n.replicaTargets(job)) == 0 {
-		return mark{}, false
+	switch {
+	case !ok:
+		return mark{}, false, false
+	case rec.Coordinator != n.id.String():
+		return mark{}, false, true
+	case len(n.replicaTargets(job)) == 0:
+		return mark{}, false, false
 	}
-	return markOf(rec), true
+	return markOf(rec), true, false
 }
 
 // committed notes that every replica acknowledged rec, and sends what

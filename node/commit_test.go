@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // A coordinator that cannot reach one of its job's replicas places
@@ -59,4 +61,28 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 		return ok && got.State == market.JobRunning
 	})
 	t.Logf("running once the replica was back: %s", describePlacements(rec))
+}
+
+// A coordinator frozen past its successor's takeover resumes, finds its
+// share silent and awards it again; before the award leaves, a replica
+// holder answers that the successor outranks it (onSuperseding puts the
+// successor's record in the view). The award must not leave: its runner
+// would start a share that the job's replicas never heard of, beside the
+// one the successor runs (soak seed 1796599946222083395: two attempts of
+// one share together for 2.4 s). Messages that decide nothing pass.
+func TestADecisionOfAJobSupersededBeforeItLeftIsDropped(t *testing.T) {
+	self, successor, runner := peer.ID("coordinator-frozen"), peer.ID("successor"), peer.ID("runner")
+	n := &Node{id: self, view: newView(), gate: newGate(), log: slog.New(slog.DiscardHandler)}
+	n.view.put(market.JobRecord{ID: "j1", Coordinator: self.String(), Term: 1, Version: 8})
+	n.view.putNewer(market.JobRecord{ID: "j1", Coordinator: successor.String(), Term: 2, Version: 1})
+
+	award := market.Message{From: self.String(), To: runner.String(), Payload: &market.Award{Job: "j1", Term: 1, Share: 0, Epoch: 2}}
+	ack := market.Message{From: self.String(), To: runner.String(), Payload: &market.RenewalAck{Job: "j1", Term: 1, Share: 1, Epoch: 1}}
+	out := n.gateOut([]market.Message{award, ack}, time.Now())
+	if len(out) != 1 || out[0].Payload != ack.Payload {
+		t.Errorf("sent %v; want only the renewal ack, and the award dropped", out)
+	}
+	if held := n.gate.waiting(); len(held) != 0 {
+		t.Errorf("jobs with held messages: %v; want none (dropped, not held)", held)
+	}
 }

@@ -52,8 +52,16 @@ func (n *Node) startExecution(e market.Execution) {
 	// job's replicas hold the record that placed it, as an award to
 	// another node leaves only then (commit.go).
 	var committed <-chan struct{}
-	if need, ok := n.commitNeeded(e.Job); ok && e.Coordinator == n.id.String() {
-		committed = n.gate.await(e.Job, need)
+	if e.Coordinator == n.id.String() {
+		switch need, wait, superseded := n.commitNeeded(e.Job); {
+		case superseded:
+			// Decided as the job's coordinator, which a replica holder
+			// has since said another outranks (gateOut): it waits for
+			// the stop that comes when no ack does.
+			committed = make(chan struct{})
+		case wait:
+			committed = n.gate.await(e.Job, need)
+		}
 	}
 	n.wg.Add(1)
 	go n.runAttempt(key, e, slot, master, committed)
