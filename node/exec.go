@@ -92,6 +92,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	}
 	var run *executor.Run
 	if err == nil {
+		a.Starting = func() { n.prearm(key, slot, slot.decided) }
 		a.Started = func(pgid int, cgroup string) { n.armStarted(key, slot, pgid, cgroup, slot.decided) }
 		startAt := time.Now()
 		run, err = n.exec.Start(a)
@@ -103,6 +104,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	if err != nil {
 		// The owner reads why in the job's stderr and in its record, not
 		// only in this node's log.
+		n.unprearm(key, slot)
 		why := strings.TrimPrefix(err.Error(), "executor: ")
 		log.Warn("attempt did not start", "err", err)
 		if werr := n.exec.StartFailed(executor.Attempt{JobID: e.Job, Share: e.Share, Epoch: e.Epoch}, why); werr != nil {

@@ -53,6 +53,9 @@ type fenceState struct {
 	// disarmed is set when the attempt's watcher disarmed it: nothing
 	// arms it again.
 	disarmed bool
+	// prearmed is set once the keeper was told of the attempt before its
+	// process started (prearm), its group not known yet.
+	prearmed bool
 }
 
 func newFences(k fence.Fencer) *fences {
@@ -102,17 +105,55 @@ func (n *Node) armStarted(key attemptKey, slot *runSlot, pgid int, cgroup string
 		return
 	}
 	now := time.Now()
-	n.fences.mu.Lock()
-	ackedAt, known := n.fences.acked[key]
-	n.fences.mu.Unlock()
-	if !known {
-		ackedAt = decided
-	}
+	ackedAt := n.ackedOr(key, decided)
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if within, ok, _ := slot.fence.next(ackedAt, n.lostAfter, now); ok {
 		n.armLocked(key, slot, pgid, cgroup, ackedAt, within, now)
 	}
+}
+
+// prearm tells the keeper of an attempt whose process is about to start,
+// with the deadline armStarted would give it: should the node freeze or die
+// before armStarted, the keeper finds the process by its environment
+// (fence.AttemptEnv). The executor calls it (executor.Attempt.Starting).
+func (n *Node) prearm(key attemptKey, slot *runSlot, decided time.Time) {
+	if n.fences.k == nil {
+		return
+	}
+	now := time.Now()
+	within := max(n.ackedOr(key, decided).Add(n.lostAfter-fenceMargin).Sub(now), 0)
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if err := n.fences.k.Prearm(attemptName(key.job, key.share, key.epoch), within); err != nil {
+		n.log.Debug("cannot prearm the fence keeper", "job", key.job, "share", key.share, "epoch", key.epoch, "err", err)
+		return
+	}
+	slot.fence.prearmed = true
+}
+
+// unprearm forgets a prearmed attempt whose process did not start.
+func (n *Node) unprearm(key attemptKey, slot *runSlot) {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if n.fences.k == nil || !slot.fence.prearmed || slot.fence.armed {
+		return
+	}
+	slot.fence.prearmed = false
+	if err := n.fences.k.Disarm(attemptName(key.job, key.share, key.epoch)); err != nil {
+		n.log.Debug("cannot disarm the fence keeper", "job", key.job, "err", err)
+	}
+}
+
+// ackedOr returns the attempt's last ack as the driver last saw it, or,
+// before a tick saw its lease, decided.
+func (n *Node) ackedOr(key attemptKey, decided time.Time) time.Time {
+	n.fences.mu.Lock()
+	defer n.fences.mu.Unlock()
+	if ackedAt, known := n.fences.acked[key]; known {
+		return ackedAt
+	}
+	return decided
 }
 
 // arm tells the keeper to kill the attempt LostAfter - fenceMargin after

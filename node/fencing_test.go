@@ -94,6 +94,13 @@ func (f *recordingFencer) Arm(key string, pgid int, _ string, within time.Durati
 	return nil
 }
 
+func (f *recordingFencer) Prearm(key string, within time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arms = append(f.arms, armed{key, 0, within})
+	return nil
+}
+
 func (f *recordingFencer) Disarm(string) error { return nil }
 
 // A node frozen after it decided to start an attempt, and before any tick
@@ -115,14 +122,22 @@ func TestAnAttemptStartedAfterAFreezeIsFencedFromItsDecision(t *testing.T) {
 	n.fences.acked[renewed] = time.Now()
 	n.armStarted(renewed, &runSlot{}, 4444, "", time.Now().Add(-time.Minute))
 
-	if len(k.arms) != 3 {
-		t.Fatalf("the keeper was told %+v; want three arms", k.arms)
+	// Prearmed before the start, from the same moment: the keeper finds
+	// the process by its environment should the node freeze within the
+	// start itself.
+	n.prearm(frozen, &runSlot{}, time.Now().Add(-5*time.Second))
+
+	if len(k.arms) != 4 {
+		t.Fatalf("the keeper was told %+v; want three arms and a prearm", k.arms)
+	}
+	if a := k.arms[3]; a.key != attemptName("j1", 0, 1) || a.pgid != 0 || a.within != 0 {
+		t.Errorf("prearmed, decided 5 s ago: %+v; want its processes killed at once", a)
 	}
 	if a := k.arms[0]; a.key != attemptName("j1", 0, 1) || a.pgid != 4242 || a.within != 0 {
 		t.Errorf("decided 5 s ago: armed %+v; want group 4242 killed at once", a)
 	}
 	full := lostAfter - fenceMargin
-	for _, a := range k.arms[1:] {
+	for _, a := range k.arms[1:3] {
 		if a.within > full || a.within < full-time.Second {
 			t.Errorf("%s: armed within %v; want about %v", a.key, a.within, full)
 		}

@@ -261,6 +261,12 @@ type Attempt struct {
 	// Private, when set, puts the attempt on its job's private network
 	// (sandbox mode, network none or egress; see PrivateNet).
 	Private *PrivateNet
+	// Starting, when not nil, is called just before the attempt's process
+	// starts, once everything before it is ready: a node prearms its fence
+	// keeper there (the process carries fence.AttemptEnv=Name()), so that
+	// a node frozen within the start, before Started, still has the
+	// process fenced. It must not block, and must not call the Executor.
+	Starting func()
 	// Started, when not nil, is called with the attempt's process group
 	// and cgroup v2 directory ("" for none), as Run.Process returns them,
 	// the moment its process has started: before Start logs or returns

@@ -100,7 +100,7 @@ func TestJobSeesItsEnvironmentAndNotTheNodes(t *testing.T) {
 		out := readAll(t, ex, a.Name(), Stdout)
 		for _, want := range []string{
 			"USER_VAR=hello", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-			"GPUMESH_JOB_ID=job-1", "GPUMESH_SHARE=1", "GPUMESH_EPOCH=3", "GPUMESH_LOCAL_CARDS=2",
+			"GPUMESH_JOB_ID=job-1", "GPUMESH_SHARE=1", "GPUMESH_EPOCH=3", "GPUMESH_LOCAL_CARDS=2", "GPUMESH_ATTEMPT=job-1-s1-e3",
 			"NNODES=2", "NODE_RANK=1", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=29500", "WORLD_SIZE=8",
 			"HOME=" + r.WorkDir(), "GPUMESH_CHECKPOINT_DIR=" + r.CheckpointDir(),
 		} {
@@ -416,10 +416,11 @@ func TestARunRestoringItsCheckpointIsNotStarted(t *testing.T) {
 	}
 }
 
-// Attempt.Started hears of the process before Start returns, with the
-// group and cgroup that Run.Process reports afterwards, while the process
-// runs: a fence keeper told there knows the process before the node can
-// freeze with it unknown.
+// Attempt.Starting hears that the process is about to start, once and
+// before Started; Started hears of the process before Start returns, with
+// the group and cgroup that Run.Process reports afterwards, while the
+// process runs: a fence keeper told there knows the process before the
+// node can freeze with it unknown.
 func TestStartedHearsOfTheProcessBeforeStartReturns(t *testing.T) {
 	forEachIsolation(t, func(t *testing.T, iso Isolation) {
 		ex := newExecutor(t, iso, time.Second)
@@ -429,8 +430,13 @@ func TestStartedHearsOfTheProcessBeforeStartReturns(t *testing.T) {
 			running bool
 		}
 		var got []told
+		starting := 0
 		a := Attempt{JobID: "told", Command: []string{"sleep", "30"}}
+		a.Starting = func() { starting++ }
 		a.Started = func(pgid int, cgroup string) {
+			if starting != 1 {
+				t.Errorf("Started after %d calls of Starting, want 1", starting)
+			}
 			got = append(got, told{pgid, cgroup, syscall.Kill(-pgid, 0) == nil})
 		}
 		r, err := ex.Start(a)

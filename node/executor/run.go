@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpumesh/gpumesh/node/fence"
 )
 
 // StopReason says why the node stopped an attempt.
@@ -264,6 +266,9 @@ func (r *Run) start() error {
 		// in case a stray child still holds them; the group is killed first.
 		WaitDelay: time.Second,
 	}
+	if a.Starting != nil {
+		a.Starting()
+	}
 	if err := r.jail.start(cmd); err != nil {
 		r.closeFiles()
 		return fmt.Errorf("executor: starting %q: %w", args[0], err)
@@ -355,6 +360,7 @@ func gpumeshEnv(env map[string]string, a Attempt, tmpDir, workDir, checkpointDir
 	env["GPUMESH_JOB_ID"] = a.JobID
 	env["GPUMESH_SHARE"] = strconv.Itoa(a.Share)
 	env["GPUMESH_EPOCH"] = strconv.FormatUint(a.Epoch, 10)
+	env[fence.AttemptEnv] = a.Name() // what a fence keeper finds the attempt's processes by
 	env["GPUMESH_LOCAL_CARDS"] = strconv.Itoa(a.LocalCards)
 	env["GPUMESH_WORK_DIR"] = workDir
 	env["GPUMESH_CHECKPOINT_DIR"] = checkpointDir

@@ -169,6 +169,17 @@ func (k *Keeper) Arm(key string, pgid int, cgroupDir string, within time.Duratio
 	return k.send(c)
 }
 
+// Prearm arms the attempt key before its process starts (see Fencer): a
+// node that freezes or dies between the start and Arm still has the
+// process killed by the deadline, found by its AttemptEnv.
+func (k *Keeper) Prearm(key string, within time.Duration) error {
+	c := command{verb: verbPrearm, key: key, within: within.Truncate(time.Millisecond)}
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	return k.send(c)
+}
+
 // Disarm forgets the attempt key (see Fencer).
 func (k *Keeper) Disarm(key string) error {
 	c := command{verb: verbDisarm, key: key}

@@ -47,6 +47,7 @@
 // ending in "\n" and at most MaxLine bytes long, newline included.
 // Node to keeper (stdin):
 //
+//	prearm KEY MILLIS               as arm, for an attempt about to start (below)
 //	arm KEY PGID CGROUPDIR MILLIS   kill unless armed again within MILLIS of receipt
 //	disarm KEY                      forget KEY (not armed: no error)
 //	close                           exit 0, killing nothing
@@ -58,6 +59,15 @@
 // line. Arming a key again replaces its group, cgroup and deadline. At most
 // MaxKeys keys are armed at once. The keeper refuses to arm its own or its
 // parent's process group.
+//
+// The node prearms an attempt just before it starts the attempt's process
+// and arms it, with its group, just after: a node frozen (or killed) in
+// between has told the keeper nothing of a process that runs. A key whose
+// deadline passes while only prearmed is fenced by what the keeper finds
+// in /proc (Linux): every process whose environment holds
+// GPUMESH_ATTEMPT=KEY (AttemptEnv, set by the node's executor for each
+// attempt) is killed, with the process group it is in, but the keeper's
+// and the node's own.
 //
 // Keeper to node (stdout):
 //

@@ -36,7 +36,9 @@ func Main(stdin io.Reader, stdout io.Writer) int {
 		return ExitUnsupported
 	}
 	ignoreSignals()
-	s := server{kill: killTarget, refuse: protectedGroups(), maxKeys: MaxKeys, flushGrace: flushGrace}
+	refuse := protectedGroups()
+	kill := func(t target) error { return killTarget(t, refuse) }
+	s := server{kill: kill, refuse: refuse, maxKeys: MaxKeys, flushGrace: flushGrace}
 	return s.serve(stdin, stdout)
 }
 
@@ -162,6 +164,10 @@ func (s server) apply(tbl *table, in input, out *eventQueue) {
 		}
 		if err := tbl.arm(c.key, target{pgid: c.pgid, cgroup: c.cgroup}, in.at.Add(c.within)); err != nil {
 			out.emit(errorEvent(fmt.Errorf("arm %s: %w: %d is the limit", c.key, err, s.maxKeys)))
+		}
+	case verbPrearm:
+		if err := tbl.arm(c.key, target{marker: c.key}, in.at.Add(c.within)); err != nil {
+			out.emit(errorEvent(fmt.Errorf("prearm %s: %w: %d is the limit", c.key, err, s.maxKeys)))
 		}
 	case verbDisarm:
 		// An unknown key is no error: the fence and the disarm may cross.

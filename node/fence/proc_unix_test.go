@@ -39,9 +39,12 @@ type victim struct {
 	exited chan struct{} // closed once reaped
 }
 
-func startVictim(t *testing.T) *victim {
+func startVictim(t *testing.T, env ...string) *victim {
 	t.Helper()
 	cmd := exec.Command("sleep", "1000")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ const (
 	verbArm verb = iota + 1
 	verbDisarm
 	verbClose
+	verbPrearm
 )
 
 func (v verb) String() string {
@@ -48,6 +49,8 @@ func (v verb) String() string {
 		return "disarm"
 	case verbClose:
 		return "close"
+	case verbPrearm:
+		return "prearm"
 	}
 	return "verb(" + strconv.Itoa(int(v)) + ")"
 }
@@ -61,10 +64,10 @@ func (v verb) String() string {
 // Fields are separated by exactly one space; the line ends with "\n".
 type command struct {
 	verb   verb
-	key    string        // arm, disarm
+	key    string        // arm, prearm, disarm
 	pgid   int           // arm: > 1
 	cgroup string        // arm: "" for none ("-" on the wire)
-	within time.Duration // arm: whole milliseconds, 0 to MaxWithin
+	within time.Duration // arm, prearm: whole milliseconds, 0 to MaxWithin
 }
 
 // parseCommand decodes one line without its newline. The error names what
@@ -100,6 +103,18 @@ func parseCommand(line []byte) (command, error) {
 		if c.within, err = parseMillis(fields[4]); err != nil {
 			return command{}, fmt.Errorf("arm %s: %w", c.key, err)
 		}
+	case "prearm":
+		c.verb = verbPrearm
+		if len(fields) != 3 {
+			return command{}, fmt.Errorf("prearm: want 2 arguments (KEY MILLIS), got %d", len(fields)-1)
+		}
+		var err error
+		if c.key, err = parseKey(fields[1]); err != nil {
+			return command{}, fmt.Errorf("prearm: %w", err)
+		}
+		if c.within, err = parseMillis(fields[2]); err != nil {
+			return command{}, fmt.Errorf("prearm %s: %w", c.key, err)
+		}
 	case "disarm":
 		c.verb = verbDisarm
 		if len(fields) != 2 {
@@ -115,7 +130,7 @@ func parseCommand(line []byte) (command, error) {
 			return command{}, fmt.Errorf("close: want no arguments, got %d", len(fields)-1)
 		}
 	default:
-		return command{}, fmt.Errorf("unknown command %s (want arm, disarm or close)", quote(fields[0]))
+		return command{}, fmt.Errorf("unknown command %s (want arm, prearm, disarm or close)", quote(fields[0]))
 	}
 	return c, nil
 }
@@ -137,6 +152,13 @@ func (c command) validate() error {
 		}
 		if c.within < 0 || c.within > MaxWithin || c.within%time.Millisecond != 0 {
 			return fmt.Errorf("arm %s: deadline %v: want whole milliseconds from 0 to %v", c.key, c.within, MaxWithin)
+		}
+	case verbPrearm:
+		if err := checkKey(c.key); err != nil {
+			return fmt.Errorf("prearm: %w", err)
+		}
+		if c.within < 0 || c.within > MaxWithin || c.within%time.Millisecond != 0 {
+			return fmt.Errorf("prearm %s: deadline %v: want whole milliseconds from 0 to %v", c.key, c.within, MaxWithin)
 		}
 	case verbDisarm:
 		if err := checkKey(c.key); err != nil {
@@ -164,6 +186,11 @@ func (c command) appendLine(b []byte) []byte {
 		} else {
 			b = append(b, c.cgroup...)
 		}
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, c.within.Milliseconds(), 10)
+	case verbPrearm:
+		b = append(b, ' ')
+		b = append(b, c.key...)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, c.within.Milliseconds(), 10)
 	case verbDisarm:

@@ -17,6 +17,8 @@ func TestParseCommand(t *testing.T) {
 		{"arm job/0/1 4242 - 2700", command{verb: verbArm, key: "job/0/1", pgid: 4242, within: 2700 * time.Millisecond}},
 		{"arm k 2 /sys/fs/cgroup/gpumesh/u100001 0", command{verb: verbArm, key: "k", pgid: 2, cgroup: "/sys/fs/cgroup/gpumesh/u100001"}},
 		{"arm k 2147483647 - 86400000", command{verb: verbArm, key: "k", pgid: 2147483647, within: MaxWithin}},
+		{"prearm job-s0-e1 2500", command{verb: verbPrearm, key: "job-s0-e1", within: 2500 * time.Millisecond}},
+		{"prearm k 0", command{verb: verbPrearm, key: "k"}},
 		{"disarm job/0/1", command{verb: verbDisarm, key: "job/0/1"}},
 		{"close", command{verb: verbClose}},
 	}
@@ -42,7 +44,12 @@ func TestParseCommand(t *testing.T) {
 		{" close", "empty field"},
 		{"close ", "empty field"},
 		{"Close", `unknown command "Close"`},
-		{"kill k", `unknown command "kill"`},
+		{"kill k", `unknown command "kill" (want arm, prearm, disarm or close)`},
+		{"prearm k", "prearm: want 2 arguments (KEY MILLIS), got 1"},
+		{"prearm k 5 - 10", "prearm: want 2 arguments (KEY MILLIS), got 4"},
+		{"prearm k\xff 10", `prearm: key "k\xff"`},
+		{"prearm k -1", `prearm k: millis "-1"`},
+		{"prearm k 86400001", `prearm k: millis "86400001"`},
 		{"close now", "close: want no arguments, got 1"},
 		{"disarm", "disarm: want 1 argument (KEY), got 0"},
 		{"disarm a b", "got 2"},
@@ -98,6 +105,9 @@ func TestValidateAgreesWithParse(t *testing.T) {
 		{verb: verbArm, key: "k", pgid: 5, within: -time.Millisecond},
 		{verb: verbArm, key: "k", pgid: 5, within: MaxWithin + time.Millisecond},
 		{verb: verbArm, key: "k", pgid: 5, within: time.Microsecond},
+		{verb: verbPrearm, key: ""},
+		{verb: verbPrearm, key: "k", within: -time.Millisecond},
+		{verb: verbPrearm, key: "k", within: time.Microsecond},
 		{verb: verbDisarm, key: "a\nb"},
 		{verb: 0},
 	}
@@ -165,7 +175,7 @@ func TestReadLine(t *testing.T) {
 // errors can go back to the node as they are.
 func FuzzParseCommand(f *testing.F) {
 	for _, s := range []string{
-		"arm job/0/1 4242 - 2700", "arm k 2 /sys/fs/cgroup/a/u1 0", "disarm k", "close",
+		"arm job/0/1 4242 - 2700", "arm k 2 /sys/fs/cgroup/a/u1 0", "prearm k 2500", "prearm k 05", "disarm k", "close",
 		"", " ", "arm", "arm k 1 - 1", "arm k 05 - 1", "arm k 5 /a/../b 1", "disarm \xff", "close\r",
 	} {
 		f.Add([]byte(s))

@@ -111,7 +111,7 @@ func TestServeAnswersMalformedLinesAndGoesOn(t *testing.T) {
 		{"arm k 5 - 1e3\n", `error arm k: millis "1e3"`},
 		{"arm k 5 cg 10\n", `error arm k: cgroup dir "cg"`},
 		{"disarm\n", "error disarm: want 1 argument (KEY), got 0"},
-		{"stop\n", `error unknown command "stop" (want arm, disarm or close)`},
+		{"stop\n", `error unknown command "stop" (want arm, prearm, disarm or close)`},
 		{"close\r\n", `error unknown command "close\r"`},
 		{"\n", "error empty line"},
 		{strings.Repeat("a", 2*MaxLine) + "\n", "error line longer than 4096 bytes"},
@@ -199,5 +199,26 @@ func TestServeEndOfInputKillsEverything(t *testing.T) {
 		if e, ok := <-s.events; ok {
 			t.Fatalf("tail %q: event %q after the node was lost", tail, e)
 		}
+	}
+}
+
+// A prearmed key is killed by its marker when its deadline passes; one
+// armed afterwards with its group is killed by its group, the marker gone.
+func TestServePrearmIsReplacedByArm(t *testing.T) {
+	s := serveInProcess(t, MaxKeys)
+	s.send("prearm p 50\n", "prearm q 5000\n", "arm q 12 - 100\n")
+	for _, want := range []string{"fenced p", "fenced q"} {
+		if got := s.next(); got != want {
+			t.Fatalf("event %q, want %q", got, want)
+		}
+	}
+	for _, want := range []target{{marker: "p"}, {pgid: 12}} {
+		if tg := s.kill(); tg != want {
+			t.Fatalf("killed %+v, want %+v", tg, want)
+		}
+	}
+	s.send("close\n")
+	if c := s.exit(); c != ExitClosed {
+		t.Fatalf("exit %d", c)
 	}
 }

@@ -14,7 +14,7 @@ const supported = false
 
 var errUnsupported = fmt.Errorf("fence keeper on %s: %w: no process groups", runtime.GOOS, errors.ErrUnsupported)
 
-func killTarget(target) error { return errUnsupported }
+func killTarget(target, func(int) bool) error { return errUnsupported }
 
 func protectedGroups() func(pgid int) bool { return func(int) bool { return true } }
 

@@ -24,7 +24,10 @@ var errUnsupported = errors.ErrUnsupported
 // later), which also reaches processes that left the group. A group or a
 // cgroup that is already gone, or a cgroup without cgroup.kill (v1, an
 // older kernel), is no error.
-func killTarget(t target) error {
+func killTarget(t target, protected func(pgid int) bool) error {
+	if t.pgid == 0 {
+		return killMarked(t.marker, protected)
+	}
 	var errs []error
 	if err := syscall.Kill(-t.pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		errs = append(errs, fmt.Errorf("kill -%d: %w", t.pgid, err))

@@ -7,10 +7,13 @@ import (
 )
 
 // target is what a fence kills: a process group and, when cgroup is not
-// empty, every process in that cgroup v2 directory.
+// empty, every process in that cgroup v2 directory; or, before the node
+// knew the group (prearm: pgid 0), every process whose environment marks
+// it as marker's (AttemptEnv) and the groups they lead.
 type target struct {
 	pgid   int
 	cgroup string
+	marker string
 }
 
 // armed is one attempt the keeper holds.
