@@ -100,6 +100,11 @@
 //     newcomer. A group ID is not reused while any process, a zombie leader
 //     included, still carries it, so the window is the node's own, between
 //     wait and Disarm.
+//   - A prearmed attempt where there is no /proc (macOS, the BSDs): a node
+//     frozen between the process's start and its arm leaves the process to
+//     run until the node resumes. A process that rewrote its environment,
+//     or left it behind in a child started with another, is not found by
+//     it either.
 //   - Platforms without process groups (Windows): Start returns an error
 //     wrapping errors.ErrUnsupported; the node runs with Nop.
 package fence
