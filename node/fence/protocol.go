@@ -150,15 +150,15 @@ func (c command) validate() error {
 				return fmt.Errorf("arm %s: %w", c.key, err)
 			}
 		}
-		if c.within < 0 || c.within > MaxWithin || c.within%time.Millisecond != 0 {
-			return fmt.Errorf("arm %s: deadline %v: want whole milliseconds from 0 to %v", c.key, c.within, MaxWithin)
+		if err := checkWithin(c.within); err != nil {
+			return fmt.Errorf("arm %s: %w", c.key, err)
 		}
 	case verbPrearm:
 		if err := checkKey(c.key); err != nil {
 			return fmt.Errorf("prearm: %w", err)
 		}
-		if c.within < 0 || c.within > MaxWithin || c.within%time.Millisecond != 0 {
-			return fmt.Errorf("prearm %s: deadline %v: want whole milliseconds from 0 to %v", c.key, c.within, MaxWithin)
+		if err := checkWithin(c.within); err != nil {
+			return fmt.Errorf("prearm %s: %w", c.key, err)
 		}
 	case verbDisarm:
 		if err := checkKey(c.key); err != nil {
@@ -271,6 +271,14 @@ func checkCgroupDir(s string) error {
 	}
 	if s == "/" || !strings.HasPrefix(s, "/") || path.Clean(s) != s {
 		return fmt.Errorf("cgroup dir %s: want a clean absolute path other than / (or - for none)", quote(s))
+	}
+	return nil
+}
+
+// checkWithin checks a deadline as the wire carries it.
+func checkWithin(d time.Duration) error {
+	if d < 0 || d > MaxWithin || d%time.Millisecond != 0 {
+		return fmt.Errorf("deadline %v: want whole milliseconds from 0 to %v", d, MaxWithin)
 	}
 	return nil
 }
