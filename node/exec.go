@@ -57,7 +57,10 @@ func (n *Node) startExecution(e market.Execution) {
 		case superseded:
 			// Decided as the job's coordinator, which a replica holder
 			// has since said another outranks (gateOut): it waits for
-			// the stop that comes when no ack does.
+			// the stop that comes when no ack does. No coordinator acks
+			// it: this node lets the job go, and the one that outranks it
+			// claimed the job before this decision, so no record it
+			// adopted holds the attempt (commit.go).
 			committed = make(chan struct{})
 		case wait:
 			committed = n.gate.await(e.Job, need)
