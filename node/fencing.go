@@ -234,8 +234,9 @@ func (n *Node) disarm(key attemptKey, slot *runSlot, endedAt time.Time) (fenced 
 	}
 	slot.mu.Lock()
 	armed, fenced := slot.fence.end(endedAt)
+	prearmed := slot.fence.prearmed // and never armed, should that have failed
 	slot.mu.Unlock()
-	if armed {
+	if armed || prearmed {
 		if err := n.fences.k.Disarm(attemptName(key.job, key.share, key.epoch)); err != nil {
 			n.log.Debug("cannot disarm the fence keeper", "job", key.job, "err", err)
 		}
