@@ -122,7 +122,7 @@ func (n *Node) prearm(key attemptKey, slot *runSlot, decided time.Time) {
 		return
 	}
 	now := time.Now()
-	within := max(n.ackedOr(key, decided).Add(n.lostAfter-fenceMargin).Sub(now), 0)
+	within := fenceWithin(n.ackedOr(key, decided), n.lostAfter, now)
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if err := n.fences.k.Prearm(attemptName(key.job, key.share, key.epoch), within); err != nil {
@@ -207,7 +207,13 @@ func (f *fenceState) next(ackedAt time.Time, lostAfter time.Duration, now time.T
 	case f.armed && !ackedAt.After(f.ackedAt):
 		return 0, false, false
 	}
-	return max(ackedAt.Add(lostAfter-fenceMargin).Sub(now), 0), true, false
+	return fenceWithin(ackedAt, lostAfter, now), true, false
+}
+
+// fenceWithin is how long from now the keeper waits before it kills an
+// attempt last acknowledged at ackedAt: LostAfter - fenceMargin after it.
+func fenceWithin(ackedAt time.Time, lostAfter time.Duration, now time.Time) time.Duration {
+	return max(ackedAt.Add(lostAfter-fenceMargin).Sub(now), 0)
 }
 
 // armedAt records that the keeper was told to kill the attempt at

@@ -157,17 +157,17 @@ func (s server) take(tbl *table, in input, out *eventQueue) (code int, done bool
 func (s server) apply(tbl *table, in input, out *eventQueue) {
 	c := in.cmd
 	switch c.verb {
-	case verbArm:
-		if s.refuse(c.pgid) {
-			out.emit(errorEvent(fmt.Errorf("arm %s: pgid %d is the keeper's or the node's own process group", c.key, c.pgid)))
-			return
+	case verbArm, verbPrearm:
+		tg := target{marker: c.key} // prearm: found by its environment
+		if c.verb == verbArm {
+			if s.refuse(c.pgid) {
+				out.emit(errorEvent(fmt.Errorf("arm %s: pgid %d is the keeper's or the node's own process group", c.key, c.pgid)))
+				return
+			}
+			tg = target{pgid: c.pgid, cgroup: c.cgroup}
 		}
-		if err := tbl.arm(c.key, target{pgid: c.pgid, cgroup: c.cgroup}, in.at.Add(c.within)); err != nil {
-			out.emit(errorEvent(fmt.Errorf("arm %s: %w: %d is the limit", c.key, err, s.maxKeys)))
-		}
-	case verbPrearm:
-		if err := tbl.arm(c.key, target{marker: c.key}, in.at.Add(c.within)); err != nil {
-			out.emit(errorEvent(fmt.Errorf("prearm %s: %w: %d is the limit", c.key, err, s.maxKeys)))
+		if err := tbl.arm(c.key, tg, in.at.Add(c.within)); err != nil {
+			out.emit(errorEvent(fmt.Errorf("%s %s: %w: %d is the limit", c.verb, c.key, err, s.maxKeys)))
 		}
 	case verbDisarm:
 		// An unknown key is no error: the fence and the disarm may cross.

@@ -16,7 +16,8 @@ import (
 // never told (the node froze or died within its start); processes that
 // exit while it reads, or that it may not read, are skipped.
 func killMarked(marker string, protected func(pgid int) bool) error {
-	want := []byte(AttemptEnv + "=" + marker + "\x00")
+	first := []byte(AttemptEnv + "=" + marker + "\x00") // the first variable
+	later := append([]byte{0}, first...)                // any other
 	dir, err := os.ReadDir("/proc")
 	if err != nil {
 		return fmt.Errorf("finding the processes of %s: %w", marker, err)
@@ -29,7 +30,7 @@ func killMarked(marker string, protected func(pgid int) bool) error {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !(bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) {
+		if err != nil || !(bytes.HasPrefix(env, first) || bytes.Contains(env, later)) {
 			continue
 		}
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && !protected(pgid) {
