@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"strings"
@@ -30,6 +31,7 @@ type benchFlags struct {
 	submitters int
 	jobs       int
 	profile    string
+	keep       string
 	hold       time.Duration
 	settle     time.Duration
 	maxStart   time.Duration
@@ -131,6 +133,7 @@ that returns to idle within the watch meets the targets it prints.`,
 	fl.IntVar(&f.submitters, "submitters", procbench.DefaultSubmitters, "processes: clients submitting at once")
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
 	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile and execution trace of the load's first 10 s to `DIR`")
+	fl.StringVar(&f.keep, "keep", "", "processes, burst: keep the nodes' data and logs in `DIR` (made if missing; otherwise they go unless the run fails)")
 	fl.DurationVar(&f.hold, "hold", procbench.DefaultHold, "burst: how long the burst's jobs run before they are cancelled")
 	fl.DurationVar(&f.settle, "settle", procbench.DefaultSettle, "burst: how long the mesh is watched after the last cancel")
 	f.flags = fl
@@ -148,7 +151,7 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 		}
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
 	}
-	for _, name := range []string{"cards", "submitters", "jobs", "profile", "hold", "settle"} {
+	for _, name := range []string{"cards", "submitters", "jobs", "profile", "keep", "hold", "settle"} {
 		if f.flags != nil && f.flags.Changed(name) {
 			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procOnly[name])
 		}
@@ -245,7 +248,7 @@ func writeBenchHeader(w io.Writer, res *bench.Results) error {
 // flags applies to.
 var procOnly = map[string]string{
 	"cards": procbench.Scenario + " or " + procbench.BurstScenario, "submitters": procbench.Scenario, "jobs": procbench.Scenario,
-	"profile": procbench.Scenario, "hold": procbench.BurstScenario, "settle": procbench.BurstScenario,
+	"profile": procbench.Scenario, "keep": procbench.Scenario + " or " + procbench.BurstScenario, "hold": procbench.BurstScenario, "settle": procbench.BurstScenario,
 }
 
 // processes returns the scenario of node processes that --scenario names
@@ -307,7 +310,15 @@ func (f benchFlags) procSetup(e env, scenario string, counts ...count) (string, 
 		}
 	}
 	if f.logFile != "" {
-		return "", nil, usagef("--log-file: the %s scenario keeps each node's log in its data dir (kept when the run fails)", scenario)
+		return "", nil, usagef("--log-file: the %s scenario keeps each node's log in its data dir (kept when the run fails; --keep DIR keeps it always)", scenario)
+	}
+	if f.keep != "" {
+		// A node started on another run's data would resume its jobs.
+		if entries, err := os.ReadDir(f.keep); err == nil && len(entries) > 0 {
+			return "", nil, usagef("--keep %s: not empty; name a new or empty directory", f.keep)
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", nil, usagef("--keep %s: %v", f.keep, err)
+		}
 	}
 	bin, err := os.Executable()
 	if err != nil {
@@ -349,7 +360,8 @@ func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile, Progress: progress}
+	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile, Progress: progress,
+		Dir: f.keep, KeepDir: f.keep != ""}
 	return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.Run(ctx, cfg) })
 }
 
@@ -374,7 +386,8 @@ func (f benchFlags) runBurst(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	cfg := procbench.BurstConfig{Config: procbench.Config{Binary: bin, Nodes: nodes, Cards: cards, Progress: progress}, Hold: f.hold, Settle: f.settle}
+	cfg := procbench.BurstConfig{Config: procbench.Config{Binary: bin, Nodes: nodes, Cards: cards, Progress: progress, Dir: f.keep, KeepDir: f.keep != ""},
+		Hold: f.hold, Settle: f.settle}
 	return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.RunBurst(ctx, cfg) })
 }
 

@@ -31,6 +31,10 @@ func TestBenchBadInput(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	used := t.TempDir() // another run's nodes
+	if err := os.Mkdir(filepath.Join(used, "node-0"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -52,6 +56,9 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"--scenario", "processes", "--cards", "5000"}, "--cards 5000: want 1 to 1024"},
 		{[]string{"--scenario", "processes,placement"}, "--scenario processes runs alone"},
 		{[]string{"--scenario", "throughput", "--jobs", "10"}, "--jobs applies to --scenario processes only"},
+		{[]string{"--scenario", "placement", "--keep", used}, "--keep applies to --scenario processes or burst only"},
+		{[]string{"--scenario", "burst", "--keep", used}, "--keep " + used + ": not empty; name a new or empty directory"},
+		{[]string{"--scenario", "processes", "--keep", file}, "--keep " + file + ": "},
 		{[]string{"--scenario", "nope"}, "and processes and burst, which run alone"},
 		{[]string{"--max-start", "-1s"}, "--max-start -1s: want 0 (no limit) or more"},
 	} {
