@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -44,7 +45,7 @@ func (n *Node) auditLoop() {
 func (n *Node) audit() {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
-	for _, rec := range n.view.all() {
+	for _, rec := range n.view.All() {
 		if !settling(rec) {
 			continue
 		}
@@ -88,8 +89,8 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 			n.postWait(func() { n.succeed(coord) })
 		}
 		return
-	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && settling(got) || newer(got, rec)):
-		n.view.putNewer(got) // it holds the job, or points to one that outranks it
+	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && settling(got) || jobstate.Newer(got, rec)):
+		n.view.PutNewer(got) // it holds the job, or points to one that outranks it
 		return
 	}
 	n.log.Warn("coordinator answers without the job; taking it over as if it were lost", "job", rec.ID, "coordinator", coord.ShortString(), "err", err)
@@ -105,13 +106,13 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 // record may be stale.
 func (n *Node) takeUp(rec market.JobRecord) {
 	n.postWait(func() {
-		if _, mine := n.mk.Job(rec.ID); mine || !n.adopting.begin(rec.ID) {
+		if _, mine := n.mk.Job(rec.ID); mine || !n.adopting.Begin(rec.ID) {
 			return
 		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer n.adopting.end(rec.ID)
+			defer n.adopting.End(rec.ID)
 			adopt, term, res := n.claimToAdopt(rec, rec.Term+1, "")
 			if res != claimWon {
 				return
@@ -134,7 +135,7 @@ func (n *Node) takeUp(rec market.JobRecord) {
 // that any record that coordinator sends replaces it.
 func (n *Node) pointerTo(moved market.JobRecord) market.JobRecord {
 	p := moved
-	if prev, ok := n.view.job(moved.ID); ok && prev.Coordinator == n.id.String() && prev.State != market.JobMoved {
+	if prev, ok := n.view.Job(moved.ID); ok && prev.Coordinator == n.id.String() && prev.State != market.JobMoved {
 		p = prev
 	}
 	p.Coordinator, p.Term, p.Version = moved.MovedTo, moved.MovedTerm, 0

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/gpumesh/gpumesh/node/blob/transfer"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -173,7 +174,7 @@ func (a blobAuth) AllowRead(ctx context.Context, p peer.ID, m blob.Digest) error
 	if !ok {
 		return fmt.Errorf("%s is not a checkpoint or payload this node serves", m.Short())
 	}
-	rec, ok := n.view.job(job)
+	rec, ok := n.view.Job(job)
 	if !ok && kind == "payload" {
 		// The node a job was submitted through holds no record of it
 		// unless it is of the job's group: ask the coordinator.
@@ -294,7 +295,7 @@ func (n *Node) sweepLeases(now time.Time) {
 		if !ok || kind == "fetch" {
 			continue
 		}
-		rec, known := n.view.job(job)
+		rec, known := n.view.Job(job)
 		if !known && kind == "payload" && now.Sub(leaseTime(l.ID)) > janitorInterval {
 			// The node a job came through may hold no record of it.
 			ctx, cancel := context.WithTimeout(n.ctx, callTimeout)
@@ -310,8 +311,8 @@ func (n *Node) sweepLeases(now time.Time) {
 		var stale bool
 		switch {
 		case strings.HasPrefix(l.ID, "restore/"):
-			stale = !known || ended(rec) // a restore that never finished
-		case known && ended(rec):
+			stale = !known || jobstate.Ended(rec) // a restore that never finished
+		case known && jobstate.Ended(rec):
 			stale = now.Sub(rec.EndedAt) > n.cfg.KeepOutputs
 		case !known:
 			stale = now.Sub(leaseTime(l.ID)) > n.cfg.KeepOutputs

@@ -340,7 +340,7 @@ func (n *Node) serveCheckpointHold(from peer.ID, req checkpointHold) error {
 	if err != nil {
 		return api.Errorf(http.StatusBadRequest, "checkpoint hold: %v", err)
 	}
-	rec, ok := n.view.job(req.Job)
+	rec, ok := n.view.Job(req.Job)
 	if !ok {
 		return api.Errorf(http.StatusNotFound, "checkpoint hold: job %s is not known here", req.Job)
 	}

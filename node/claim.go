@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -41,7 +42,8 @@ import (
 //     starts nothing once the claimant adopts; it lets the job go as soon
 //     as a member answers it with the claimant's record.
 //   - A job that ended stays ended: an answer that shows the end is the
-//     newest (newer), and the claimant keeps it instead of adopting.
+//     newest (jobstate.Newer), and the claimant keeps it instead of
+//     adopting.
 
 const (
 	kindClaim   = "job.claim"   // claimRequest → claimReply
@@ -66,29 +68,17 @@ type claimReply struct {
 	Coordinator string `json:"coordinator,omitempty"`
 }
 
-// ballot is a would-be or actual coordinator of a job and its term.
-type ballot struct {
-	Term        uint64 `json:"term"`
-	Coordinator string `json:"coordinator"`
-}
-
-func (b ballot) outranks(o ballot) bool {
-	return market.Outranks(b.Term, b.Coordinator, o.Term, o.Coordinator)
-}
-
-func ballotOf(rec market.JobRecord) ballot { return ballot{rec.Term, rec.Coordinator} }
-
 // claims are the claims this node granted, by job; persisted in
 // store.Claims. A claim goes once a record of its claimant (or one that
 // outranks it) arrives, or its claimant gives up (kindRelease).
 type claims struct {
 	mu sync.Mutex
-	by map[string]ballot
+	by map[string]jobstate.Ballot
 }
 
-func newClaims() *claims { return &claims{by: map[string]ballot{}} }
+func newClaims() *claims { return &claims{by: map[string]jobstate.Ballot{}} }
 
-func (c *claims) get(job string) (ballot, bool) {
+func (c *claims) get(job string) (jobstate.Ballot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b, ok := c.by[job]
@@ -98,7 +88,7 @@ func (c *claims) get(job string) (ballot, bool) {
 // loadClaims reads the claims granted before a restart.
 func (n *Node) loadClaims() error {
 	return n.store.ForEach(store.Claims, func(job string, raw []byte) error {
-		var b ballot
+		var b jobstate.Ballot
 		if err := json.Unmarshal(raw, &b); err != nil || b.Term == 0 {
 			n.log.Error("unreadable claim in the state file; skipped", "job", job, "err", err)
 			return nil
@@ -116,7 +106,7 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 	if req.Term == 0 {
 		return claimReply{}, api.Errorf(http.StatusBadRequest, "claim of %s: term 0", req.Job)
 	}
-	want := ballot{req.Term, from.String()}
+	want := jobstate.Ballot{Term: req.Term, Coordinator: from.String()}
 	var own market.JobRecord
 	var mine bool
 	if err := n.do(ctx, func() { own, mine = n.mk.Job(req.Job) }); err != nil {
@@ -130,10 +120,10 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 		reply.Record, reply.Term, reply.Coordinator = &own, own.Term, n.id.String()
 		return reply, nil
 	}
-	held, ok := n.view.job(req.Job)
+	held, ok := n.view.Job(req.Job)
 	if ok {
 		reply.Record = &held
-		if ended(held) {
+		if jobstate.Ended(held) {
 			return reply, nil // nothing to coordinate: the claimant keeps the end
 		}
 	}
@@ -141,12 +131,12 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 	defer n.claims.mu.Unlock()
 	top, promised := n.claims.by[req.Job]
 	if promised && !n.claimantAlive(top) {
-		promised, top = false, ballot{}
+		promised, top = false, jobstate.Ballot{}
 	}
-	if ok && ballotOf(held).outranks(top) {
-		top = ballotOf(held)
+	if ok && jobstate.BallotOf(held).Outranks(top) {
+		top = jobstate.BallotOf(held)
 	}
-	if want != top && !want.outranks(top) {
+	if want != top && !want.Outranks(top) {
 		reply.Term, reply.Coordinator = top.Term, top.Coordinator
 		return reply, nil
 	}
@@ -164,7 +154,7 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 // it is this node, or a member not seen dead or gone. A dead claimant's
 // claim no longer holds the job's other coordinators back (it replays its
 // own claim, from its disk, when it restarts).
-func (n *Node) claimantAlive(b ballot) bool {
+func (n *Node) claimantAlive(b jobstate.Ballot) bool {
 	id, err := peer.Decode(b.Coordinator)
 	if err != nil {
 		return false
@@ -178,14 +168,14 @@ func (n *Node) claimantAlive(b ballot) bool {
 
 // claimOutranking returns the claim this node granted on rec's job that
 // outranks rec's coordinator, if its claimant may still adopt the job.
-func (n *Node) claimOutranking(rec market.JobRecord) (ballot, bool) {
+func (n *Node) claimOutranking(rec market.JobRecord) (jobstate.Ballot, bool) {
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
 	b, ok := n.claims.by[rec.ID]
-	if !ok || b.Coordinator == rec.Coordinator || !b.outranks(ballotOf(rec)) || !n.claimantAlive(b) {
+	if !ok || b.Coordinator == rec.Coordinator || !b.Outranks(jobstate.BallotOf(rec)) || !n.claimantAlive(b) {
 		// A claim holds back the job's other coordinators, not its
 		// claimant's own records of a lower term.
-		return ballot{}, false
+		return jobstate.Ballot{}, false
 	}
 	return b, true
 }
@@ -196,7 +186,7 @@ func (n *Node) settleClaim(rec market.JobRecord) {
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
 	b, ok := n.claims.by[rec.ID]
-	if !ok || b.outranks(ballotOf(rec)) {
+	if !ok || b.Outranks(jobstate.BallotOf(rec)) {
 		return
 	}
 	delete(n.claims.by, rec.ID)
@@ -209,10 +199,10 @@ func (n *Node) settleClaim(rec market.JobRecord) {
 // is a member of the job's group too, and must refuse what its claim
 // outranks from then on.
 func (n *Node) claimOwn(job string, term uint64) {
-	own := ballot{term, n.id.String()}
+	own := jobstate.Ballot{Term: term, Coordinator: n.id.String()}
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
-	if b, ok := n.claims.by[job]; ok && !own.outranks(b) {
+	if b, ok := n.claims.by[job]; ok && !own.Outranks(b) {
 		return
 	}
 	if err := n.storeApply([]store.Op{store.Put(store.Claims, job, own)}); err != nil {
@@ -231,7 +221,7 @@ func (n *Node) serveRelease(from peer.ID, req claimRequest) {
 func (n *Node) dropClaim(from peer.ID, req claimRequest) {
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
-	if b, ok := n.claims.by[req.Job]; ok && b == (ballot{req.Term, from.String()}) {
+	if b, ok := n.claims.by[req.Job]; ok && b == (jobstate.Ballot{Term: req.Term, Coordinator: from.String()}) {
 		delete(n.claims.by, req.Job)
 		if err := n.storeApply([]store.Op{store.Delete(store.Claims, req.Job)}); err != nil {
 			n.log.Warn("cannot drop a released claim", "job", req.Job, "err", err)
@@ -247,7 +237,7 @@ type claimOutcome struct {
 	newest market.JobRecord
 	// top is the claim or coordinator that outranks the claim, when a
 	// member refused it for one (zero otherwise).
-	top ballot
+	top jobstate.Ballot
 }
 
 // claimWait bounds how long a claimant waits for the answers to a claim.
@@ -304,11 +294,11 @@ func (n *Node) claim(job string, term uint64, skip peer.ID) claimOutcome {
 					out.granted++
 				}
 			}
-			if r.Record != nil && r.Record.ID == job && (out.newest.ID == "" || newer(*r.Record, out.newest)) {
+			if r.Record != nil && r.Record.ID == job && (out.newest.ID == "" || jobstate.Newer(*r.Record, out.newest)) {
 				out.newest = *r.Record
 			}
 			if !r.Granted && r.Term > 0 {
-				if b := (ballot{r.Term, r.Coordinator}); b.outranks(out.top) {
+				if b := (jobstate.Ballot{Term: r.Term, Coordinator: r.Coordinator}); b.Outranks(out.top) {
 					out.top = b
 				}
 			}
@@ -384,22 +374,22 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 			return market.JobRecord{}, 0, claimLost
 		}
 		rec := own
-		if out.newest.ID != "" && newer(out.newest, rec) {
+		if out.newest.ID != "" && jobstate.Newer(out.newest, rec) {
 			rec = out.newest
 		}
-		if ended(rec) {
+		if jobstate.Ended(rec) {
 			n.keep(rec)
 			return lost("job ended, as a member of its group holds; not taking it over", "state", rec.State, "coordinator", rec.Coordinator, "term", rec.Term)
 		}
-		if c := rec.Coordinator; c != own.Coordinator && c != n.id.String() && c != skip.String() && n.claimantAlive(ballotOf(rec)) {
-			n.view.putNewer(rec)
+		if c := rec.Coordinator; c != own.Coordinator && c != n.id.String() && c != skip.String() && n.claimantAlive(jobstate.BallotOf(rec)) {
+			n.view.PutNewer(rec)
 			return lost("job coordinated by a live member now; not taking it over", "coordinator", c, "term", rec.Term)
 		}
 		top := out.top
-		if b := ballotOf(rec); b.outranks(top) {
+		if b := jobstate.BallotOf(rec); b.Outranks(top) {
 			top = b
 		}
-		if top.outranks(ballot{term, n.id.String()}) {
+		if top.Outranks(jobstate.Ballot{Term: term, Coordinator: n.id.String()}) {
 			if top.Coordinator != n.id.String() && top.Coordinator != skip.String() && n.claimantAlive(top) {
 				return lost("job claimed or coordinated at a higher term by a live member; not taking it over", "term", term, "by", top.Coordinator, "its_term", top.Term)
 			}
@@ -417,31 +407,4 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 		return rec, term, claimWon
 	}
 	return lost("claims of members that died kept outranking this node's; not taking the job over", "term", term)
-}
-
-// adopting marks the jobs this node is claiming, so that the paths that
-// adopt (succession, resumption after a restart, the audit) do not claim
-// one job twice at once.
-type adopting struct {
-	mu sync.Mutex
-	by map[string]bool
-}
-
-func (a *adopting) begin(job string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.by == nil {
-		a.by = map[string]bool{}
-	}
-	if a.by[job] {
-		return false
-	}
-	a.by[job] = true
-	return true
-}
-
-func (a *adopting) end(job string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.by, job)
 }

@@ -37,8 +37,8 @@ func TestOfTwoClaimantsTheOutrankedOneStartsNothing(t *testing.T) {
 	lost, _ := livePlacement(rec)
 	a, b := sm.byID(order[1]), sm.byID(order[2])
 	eventually(t, 10*time.Second, "both successors hold the job's record", func() bool {
-		ra, okA := a.view.job(id)
-		rb, okB := b.view.job(id)
+		ra, okA := a.view.Job(id)
+		rb, okB := b.view.Job(id)
 		return okA && okB && ra.State == market.JobRunning && rb.State == market.JobRunning
 	})
 
@@ -56,7 +56,7 @@ func TestOfTwoClaimantsTheOutrankedOneStartsNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			own, _ := n.view.job(id)
+			own, _ := n.view.Job(id)
 			adopt, term, res := n.claimToAdopt(own, own.Term+1, coord.ID())
 			if res != claimWon {
 				return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -57,7 +58,7 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 	// Records reach the replicas after they are on the coordinator's disk,
 	// a moment after the job runs there.
 	eventually(t, 5*time.Second, "the replica that was cut off holds the record of the running job", func() bool {
-		got, ok := replica.view.job(id)
+		got, ok := replica.view.Job(id)
 		return ok && got.State == market.JobRunning
 	})
 	t.Logf("running once the replica was back: %s", describePlacements(rec))
@@ -72,9 +73,9 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 // one share together for 2.4 s). Messages that decide nothing pass.
 func TestADecisionOfAJobSupersededBeforeItLeftIsDropped(t *testing.T) {
 	self, successor, runner := peer.ID("coordinator-frozen"), peer.ID("successor"), peer.ID("runner")
-	n := &Node{id: self, view: newView(), gate: newGate(), log: slog.New(slog.DiscardHandler)}
-	n.view.put(market.JobRecord{ID: "j1", Coordinator: self.String(), Term: 1, Version: 8})
-	n.view.putNewer(market.JobRecord{ID: "j1", Coordinator: successor.String(), Term: 2, Version: 1})
+	n := &Node{id: self, view: jobstate.NewView(), gate: jobstate.NewGate(), log: slog.New(slog.DiscardHandler)}
+	n.view.Put(market.JobRecord{ID: "j1", Coordinator: self.String(), Term: 1, Version: 8})
+	n.view.PutNewer(market.JobRecord{ID: "j1", Coordinator: successor.String(), Term: 2, Version: 1})
 
 	award := market.Message{From: self.String(), To: runner.String(), Payload: &market.Award{Job: "j1", Term: 1, Share: 0, Epoch: 2}}
 	ack := market.Message{From: self.String(), To: runner.String(), Payload: &market.RenewalAck{Job: "j1", Term: 1, Share: 1, Epoch: 1}}
@@ -82,7 +83,7 @@ func TestADecisionOfAJobSupersededBeforeItLeftIsDropped(t *testing.T) {
 	if len(out) != 1 || out[0].Payload != ack.Payload {
 		t.Errorf("sent %v; want only the renewal ack, and the award dropped", out)
 	}
-	if held := n.gate.waiting(); len(held) != 0 {
+	if held := n.gate.Waiting(); len(held) != 0 {
 		t.Errorf("jobs with held messages: %v; want none (dropped, not held)", held)
 	}
 }

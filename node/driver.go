@@ -71,7 +71,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 			n.log.Error("unreadable job record in the state file; skipped", "job", id, "err", err)
 			return nil
 		}
-		n.view.put(rec)
+		n.view.Put(rec)
 		if !settling(rec) || rec.Coordinator != n.id.String() {
 			ended++
 			return nil
@@ -281,7 +281,7 @@ func (n *Node) drain() {
 	for n.mk.HasReady() {
 		rd := n.mk.Ready()
 		for _, rec := range rd.Jobs {
-			n.decided.note(n.id.String(), rec)
+			n.decided.Note(n.id.String(), rec)
 		}
 		n.turn.ops = append(n.turn.ops, n.persist(rd)...)
 		n.mk.Advance(rd)
@@ -297,15 +297,15 @@ func (n *Node) drain() {
 func (n *Node) effects(rd market.Ready) {
 	for _, rec := range rd.Jobs {
 		if rec.State == market.JobMoved && rec.MovedTo != "" {
-			n.view.putNewer(n.pointerTo(rec))
+			n.view.PutNewer(n.pointerTo(rec))
 			continue
 		}
-		n.view.put(rec) // the API shows what is on disk
-		n.decided.written(rec)
+		n.view.Put(rec) // the API shows what is on disk
+		n.decided.Written(rec)
 		if rec.Coordinator != n.id.String() {
 			continue
 		}
-		n.repl.enqueue(rec) // its replicas get what this node holds
+		n.repl.Enqueue(rec) // its replicas get what this node holds
 		n.observeBill(rec)
 		if rec.Version == 1 || rec.State.Terminal() {
 			n.settleClaim(rec) // this node's own claim, once it coordinates or the job ended
@@ -529,7 +529,7 @@ func (n *Node) roleOf(m mesh.Member) memberRole {
 func (n *Node) replicateAll() {
 	for _, rec := range n.mk.Jobs() {
 		if !rec.State.Terminal() && rec.Coordinator == n.id.String() {
-			n.repl.enqueue(rec)
+			n.repl.Enqueue(rec)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func (n *Node) startExecution(e market.Execution) {
 			// adopted holds the attempt (commit.go).
 			committed = make(chan struct{})
 		case wait:
-			committed = n.gate.await(e.Job, need)
+			committed = n.gate.Await(e.Job, need)
 		}
 	}
 	n.wg.Add(1)

@@ -10,6 +10,7 @@ import (
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 )
 
 // This file holds read-only views of a running node for simulations,
@@ -86,12 +87,12 @@ func (n *Node) Processes(ctx context.Context) ([]Process, error) {
 func (n *Node) CoordinatedJobs() []market.JobRecord {
 	self := n.id.String()
 	var out []market.JobRecord
-	for _, r := range n.view.all() {
+	for _, r := range n.view.All() {
 		if r.Coordinator == self {
 			out = append(out, r)
 		}
 	}
-	sortJobs(out)
+	jobstate.SortJobs(out)
 	return out
 }
 

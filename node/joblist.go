@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -24,8 +25,8 @@ import (
 // coordinating member (standbys too, which hold records while coordinators
 // are few) is asked at once for the records of the owner's jobs it holds,
 // at most listParallel at a time and within listTimeout in all; copies of
-// one job are folded to the newest (newer). Members that do not answer in
-// time are named in the answer, whose jobs may then be missing.
+// one job are folded to the newest (jobstate.Newer). Members that do not
+// answer in time are named in the answer, whose jobs may then be missing.
 
 // kindJobsList asks a member for the records of an owner's jobs it holds:
 // the owner's signed GET /v1/jobs (sealed) → one record frame per job.
@@ -55,7 +56,7 @@ func (t tenantAPI) ListJobs(ctx context.Context) (api.JobList, error) {
 func (n *Node) ownerJobs(ctx context.Context, who owner.ID) api.JobList {
 	targets := n.listTargets()
 	asked := append([]peer.ID{n.id}, targets...)
-	list := gatherJobs(ctx, who, n.view.all(), targets, func(ctx context.Context, to peer.ID) ([]market.JobRecord, error) {
+	list := gatherJobs(ctx, who, n.view.All(), targets, func(ctx context.Context, to peer.ID) ([]market.JobRecord, error) {
 		return n.callJobsList(ctx, to)
 	})
 	list.Asked = len(asked)
@@ -66,7 +67,7 @@ func (n *Node) ownerJobs(ctx context.Context, who owner.ID) api.JobList {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, listParallel)
-	for _, id := range n.view.remote() {
+	for _, id := range n.view.Remote() {
 		if have[id] {
 			continue
 		}
@@ -85,7 +86,7 @@ func (n *Node) ownerJobs(ctx context.Context, who owner.ID) api.JobList {
 		}()
 	}
 	wg.Wait()
-	sortJobs(list.Jobs)
+	jobstate.SortJobs(list.Jobs)
 	return list
 }
 
@@ -100,7 +101,7 @@ func gatherJobs(ctx context.Context, who owner.ID, held []market.JobRecord, targ
 		if rec.Spec.Owner != string(who) {
 			return // a peer's answer is checked too
 		}
-		if old, ok := byID[rec.ID]; ok && !newer(rec, old) {
+		if old, ok := byID[rec.ID]; ok && !jobstate.Newer(rec, old) {
 			return
 		}
 		byID[rec.ID] = rec
@@ -146,7 +147,7 @@ func gatherJobs(ctx context.Context, who owner.ID, held []market.JobRecord, targ
 	for _, rec := range byID {
 		list.Jobs = append(list.Jobs, rec)
 	}
-	sortJobs(list.Jobs)
+	jobstate.SortJobs(list.Jobs)
 	return list
 }
 
@@ -205,7 +206,7 @@ func (n *Node) serveJobsList(sc *sealedCall, reply func(string, []byte) error) e
 	if p.Method != http.MethodGet || p.Path() != "/v1/jobs" {
 		return asCallError(api.Errorf(http.StatusUnauthorized, "%s: the owner signed %s %s, not GET /v1/jobs", kindJobsList, p.Method, p.Path()))
 	}
-	for _, rec := range n.view.all() {
+	for _, rec := range n.view.All() {
 		if rec.Spec.Owner != string(p.Owner) {
 			continue
 		}

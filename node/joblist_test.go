@@ -124,7 +124,7 @@ func TestJobsListedFromAFreshNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if held := fresh.view.all(); len(held) != 0 {
+	if held := fresh.view.All(); len(held) != 0 {
 		t.Fatalf("the fresh node holds %d records; the test needs one that holds none", len(held))
 	}
 	list, err := apiClient(t, fresh, alice).JobList(ctx)

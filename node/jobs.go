@@ -17,6 +17,7 @@ import (
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -110,7 +111,7 @@ func (n *Node) submitSigned(ctx context.Context, signed market.SignedSpec) (mark
 			return market.JobRecord{}, err
 		}
 	}
-	n.view.addSubmitted(spec.ID, time.Now())
+	n.view.AddSubmitted(spec.ID, time.Now())
 	var lastErr error
 	for _, c := range n.coordinators(spec.ID, n.cfg.Replicas) {
 		if c == n.id {
@@ -204,7 +205,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 			return market.JobRecord{}, err
 		}
 	}
-	if held, ok := n.view.job(spec.ID); ok && held.Coordinator != n.id.String() {
+	if held, ok := n.view.Job(spec.ID); ok && held.Coordinator != n.id.String() {
 		// Another node coordinates the job (this one holds its replica, or
 		// let it go): a submission retried after a 503 that finds a new
 		// first member of the job's list, its coordinator of the first try
@@ -268,7 +269,7 @@ func (n *Node) Job(ctx context.Context, id string) (market.JobRecord, error) {
 // If the named coordinator cannot be reached, the job's HRW members are
 // tried in order (a successor may have taken the job over).
 func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(context.Context, string) (market.JobRecord, error)) (market.JobRecord, error) {
-	if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
+	if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
 		return local(ctx, id)
 	}
 	tried := map[peer.ID]bool{}
@@ -316,7 +317,7 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 	}
 	// Who coordinates it? Our own copy says, or a member of its HRW list.
 	coord := ""
-	if rec, ok := n.view.job(id); ok {
+	if rec, ok := n.view.Job(id); ok {
 		coord = rec.Coordinator
 	}
 	var fromReplica market.JobRecord
@@ -351,7 +352,7 @@ func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(
 		return market.JobRecord{}, answer // the coordinator refused: say so as it did
 	}
 	if kind == kindGet {
-		if rec, ok := n.view.job(id); ok {
+		if rec, ok := n.view.Job(id); ok {
 			return rec, nil // this node's last copy: better than nothing
 		}
 		if fromReplica.ID != "" {
@@ -386,17 +387,27 @@ func isAnswer(err error) bool {
 // is answered for (a submission, a cancel, a scale) is written before the
 // answer, so reading what is written never hides one.
 func (n *Node) localJob(_ context.Context, id string) (market.JobRecord, error) {
-	if held, found := n.view.job(id); found {
+	if held, found := n.view.Job(id); found {
 		return held, nil
 	}
 	return market.JobRecord{}, api.Errorf(http.StatusNotFound, "no job %s", id)
 }
 
+// ownRecord returns this node's newest record of a job it coordinates: as
+// decided, or as written (the view).
+func (n *Node) ownRecord(job string) (market.JobRecord, bool) {
+	if rec, ok := n.decided.Own(job); ok {
+		return rec, true
+	}
+	rec, ok := n.view.Job(job)
+	return rec, ok && rec.Coordinator == n.id.String()
+}
+
 // Jobs implements api.Backend: the jobs this node coordinates and those
 // submitted through it, newest first.
 func (n *Node) Jobs(ctx context.Context) ([]market.JobRecord, error) {
-	recs := n.view.all()
-	remote := n.view.remote()
+	recs := n.view.All()
+	remote := n.view.Remote()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -414,7 +425,7 @@ func (n *Node) Jobs(ctx context.Context) ([]market.JobRecord, error) {
 		}()
 	}
 	wg.Wait()
-	sortJobs(recs)
+	jobstate.SortJobs(recs)
 	return recs, nil
 }
 
@@ -451,7 +462,7 @@ func (n *Node) cancelLocal(ctx context.Context, id string) (market.JobRecord, er
 	case err != nil:
 		return rec, err
 	case !ok:
-		if held, found := n.view.job(id); found && ended(held) {
+		if held, found := n.view.Job(id); found && jobstate.Ended(held) {
 			return held, nil // it ended: cancelling it again changes nothing
 		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)
@@ -472,7 +483,7 @@ func (n *Node) durable(ctx context.Context, rec market.JobRecord, what, retry st
 	if len(missing) == 0 {
 		return nil
 	}
-	n.repl.missed(rec.ID)
+	n.repl.Missed(rec.ID)
 	names := make([]string, len(missing))
 	for i, id := range missing {
 		names[i] = id.ShortString()
@@ -501,7 +512,7 @@ func (n *Node) scaleLocal(ctx context.Context, id string, cards int) (market.Job
 	case err != nil:
 		return rec, err
 	case !ok:
-		if held, found := n.view.job(id); found && ended(held) {
+		if held, found := n.view.Job(id); found && jobstate.Ended(held) {
 			return held, endedConflict(held, "scaled")
 		}
 		return rec, api.Errorf(http.StatusNotFound, "no job %s", id)

@@ -25,6 +25,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/gangnet"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/layers"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -97,23 +98,23 @@ type Node struct {
 	pendingMembers []mesh.Event
 
 	// Read by API goroutines.
-	view *view
-	// decided is this node's own records ahead of the view (decided.go).
-	decided *decided
+	view *jobstate.View
+	// decided is this node's own records ahead of the view.
+	decided *jobstate.Decided
 	events  *hub
-	repl    *replicator
-	gate    *gate   // decisions waiting for their record to reach the replicas (commit.go)
-	claims  *claims // claims granted to would-be coordinators (claim.go)
-	fences  *fences // attempts armed with the fence keeper (fencing.go)
+	repl    *jobstate.Queue // records waiting to go to their replicas (replica.go)
+	gate    *jobstate.Gate  // decisions waiting for their record to reach the replicas (commit.go)
+	claims  *claims         // claims granted to would-be coordinators (claim.go)
+	fences  *fences         // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
 	lostAfter time.Duration
 	// awardTimeout is the market's AwardTimeout: an award held longer for
 	// its record's commit is dropped (commit.go).
 	awardTimeout  time.Duration
 	keeper        *fence.Keeper
-	adopting      adopting    // jobs this node is claiming now (claim.go)
-	stages        *stageClock // where submitted jobs' time goes (stages.go)
-	admitted      admission   // submissions coordinated now (admission.go)
+	adopting      jobstate.Adopting // jobs this node is claiming now (claim.go)
+	stages        *stageClock       // where submitted jobs' time goes (stages.go)
+	admitted      admission         // submissions coordinated now (admission.go)
 	ship          *shipper
 	blobs         *blob.Store                 // the content store (blobs.go)
 	images        *image.Cache                // images pulled into it (images.go)
@@ -167,10 +168,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		endsSent:   map[attemptKey]bool{},
 		pendingAds: map[peer.ID]gossip.Ad{},
 		roles:      map[peer.ID]memberRole{},
-		view:       newView(),
-		decided:    newDecided(),
-		repl:       newReplicator(),
-		gate:       newGate(),
+		view:       jobstate.NewView(),
+		decided:    jobstate.NewDecided(),
+		repl:       jobstate.NewQueue(),
+		gate:       jobstate.NewGate(),
 		claims:     newClaims(),
 		ship:       newShipper(),
 		events:     newHub(),

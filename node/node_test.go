@@ -528,7 +528,7 @@ func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "the other coordinator holds a replica", func() bool {
-		r, ok := successor.view.job("orphan")
+		r, ok := successor.view.Job("orphan")
 		return ok && r.State == market.JobRunning
 	})
 	start := time.Now()

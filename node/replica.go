@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -34,117 +34,6 @@ const (
 	replicateAfter = 2 * time.Second // per call
 	resumeWait     = 3 * time.Second // for peers before resuming own jobs
 )
-
-// replicator queues records waiting to go to their replicas (the newest
-// of each job), sends at most one of each job at a time, and remembers the
-// jobs whose last replication missed a replica.
-type replicator struct {
-	mu       sync.Mutex
-	pending  map[string]market.JobRecord
-	inflight map[string]bool
-	failed   map[string]bool
-	// acks is the newest record of each job each replica acknowledged:
-	// what a submission waiting for its replicas names when some did not.
-	acks map[string]map[peer.ID]mark
-	wake chan struct{}
-}
-
-func newReplicator() *replicator {
-	return &replicator{pending: map[string]market.JobRecord{}, inflight: map[string]bool{}, failed: map[string]bool{},
-		acks: map[string]map[peer.ID]mark{}, wake: make(chan struct{}, 1)}
-}
-
-// acked notes that replica t holds job's record at m.
-func (r *replicator) acked(job string, t peer.ID, m mark) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	by := r.acks[job]
-	if by == nil {
-		by = map[peer.ID]mark{}
-		r.acks[job] = by
-	}
-	if m.atLeast(by[t]) {
-		by[t] = m
-	}
-}
-
-// holds reports whether replica t acknowledged job's record at m or later.
-func (r *replicator) holds(job string, t peer.ID, m mark) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	got, ok := r.acks[job][t]
-	return ok && got.atLeast(m)
-}
-
-// forget drops what is known of job's replicas (it is over here).
-func (r *replicator) forget(job string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.acks, job)
-}
-
-func (r *replicator) enqueue(rec market.JobRecord) {
-	r.mu.Lock()
-	r.pending[rec.ID] = rec
-	r.mu.Unlock()
-	r.nudge()
-}
-
-func (r *replicator) nudge() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take returns the pending records of the jobs with no replication in
-// flight, at most max of them, and marks them in flight.
-func (r *replicator) take(max int) []market.JobRecord {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []market.JobRecord
-	for id, rec := range r.pending {
-		if len(out) == max {
-			break
-		}
-		if r.inflight[id] {
-			continue
-		}
-		out = append(out, rec)
-		r.inflight[id] = true
-		delete(r.pending, id)
-	}
-	return out
-}
-
-// done ends a job's replication in flight; a record queued meanwhile goes
-// next.
-func (r *replicator) done(job string) {
-	r.mu.Lock()
-	delete(r.inflight, job)
-	_, more := r.pending[job]
-	r.mu.Unlock()
-	if more {
-		r.nudge()
-	}
-}
-
-func (r *replicator) missed(job string) {
-	r.mu.Lock()
-	r.failed[job] = true
-	r.mu.Unlock()
-}
-
-func (r *replicator) takeFailed() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.failed))
-	for id := range r.failed {
-		out = append(out, id)
-	}
-	clear(r.failed)
-	return out
-}
 
 // replicaRetry is how often records that missed a replica are sent again:
 // a replica cut off by a partition (the old coordinator among them, which
@@ -182,21 +71,21 @@ func (n *Node) replicateLoop() {
 		case <-n.ctx.Done():
 			return
 		case now := <-retry.C:
-			for _, id := range n.repl.takeFailed() {
+			for _, id := range n.repl.TakeFailed() {
 				// A job that ended is sent again too while an owner's
 				// change (a cancel) waits for it: its replicas may
 				// change meanwhile (a lost one leaves the list).
-				if rec, ok := n.view.job(id); ok && rec.Coordinator == n.id.String() && (settling(rec) || n.gate.awaited(id)) {
-					n.repl.enqueue(rec)
+				if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.id.String() && (settling(rec) || n.gate.Awaited(id)) {
+					n.repl.Enqueue(rec)
 				} else {
-					n.gate.drop(id)
+					n.gate.Drop(id)
 				}
 			}
 			n.dropStaleHeld(now)
-		case <-n.repl.wake: // a record queued, or a replication ended
+		case <-n.repl.Wake(): // a record queued, or a replication ended
 		}
 		for len(slots) < cap(slots) {
-			recs := n.repl.take(maxReplicaBatch)
+			recs := n.repl.Take(maxReplicaBatch)
 			if len(recs) == 0 {
 				break
 			}
@@ -204,15 +93,15 @@ func (n *Node) replicateLoop() {
 			n.wg.Add(1)
 			go func() {
 				defer n.wg.Done()
-				defer func() { <-slots; n.repl.nudge() }()
+				defer func() { <-slots; n.repl.Nudge() }()
 				acked := n.replicateMany(n.ctx, recs)
 				for i, rec := range recs {
 					if acked[i] {
 						n.committed(rec)
 					} else {
-						n.repl.missed(rec.ID)
+						n.repl.Missed(rec.ID)
 					}
-					n.repl.done(rec.ID) // after: as when each job had a call of its own
+					n.repl.Done(rec.ID) // after: as when each job had a call of its own
 				}
 			}()
 		}
@@ -244,8 +133,8 @@ const replicaAckWait = 3 * time.Second
 // what a submission costs the replicas. It returns the replicas that did
 // not confirm.
 func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer.ID {
-	need := markOf(rec)
-	committed := n.gate.await(rec.ID, need) // persist queued rec (or a later record) for the loop
+	need := jobstate.MarkOf(rec)
+	committed := n.gate.Await(rec.ID, need) // persist queued rec (or a later record) for the loop
 	ctx, cancel := context.WithTimeout(ctx, replicaAckWait)
 	defer cancel()
 	select {
@@ -253,10 +142,10 @@ func (n *Node) replicateForAck(ctx context.Context, rec market.JobRecord) []peer
 		return nil
 	case <-ctx.Done():
 	}
-	n.gate.unwait(rec.ID, committed)
+	n.gate.Unwait(rec.ID, committed)
 	var missing []peer.ID
 	for _, t := range n.replicaTargets(rec.ID) {
-		if !n.repl.holds(rec.ID, t, need) {
+		if !n.repl.Holds(rec.ID, t, need) {
 			missing = append(missing, t)
 		}
 	}
@@ -344,7 +233,7 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 		n.log.Info("refused a replica from an outranked coordinator", "job", rec.ID, "from", from.ShortString(), "term", rec.Term, "coordinator", top.Coordinator, "its_term", top.Term)
 		return &top, false, nil
 	}
-	if b, ok := n.claimOutranking(rec); ok && !ended(rec) {
+	if b, ok := n.claimOutranking(rec); ok && !jobstate.Ended(rec) {
 		// A would-be successor claimed the job and has not sent its
 		// record yet: nothing the sender decides may take effect now
 		// (commit.go). It lets the job go once the claimant's record is
@@ -361,7 +250,7 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 	// overtaken by the next change), is not written: this node holds one
 	// at least as new from the same coordinator and term (outranking
 	// refused the others).
-	return nil, n.view.putNewer(rec), nil
+	return nil, n.view.PutNewer(rec), nil
 }
 
 // outranking returns a record that rec must not replace: the record of
@@ -373,18 +262,18 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 // succession that the holders of the newer record run.
 //
 // This node's own coordination is read as its driver decided it
-// (decided.go), not from the driver itself: a replica is stored without
-// waiting behind the driver's queue, which under load is the longest wait
-// a submission has.
+// (jobstate.Decided), not from the driver itself: a replica is stored
+// without waiting behind the driver's queue, which under load is the
+// longest wait a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
 	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
 		return own, true
 	}
-	held, ok := n.view.job(rec.ID)
+	held, ok := n.view.Job(rec.ID)
 	switch {
-	case !ok, ended(rec) && !ended(held):
+	case !ok, jobstate.Ended(rec) && !jobstate.Ended(held):
 		return market.JobRecord{}, false // an end is never refused
-	case ended(held) && !ended(rec):
+	case jobstate.Ended(held) && !jobstate.Ended(rec):
 		return held, true // the job ended: whoever sends it going resumed a stale copy
 	case market.Outranks(held.Term, held.Coordinator, rec.Term, rec.Coordinator):
 		return held, true
@@ -399,7 +288,7 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 	if err := json.Unmarshal(data, &top); err != nil {
 		return fmt.Errorf("superseding record: %v", err)
 	}
-	if top.ID == sent.ID && ended(top) && !ended(sent) {
+	if top.ID == sent.ID && jobstate.Ended(top) && !jobstate.Ended(sent) {
 		// The job ended under another coordinator while this one ran a
 		// stale copy (it resumed after a restart without hearing of it).
 		n.postWait(func() { n.endCopy(top, from) })
@@ -409,7 +298,7 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 		return fmt.Errorf("superseding record of %s at term %d does not outrank term %d", top.ID, top.Term, sent.Term)
 	}
 	n.log.Info("a replica holder knows a coordinator that outranks this one", "job", sent.ID, "replica", from.ShortString(), "coordinator", top.Coordinator, "term", top.Term)
-	n.view.putNewer(top)
+	n.view.PutNewer(top)
 	n.postWait(func() { n.yieldTo(top) })
 	return nil
 }
@@ -470,14 +359,14 @@ func (n *Node) resumeOwn(recs []market.JobRecord) {
 // it restarted, trying every second until a majority of the job's group
 // answers.
 func (n *Node) resumeOne(rec market.JobRecord) {
-	for !n.adopting.begin(rec.ID) {
+	for !n.adopting.Begin(rec.ID) {
 		select { // the audit is claiming it now
 		case <-n.ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	defer n.adopting.end(rec.ID)
+	defer n.adopting.End(rec.ID)
 	// A successor that took the job over meanwhile chose a term of at
 	// most rec.Term+1+Replicas (adoptUnlessHeld); resuming above it means
 	// the two never share a term, so never an epoch range.
@@ -512,7 +401,7 @@ func (n *Node) resumeOne(rec market.JobRecord) {
 // own, in the view and on disk, so that a later restart does not resume
 // the job either.
 func (n *Node) keep(rec market.JobRecord) {
-	n.view.putNewer(rec)
+	n.view.PutNewer(rec)
 	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
 		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
 	}

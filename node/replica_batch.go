@@ -13,6 +13,7 @@ import (
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -174,7 +175,7 @@ func (n *Node) replicateOne(ctx context.Context, t peer.ID, rec market.JobRecord
 func (n *Node) replicaAnswer(t peer.ID, rec market.JobRecord, m gossip.Message) bool {
 	switch m.Kind {
 	case kindAck:
-		n.repl.acked(rec.ID, t, markOf(rec))
+		n.repl.Acked(rec.ID, t, jobstate.MarkOf(rec))
 		return true
 	case kindSuperseded:
 		var held market.JobRecord

@@ -35,7 +35,7 @@ func TestSubmitWaitsForItsReplicas(t *testing.T) {
 		return sm.byID(order[0]), []*Node{sm.byID(order[1]), sm.byID(order[2])}
 	}
 	holds := func(n *Node, id string) bool {
-		_, ok := n.view.job(id)
+		_, ok := n.view.Job(id)
 		return ok
 	}
 	spec := func(id string) market.JobSpec {
@@ -198,13 +198,13 @@ func TestStandbysHoldRecordsWhenCoordinatorsAreFew(t *testing.T) {
 		t.Fatalf("coordinated by %s, want the one coordinator", rec.Coordinator)
 	}
 	successor := sm.byID(group[1].String())
-	if _, ok := successor.view.job("few"); !ok {
+	if _, ok := successor.view.Job("few"); !ok {
 		t.Fatal("the first standby of the job's group holds no record when the submission is acknowledged")
 	}
 	running := waitState(t, coord, "few", 20*time.Second, market.JobRunning)
 	first, _ := livePlacement(running)
 	eventually(t, 10*time.Second, "the standby holds the running record", func() bool {
-		r, ok := successor.view.job("few")
+		r, ok := successor.view.Job("few")
 		_, live := livePlacement(r)
 		return ok && live
 	})
@@ -255,7 +255,7 @@ func TestReplicaHoldingALaterVersionConfirmsAnEarlierOne(t *testing.T) {
 	for _, id := range replicas {
 		r := sm.byID(id.String())
 		eventually(t, 10*time.Second, r.ID().ShortString()+" holds the job's end", func() bool {
-			held, ok := r.view.job("ends-at-once")
+			held, ok := r.view.Job("ends-at-once")
 			return ok && held.State == market.JobFailed && held.Version >= ended.Version
 		})
 	}
@@ -265,7 +265,7 @@ func TestReplicaHoldingALaterVersionConfirmsAnEarlierOne(t *testing.T) {
 		t.Errorf("replicas %v, which hold version %d of the record, do not all confirm version %d", replicas, ended.Version, submitted.Version)
 	}
 	for _, id := range replicas {
-		if held, _ := sm.byID(id.String()).view.job("ends-at-once"); held.State != market.JobFailed {
+		if held, _ := sm.byID(id.String()).view.Job("ends-at-once"); held.State != market.JobFailed {
 			t.Errorf("replica %s took the earlier version over the job's end: %s", id.ShortString(), held.State)
 		}
 	}
@@ -342,7 +342,7 @@ func TestRecordsOfManyJobsGoToTheirReplicasInOneCall(t *testing.T) {
 	if err != nil || !slices.Equal(answers, []string{kindAck, kindRefused, kindAck}) {
 		t.Fatalf("answers to a batch with a forged record in the middle: %v (%v), want ack, refused, ack", answers, err)
 	}
-	if held, _ := replica.view.job(recs[1].ID); held.Coordinator != coord.ID().String() {
+	if held, _ := replica.view.Job(recs[1].ID); held.Coordinator != coord.ID().String() {
 		t.Fatalf("the forged record replaced the job's: coordinator %s", held.Coordinator)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -210,7 +211,7 @@ func (n *Node) serveSecrets(ctx context.Context, from peer.ID, req secretsReques
 	if err != nil {
 		return api.Errorf(http.StatusNotFound, "this node holds no secrets of job %s", req.Job)
 	}
-	rec, ok := n.view.job(req.Job)
+	rec, ok := n.view.Job(req.Job)
 	if p, placed := attemptOn(rec, req.Share, req.Epoch); !ok || !placed || p.Node != from.String() {
 		lctx, cancel := context.WithTimeout(ctx, callTimeout)
 		rec, err = n.Job(lctx, req.Job) // the coordinator's word
@@ -299,7 +300,7 @@ func (n *Node) sweepSecrets(now time.Time) {
 		if !ok || ierr != nil {
 			continue
 		}
-		rec, known := n.view.job(job)
+		rec, known := n.view.Job(job)
 		if !known {
 			ctx, cancel := context.WithTimeout(n.ctx, callTimeout)
 			r, err := n.Job(ctx, job)
@@ -311,7 +312,7 @@ func (n *Node) sweepSecrets(now time.Time) {
 				continue // not answered: ask again next time
 			}
 		}
-		stale := (!known && now.Sub(info.ModTime()) > n.cfg.KeepOutputs) || (known && ended(rec) && now.Sub(rec.EndedAt) > n.cfg.KeepOutputs)
+		stale := (!known && now.Sub(info.ModTime()) > n.cfg.KeepOutputs) || (known && jobstate.Ended(rec) && now.Sub(rec.EndedAt) > n.cfg.KeepOutputs)
 		if stale {
 			_ = os.Remove(filepath.Join(dir, de.Name()))
 		}

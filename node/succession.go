@@ -7,6 +7,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -23,7 +24,7 @@ import (
 // coordinator since the record was replicated) would never take the job
 // over, so it is passed over.
 func (n *Node) succeed(lost peer.ID) {
-	for _, rec := range n.view.coordinatedBy(lost.String()) {
+	for _, rec := range n.view.CoordinatedBy(lost.String()) {
 		if !settling(rec) {
 			continue
 		}
@@ -46,7 +47,7 @@ func (n *Node) succeed(lost peer.ID) {
 // driver.
 func (n *Node) succeedDeadCoordinators(except peer.ID) {
 	seen := map[peer.ID]bool{except: true, n.id: true}
-	for _, rec := range n.view.all() {
+	for _, rec := range n.view.All() {
 		c, err := peer.Decode(rec.Coordinator)
 		if err != nil || seen[c] || !settling(rec) {
 			continue
@@ -97,10 +98,10 @@ func (n *Node) adoptOrphan(rec market.JobRecord, coord peer.ID, ahead []peer.ID)
 // node's replica may be stale, and adopting it would give out its epochs
 // again, place shares that run, or run a job that ended.
 func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orphan bool) {
-	if !n.adopting.begin(rec.ID) {
+	if !n.adopting.Begin(rec.ID) {
 		return // this node is claiming it already
 	}
-	defer n.adopting.end(rec.ID)
+	defer n.adopting.End(rec.ID)
 	for _, id := range ahead {
 		ctx, cancel := context.WithTimeout(n.ctx, successorAsk)
 		got, err := n.call(ctx, id, kindGet, rec.ID)
@@ -144,7 +145,7 @@ func (n *Node) takeOver(rec market.JobRecord, lost peer.ID, ahead []peer.ID, orp
 			n.releaseLater(adopt.ID, term, lost) // adopted meanwhile, by another path
 			return
 		}
-		if held, ok := n.view.job(adopt.ID); ok && newer(held, adopt) && held.Coordinator != lost.String() {
+		if held, ok := n.view.Job(adopt.ID); ok && jobstate.Newer(held, adopt) && held.Coordinator != lost.String() {
 			n.releaseLater(adopt.ID, term, lost) // taken over meanwhile
 			return
 		}
@@ -194,7 +195,7 @@ func (n *Node) liveAhead(job string, lost peer.ID) (ahead []peer.ID, listed bool
 // be reached again within a short time, its jobs are taken over. A dial
 // that fails is this node's own observation, not a third party's claim.
 func (n *Node) probeLost(p peer.ID) {
-	if len(n.view.coordinatedBy(p.String())) == 0 {
+	if len(n.view.CoordinatedBy(p.String())) == 0 {
 		return
 	}
 	n.wg.Add(1)

@@ -55,10 +55,10 @@ func TestSuccessorPassesOverAMemberWithoutTheRecord(t *testing.T) {
 		return slices.Equal(successor.coordinators(id, 3), []peer.ID{coord.ID(), skipped.ID(), successor.ID()})
 	})
 	eventually(t, 10*time.Second, "the successor holds a replica", func() bool {
-		r, ok := successor.view.job(id)
+		r, ok := successor.view.Job(id)
 		return ok && r.State == market.JobRunning
 	})
-	if _, ok := skipped.view.job(id); ok {
+	if _, ok := skipped.view.Job(id); ok {
 		t.Fatal("the member cut off from the coordinator holds a replica; the test needs it not to")
 	}
 
@@ -108,7 +108,7 @@ func TestCoordinatorCutOffWithItsRunnerYieldsAfterTheHeal(t *testing.T) {
 		runner, other = other, runner
 	}
 	eventually(t, 10*time.Second, "the successor holds a replica", func() bool {
-		r, ok := successor.view.job(id)
+		r, ok := successor.view.Job(id)
 		return ok && r.State == market.JobRunning
 	})
 
@@ -177,7 +177,7 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 	}
 	waitState(t, sm.nodes[0], id, 20*time.Second, market.JobRunning)
 	eventually(t, 10*time.Second, "the runner holds a replica of its job", func() bool {
-		r, ok := holder.view.job(id)
+		r, ok := holder.view.Job(id)
 		return ok && r.State == market.JobRunning
 	})
 	// A second card, for the share to move to.
@@ -254,7 +254,7 @@ func TestOrphanedJobIsTakenOverByItsGroup(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "the others hold a replica", func() bool {
-		r, ok := other.view.job("orphan-me")
+		r, ok := other.view.Job("orphan-me")
 		return ok && r.State == market.JobRunning
 	})
 	// Tell the coordinator that other took the job over at term 5; other
@@ -334,7 +334,7 @@ func TestCoordinatorBackFromAShortSilenceKeepsItsOwnReplica(t *testing.T) {
 	var successor *Node
 	eventually(t, 10*time.Second, "a successor adopts the job", func() bool {
 		for _, n := range sm.nodes[1:] {
-			if r, ok := n.view.job(id); ok && r.Coordinator == n.ID().String() && r.Term > rec.Term {
+			if r, ok := n.view.Job(id); ok && r.Coordinator == n.ID().String() && r.Term > rec.Term {
 				successor = n
 				return true
 			}

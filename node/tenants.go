@@ -221,7 +221,7 @@ func (n *Node) authorize(ctx context.Context, kind string, sc *sealedCall, job s
 	if err := p.Verify(time.Now(), owner.RequestWindow); err != nil {
 		return api.Errorf(http.StatusUnauthorized, "%s for job %s: the owner's signed request: %v", kind, job, err)
 	}
-	rec, ok := n.view.job(job)
+	rec, ok := n.view.Job(job)
 	if !ok && (kind == kindLogs || kind == kindFiles) { // a runner may hold no record
 		var err error
 		if rec, err = n.Job(context.WithoutCancel(ctx), job); err == nil {
@@ -288,7 +288,7 @@ func placedOn(rec market.JobRecord, node string) bool {
 // the share's newest checkpoint whole, it lets the caller fetch it for a
 // while and names it; else it answers nothing.
 func (n *Node) serveOwnerCheckpoint(caller peer.ID, q checkpointQuery, reply func(string, []byte) error) error {
-	rec, ok := n.view.job(q.Job)
+	rec, ok := n.view.Job(q.Job)
 	if !ok {
 		return nil
 	}

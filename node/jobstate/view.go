@@ -1,4 +1,4 @@
-package node
+package jobstate
 
 import (
 	"slices"
@@ -9,21 +9,24 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 )
 
-// view is what API goroutines read without asking the driver: the records
-// of the jobs this node coordinates (a copy of each as the market last
-// persisted it) or holds a replica of, and the IDs of jobs submitted
-// through this node.
-type view struct {
+// View is what a node's API goroutines read without asking its driver: the
+// records of the jobs the node coordinates (a copy of each as the market
+// last persisted it) or holds a replica of, and the IDs of jobs submitted
+// through the node.
+type View struct {
 	mu        sync.RWMutex
 	jobs      map[string]market.JobRecord
 	submitted map[string]time.Time
 }
 
-func newView() *view {
-	return &view{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}}
+// NewView returns an empty view.
+func NewView() *View {
+	return &View{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}}
 }
 
-func (v *view) put(rec market.JobRecord) {
+// Put stores rec unless the copy held is from a coordinator that
+// outranks rec's (market.Outranks).
+func (v *View) Put(rec market.JobRecord) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if old, ok := v.jobs[rec.ID]; ok && market.Outranks(old.Term, old.Coordinator, rec.Term, rec.Coordinator) {
@@ -32,22 +35,22 @@ func (v *view) put(rec market.JobRecord) {
 	v.jobs[rec.ID] = rec
 }
 
-// putNewer stores rec if it is newer than the copy held: from a
+// PutNewer stores rec if it is newer than the copy held (Newer): from a
 // coordinator that outranks the held copy's (market.Outranks), or from the
 // same coordinator and term with a higher version. It reports whether it
 // stored it.
-func (v *view) putNewer(rec market.JobRecord) bool {
+func (v *View) PutNewer(rec market.JobRecord) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if old, ok := v.jobs[rec.ID]; ok && !newer(rec, old) {
+	if old, ok := v.jobs[rec.ID]; ok && !Newer(rec, old) {
 		return false
 	}
 	v.jobs[rec.ID] = rec
 	return true
 }
 
-// coordinatedBy lists the records held whose coordinator is id.
-func (v *view) coordinatedBy(id string) []market.JobRecord {
+// CoordinatedBy lists the records held whose coordinator is id.
+func (v *View) CoordinatedBy(id string) []market.JobRecord {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []market.JobRecord
@@ -59,14 +62,16 @@ func (v *view) coordinatedBy(id string) []market.JobRecord {
 	return out
 }
 
-func (v *view) job(id string) (market.JobRecord, bool) {
+// Job returns the record held of job id.
+func (v *View) Job(id string) (market.JobRecord, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	rec, ok := v.jobs[id]
 	return rec, ok
 }
 
-func (v *view) all() []market.JobRecord {
+// All lists every record held, in no order.
+func (v *View) All() []market.JobRecord {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	out := make([]market.JobRecord, 0, len(v.jobs))
@@ -76,14 +81,16 @@ func (v *view) all() []market.JobRecord {
 	return out
 }
 
-func (v *view) addSubmitted(id string, at time.Time) {
+// AddSubmitted notes that job id was submitted through this node at at.
+func (v *View) AddSubmitted(id string, at time.Time) {
 	v.mu.Lock()
 	v.submitted[id] = at
 	v.mu.Unlock()
 }
 
-// remote lists the jobs submitted here that another node coordinates.
-func (v *view) remote() []string {
+// Remote lists the jobs submitted here that another node coordinates
+// (their records are not held), sorted.
+func (v *View) Remote() []string {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []string
@@ -96,8 +103,8 @@ func (v *view) remote() []string {
 	return out
 }
 
-// sortJobs orders records newest first, then by ID.
-func sortJobs(recs []market.JobRecord) {
+// SortJobs orders records newest first, then by ID.
+func SortJobs(recs []market.JobRecord) {
 	slices.SortFunc(recs, func(a, b market.JobRecord) int {
 		if c := b.SubmittedAt.Compare(a.SubmittedAt); c != 0 {
 			return c
@@ -106,7 +113,7 @@ func sortJobs(recs []market.JobRecord) {
 	})
 }
 
-// newer reports whether rec supersedes old, a record of the same job. A
+// Newer reports whether rec supersedes old, a record of the same job. A
 // job that ended stays ended: a record of its end supersedes every record
 // of it still going, and none of those supersedes it, whatever the terms
 // (a coordinator that resumed a stale copy after a restart, or a successor
@@ -115,11 +122,11 @@ func sortJobs(recs []market.JobRecord) {
 // finished job back and run it again). Between two records that both show
 // the end, or both not, the coordinator that outranks wins, and at one
 // coordinator and term the higher version.
-func newer(rec, old market.JobRecord) bool {
+func Newer(rec, old market.JobRecord) bool {
 	switch {
-	case ended(old) && !ended(rec):
+	case Ended(old) && !Ended(rec):
 		return false
-	case ended(rec) && !ended(old):
+	case Ended(rec) && !Ended(old):
 		return true
 	}
 	if rec.Term == old.Term && rec.Coordinator == old.Coordinator {
@@ -128,8 +135,8 @@ func newer(rec, old market.JobRecord) bool {
 	return market.Outranks(rec.Term, rec.Coordinator, old.Term, old.Coordinator)
 }
 
-// ended reports whether a record shows the job's end (not merely this
-// node's letting it go).
-func ended(rec market.JobRecord) bool {
+// Ended reports whether a record shows the job's end (not merely its
+// coordinator's letting it go: market.JobMoved).
+func Ended(rec market.JobRecord) bool {
 	return rec.State.Terminal() && rec.State != market.JobMoved
 }
