@@ -439,7 +439,7 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		}
 		return most
 	}
-	changes := func(from, to time.Time) (n float64) {
+	changesOf := func(from, to time.Time, kinds ...string) (n float64) {
 		a, b := nearest(ticks, from), nearest(ticks, to)
 		if a < 0 || b < a {
 			return 0
@@ -449,12 +449,13 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 			if x == nil || y == nil {
 				continue
 			}
-			for _, k := range []string{`kind="suspect"`, `kind="dead"`} {
+			for _, k := range kinds {
 				n += y.sum("gpumesh_member_changes_total", k) - x.sum("gpumesh_member_changes_total", k)
 			}
 		}
 		return n
 	}
+	changes := func(from, to time.Time) float64 { return changesOf(from, to, `kind="suspect"`, `kind="dead"`) }
 
 	if mean, most, ok := rate(gossipIn, idleFrom, idleTo); ok {
 		r.row(bench.Row{Case: "idle, per node", Clock: bench.ClockReal, Metric: "gossip received", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
@@ -536,6 +537,12 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 	}
 	r.row(target(bench.Row{Case: "after the last cancel", Metric: "members seen suspect or dead", Value: after, Unit: "changes",
 		Note: fmt.Sprintf("gpumesh_member_changes_total, summed over the nodes, during the watch%s; from the burst on: %.0f (no node failed)", lastChange, during)}, "0", after == 0))
+	// Of those, the members some node declared dead: a suspicion is one
+	// node's probe unanswered (the member may refute it); a death takes
+	// the member out of the mesh until it rejoins.
+	dead := changesOf(lastCancel, end, `kind="dead"`)
+	r.row(target(bench.Row{Case: "after the last cancel", Metric: "members declared dead", Value: dead, Unit: "changes",
+		Note: fmt.Sprintf("of the row above, the kind=\"dead\" changes; from the burst on: %.0f", changesOf(burstAt, end, `kind="dead"`))}, "0", dead == 0))
 	row = bench.Row{Case: fmt.Sprintf("a %d-card job after the watch", cfg.Probe), Clock: bench.ClockReal, Metric: "submit → running", Unit: "ms"}
 	if perr != nil {
 		row.Value = 30000

@@ -79,6 +79,7 @@ func TestBurstOnASmallMesh(t *testing.T) {
 		"after the last cancel/cards reserved":               func(r bench.Row) bool { return r.Value == 0 },
 		"after the last cancel/back to idle":                 func(r bench.Row) bool { return r.Value >= 0 && r.Unit == "s" },
 		"after the last cancel/members seen suspect or dead": func(r bench.Row) bool { return r.Value >= 0 },
+		"after the last cancel/members declared dead":        func(r bench.Row) bool { return r.Value >= 0 && r.Target == "0" },
 		"a 8-card job after the watch/submit → running":      func(r bench.Row) bool { return r.Value > 0 && r.Value < 30000 },
 	} {
 		r, ok := got[key]

@@ -113,6 +113,9 @@ func (r *run) conclude(ctx context.Context, scenario string, err error) (*bench.
 type run struct {
 	cfg Config
 	res *bench.Results
+	// idleCPU is what all node processes spent per second of the idle
+	// watch (CPU seconds per second; 0 when there was none).
+	idleCPU float64
 }
 
 func (r *run) note(format string, args ...any) {
@@ -271,6 +274,9 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 // window.
 func (r *run) idleRows(before, after usage) {
 	window := after.at.Sub(before.at)
+	own0, _ := before.cpu()
+	own1, _ := after.cpu()
+	r.idleCPU = float64(own1-own0) / float64(window)
 	var cpu, rss []float64
 	for i := range after.each {
 		cpu = append(cpu, 100*float64(after.each[i].CPU-before.each[i].CPU)/float64(window))
@@ -520,8 +526,17 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 	own0, kids0 := before.cpu()
 	own1, kids1 := after.cpu()
 	if n := len(run); n > 0 && len(after.each) > 0 {
+		window := after.at.Sub(before.at)
 		r.row(bench.Row{Case: "CPU per placed job", Metric: "node processes", Value: ms(own1-own0) / float64(n), Unit: "ms", N: n,
-			Note: fmt.Sprintf("%.1f s of CPU (utime+stime) of all node processes from the first submission until every job ended, over %.1f s", (own1 - own0).Seconds(), after.at.Sub(before.at).Seconds())})
+			Note: fmt.Sprintf("%.1f s of CPU (utime+stime) of all node processes from the first submission until every job ended, over %.1f s", (own1 - own0).Seconds(), window.Seconds())})
+		if r.idleCPU > 0 {
+			// What the jobs cost: the same CPU less what the mesh spends
+			// with nothing to do (probes, gossip, ads) over the same time,
+			// which a slower load spreads over fewer jobs.
+			idle := time.Duration(r.idleCPU * float64(window))
+			r.row(bench.Row{Case: "CPU per placed job", Metric: "node processes, beyond idle", Value: ms(max(0, own1-own0-idle)) / float64(n), Unit: "ms", N: n,
+				Note: fmt.Sprintf("the row above less %.1f s: the %.3f CPU seconds per second the idle mesh spent, over the %.1f s", idle.Seconds(), r.idleCPU, window.Seconds())})
+		}
 		r.row(bench.Row{Case: "CPU per placed job", Metric: "job processes", Value: ms(kids1-kids0) / float64(n), Unit: "ms", N: n,
 			Note: "the jobs' own processes (`true`), reaped by the nodes (cutime+cstime)"})
 	}

@@ -81,6 +81,11 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 			t.Errorf("row %s: %+v (present %v)", key, r, ok)
 		}
 	}
+	// Less what the idle mesh spends; absent only when the idle watch saw
+	// no CPU at all (the kernel counts it in ticks).
+	if r, ok := got["CPU per placed job/node processes, beyond idle"]; ok && (r.Value < 0 || r.Value > got["CPU per placed job/node processes"].Value) {
+		t.Errorf("CPU beyond idle %v ms, gross %v ms", r.Value, got["CPU per placed job/node processes"].Value)
+	}
 	if res.Interrupted || len(res.Scenarios) != 1 || !strings.Contains(res.Setup, "2 node processes × 2 cards") {
 		t.Errorf("results: interrupted %v, scenarios %v, setup %q", res.Interrupted, res.Scenarios, res.Setup)
 	}
