@@ -51,7 +51,11 @@ func (s State) MarshalText() ([]byte, error) {
 
 // Member is a snapshot of one member of the mesh as this node sees it.
 type Member struct {
-	ID   peer.ID
+	ID peer.ID
+	// Name is ID.String(), memberlist's name of the member, kept with it:
+	// HRW rankings hash it for every member, and encoding a peer ID is a
+	// base58 conversion each time.
+	Name string
 	Self bool // this node
 	// State and Since: the member's state and when this node saw it
 	// change.
@@ -331,6 +335,7 @@ func (t *memberTable) memberLocked(name string, e *entry) Member {
 	}
 	return Member{
 		ID:    e.id,
+		Name:  name,
 		Self:  name == t.self,
 		State: e.state,
 		Since: e.since,

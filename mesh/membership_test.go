@@ -38,6 +38,11 @@ func TestSimGracefulLeaveIsSeenAsLeft(t *testing.T) {
 	defer sim.Close()
 	nodes := simCluster(t, sim, 3, nil)
 	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
+	for _, m := range nodes[0].Members() {
+		if m.Name != m.ID.String() { // what HRW rankings hash
+			t.Errorf("member %s named %q", m.ID, m.Name)
+		}
+	}
 	sub := nodes[0].Subscribe(64)
 	defer sub.Close()
 

@@ -80,7 +80,7 @@ func (n *Node) supply() gossip.Supply {
 // advertise publishes this node's changed capacity: to its own book at once,
 // to the mesh through the advertiser (coalesced), and in its metadata.
 func (n *Node) advertise(ad market.Ad) {
-	n.book.Put(n.id.String(), ad.Offers)
+	n.book.Put(n.self, ad.Offers)
 	n.publishSupply()
 	n.updateMeta()
 }

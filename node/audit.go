@@ -49,7 +49,7 @@ func (n *Node) audit() {
 		if !settling(rec) {
 			continue
 		}
-		if rec.Coordinator == n.id.String() {
+		if rec.Coordinator == n.self {
 			n.takeUp(rec)
 			continue
 		}
@@ -135,7 +135,7 @@ func (n *Node) takeUp(rec market.JobRecord) {
 // that any record that coordinator sends replaces it.
 func (n *Node) pointerTo(moved market.JobRecord) market.JobRecord {
 	p := moved
-	if prev, ok := n.view.Job(moved.ID); ok && prev.Coordinator == n.id.String() && prev.State != market.JobMoved {
+	if prev, ok := n.view.Job(moved.ID); ok && prev.Coordinator == n.self && prev.State != market.JobMoved {
 		p = prev
 	}
 	p.Coordinator, p.Term, p.Version = moved.MovedTo, moved.MovedTerm, 0

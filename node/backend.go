@@ -63,7 +63,7 @@ func (n *Node) Logs(ctx context.Context, req api.LogRequest, w io.Writer, flush 
 		return nil
 	}
 	stream := executor.Stream(req.Stream)
-	if p.Node == n.id.String() {
+	if p.Node == n.self {
 		return n.localLogs(ctx, attemptName(req.Job, p.Share, p.Epoch), stream, req.Offset, req.Follow, write)
 	}
 	pid, err := peer.Decode(p.Node)

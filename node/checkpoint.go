@@ -259,7 +259,7 @@ func (n *Node) shipCheckpoint(run *executor.Run) {
 	}
 	cp := market.Checkpoint{Share: a.Share, Epoch: a.Epoch, Manifest: put.Manifest.String(), Bytes: put.Bytes,
 		NewBytes: min(shipped, put.Bytes), At: now}
-	cp.Holders = append([]string{n.id.String()}, holders...)
+	cp.Holders = append([]string{n.self}, holders...)
 	offer := checkpointOffer{Job: a.JobID, Checkpoint: cp}
 	coord := n.coordinatorOf(a.JobID)
 	switch {

@@ -117,7 +117,7 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 		// This node coordinates the job: it is not lost. (A claimant that
 		// outranks it and reaches the rest of the group wins anyway; this
 		// node then lets the job go when a member refuses its record.)
-		reply.Record, reply.Term, reply.Coordinator = &own, own.Term, n.id.String()
+		reply.Record, reply.Term, reply.Coordinator = &own, own.Term, n.self
 		return reply, nil
 	}
 	held, ok := n.view.Job(req.Job)
@@ -199,7 +199,7 @@ func (n *Node) settleClaim(rec market.JobRecord) {
 // is a member of the job's group too, and must refuse what its claim
 // outranks from then on.
 func (n *Node) claimOwn(job string, term uint64) {
-	own := jobstate.Ballot{Term: term, Coordinator: n.id.String()}
+	own := jobstate.Ballot{Term: term, Coordinator: n.self}
 	n.claims.mu.Lock()
 	defer n.claims.mu.Unlock()
 	if b, ok := n.claims.by[job]; ok && !own.Outranks(b) {
@@ -381,7 +381,7 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 			n.keep(rec)
 			return lost("job ended, as a member of its group holds; not taking it over", "state", rec.State, "coordinator", rec.Coordinator, "term", rec.Term)
 		}
-		if c := rec.Coordinator; c != own.Coordinator && c != n.id.String() && c != skip.String() && n.claimantAlive(jobstate.BallotOf(rec)) {
+		if c := rec.Coordinator; c != own.Coordinator && c != n.self && c != skip.String() && n.claimantAlive(jobstate.BallotOf(rec)) {
 			n.view.PutNewer(rec)
 			return lost("job coordinated by a live member now; not taking it over", "coordinator", c, "term", rec.Term)
 		}
@@ -389,8 +389,8 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 		if b := jobstate.BallotOf(rec); b.Outranks(top) {
 			top = b
 		}
-		if top.Outranks(jobstate.Ballot{Term: term, Coordinator: n.id.String()}) {
-			if top.Coordinator != n.id.String() && top.Coordinator != skip.String() && n.claimantAlive(top) {
+		if top.Outranks(jobstate.Ballot{Term: term, Coordinator: n.self}) {
+			if top.Coordinator != n.self && top.Coordinator != skip.String() && n.claimantAlive(top) {
 				return lost("job claimed or coordinated at a higher term by a live member; not taking it over", "term", term, "by", top.Coordinator, "its_term", top.Term)
 			}
 			// A claimant that died before it adopted, the lost

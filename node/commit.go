@@ -70,7 +70,7 @@ func (n *Node) commitNeeded(job string) (need jobstate.Mark, wait, superseded bo
 	switch {
 	case !ok:
 		return jobstate.Mark{}, false, false
-	case rec.Coordinator != n.id.String():
+	case rec.Coordinator != n.self:
 		return jobstate.Mark{}, false, true
 	case len(n.replicaTargets(job)) == 0:
 		return jobstate.Mark{}, false, false

@@ -73,7 +73,7 @@ func TestAwardWaitsUntilTheReplicasHoldIt(t *testing.T) {
 // one share together for 2.4 s). Messages that decide nothing pass.
 func TestADecisionOfAJobSupersededBeforeItLeftIsDropped(t *testing.T) {
 	self, successor, runner := peer.ID("coordinator-frozen"), peer.ID("successor"), peer.ID("runner")
-	n := &Node{id: self, view: jobstate.NewView(), gate: jobstate.NewGate(), log: slog.New(slog.DiscardHandler)}
+	n := &Node{id: self, self: self.String(), view: jobstate.NewView(), gate: jobstate.NewGate(), log: slog.New(slog.DiscardHandler)}
 	n.view.Put(market.JobRecord{ID: "j1", Coordinator: self.String(), Term: 1, Version: 8})
 	n.view.PutNewer(market.JobRecord{ID: "j1", Coordinator: successor.String(), Term: 2, Version: 1})
 

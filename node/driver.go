@@ -23,7 +23,7 @@ import (
 // records it kept of suppliers are handed back to the market.
 func (n *Node) startMarket(cards []device.Card) error {
 	n.book = &book{Book: market.NewBook()}
-	mcfg := market.DefaultConfig(n.id.String())
+	mcfg := market.DefaultConfig(n.self)
 	mcfg.Cards = cards
 	mcfg.Region = n.cfg.Region
 	mcfg.Availability = n.cfg.Availability
@@ -72,7 +72,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 			return nil
 		}
 		n.view.Put(rec)
-		if !settling(rec) || rec.Coordinator != n.id.String() {
+		if !settling(rec) || rec.Coordinator != n.self {
 			ended++
 			return nil
 		}
@@ -281,7 +281,7 @@ func (n *Node) drain() {
 	for n.mk.HasReady() {
 		rd := n.mk.Ready()
 		for _, rec := range rd.Jobs {
-			n.decided.Note(n.id.String(), rec)
+			n.decided.Note(n.self, rec)
 		}
 		n.turn.ops = append(n.turn.ops, n.persist(rd)...)
 		n.mk.Advance(rd)
@@ -302,7 +302,7 @@ func (n *Node) effects(rd market.Ready) {
 		}
 		n.view.Put(rec) // the API shows what is on disk
 		n.decided.Written(rec)
-		if rec.Coordinator != n.id.String() {
+		if rec.Coordinator != n.self {
 			continue
 		}
 		n.repl.Enqueue(rec) // its replicas get what this node holds
@@ -528,7 +528,7 @@ func (n *Node) roleOf(m mesh.Member) memberRole {
 // replication, after membership changed who holds the replicas.
 func (n *Node) replicateAll() {
 	for _, rec := range n.mk.Jobs() {
-		if !rec.State.Terminal() && rec.Coordinator == n.id.String() {
+		if !rec.State.Terminal() && rec.Coordinator == n.self {
 			n.repl.Enqueue(rec)
 		}
 	}

@@ -104,7 +104,7 @@ func (n *Node) notify(note market.Notification) {
 // cards in a Ready: starts are its executions, ends its attempts whose
 // record turned done. Driver only.
 func (n *Node) notifyAttempts(rd market.Ready) {
-	self, now := n.id.String(), time.Now()
+	self, now := n.self, time.Now()
 	for _, e := range rd.Start {
 		ev := api.Event{Type: "placement", At: now, Job: e.Job, Share: e.Share, Epoch: e.Epoch, Node: self,
 			Model: n.modelOf(e.Cards), Cards: len(e.Cards), State: string(market.AttemptRunning)}

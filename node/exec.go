@@ -52,7 +52,7 @@ func (n *Node) startExecution(e market.Execution) {
 	// job's replicas hold the record that placed it, as an award to
 	// another node leaves only then (commit.go).
 	var committed <-chan struct{}
-	if e.Coordinator == n.id.String() {
+	if e.Coordinator == n.self {
 		switch need, wait, superseded := n.commitNeeded(e.Job); {
 		case superseded:
 			// Decided as the job's coordinator, which a replica holder

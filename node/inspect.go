@@ -85,7 +85,7 @@ func (n *Node) Processes(ctx context.Context) ([]Process, error) {
 // coordinates or has coordinated since it started (as last persisted),
 // without asking any peer.
 func (n *Node) CoordinatedJobs() []market.JobRecord {
-	self := n.id.String()
+	self := n.self
 	var out []market.JobRecord
 	for _, r := range n.view.All() {
 		if r.Coordinator == self {

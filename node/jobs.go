@@ -47,19 +47,19 @@ func (n *Node) coordinators(job string, r int) []peer.ID {
 		if m.State != mesh.StateAlive {
 			continue
 		}
-		alive = append(alive, m.ID.String())
+		alive = append(alive, m.Name)
 		switch n.roleOf(m) {
 		case roleCoordinator:
-			eligible = append(eligible, m.ID.String())
+			eligible = append(eligible, m.Name)
 		case roleStandby:
-			standby = append(standby, m.ID.String())
+			standby = append(standby, m.Name)
 		}
 	}
 	if len(eligible) == 0 && len(standby) == 0 {
 		eligible = alive
 	}
 	if len(eligible) == 0 && len(standby) == 0 {
-		eligible = []string{n.id.String()}
+		eligible = []string{n.self}
 	}
 	ids := market.Coordinators(job, eligible, r)
 	if len(ids) < r && len(standby) > 0 {
@@ -205,7 +205,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 			return market.JobRecord{}, err
 		}
 	}
-	if held, ok := n.view.Job(spec.ID); ok && held.Coordinator != n.id.String() {
+	if held, ok := n.view.Job(spec.ID); ok && held.Coordinator != n.self {
 		// Another node coordinates the job (this one holds its replica, or
 		// let it go): a submission retried after a 503 that finds a new
 		// first member of the job's list, its coordinator of the first try
@@ -269,7 +269,7 @@ func (n *Node) Job(ctx context.Context, id string) (market.JobRecord, error) {
 // If the named coordinator cannot be reached, the job's HRW members are
 // tried in order (a successor may have taken the job over).
 func (n *Node) routed(ctx context.Context, id, kind string, req any, local func(context.Context, string) (market.JobRecord, error)) (market.JobRecord, error) {
-	if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.id.String() && !rec.State.Terminal() {
+	if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.self && !rec.State.Terminal() {
 		return local(ctx, id)
 	}
 	tried := map[peer.ID]bool{}
@@ -400,7 +400,7 @@ func (n *Node) ownRecord(job string) (market.JobRecord, bool) {
 		return rec, true
 	}
 	rec, ok := n.view.Job(job)
-	return rec, ok && rec.Coordinator == n.id.String()
+	return rec, ok && rec.Coordinator == n.self
 }
 
 // Jobs implements api.Backend: the jobs this node coordinates and those

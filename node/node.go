@@ -39,6 +39,10 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 	id  peer.ID
+	// self is id.String(), kept: the driver and the replication paths
+	// compare records' coordinators with it many times a job, and each
+	// String is a base58 encoding.
+	self string
 
 	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
 	// versions records peers whose messages are of a newer wire version
@@ -256,6 +260,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	closers = append(closers, func() { n.mesh.Close() })
 	n.id = n.mesh.ID()
+	n.self = n.id.String()
 	n.log = n.log.With("node", n.id.ShortString())
 
 	n.versions = gossip.NewVersions()

@@ -28,7 +28,7 @@ func (n *Node) Offers(ctx context.Context) ([]api.Offer, error) {
 			ads = append(ads, ad)
 		}
 	}
-	return offersFrom(ads, seen, n.id.String(), now), nil
+	return offersFrom(ads, seen, n.self, now), nil
 }
 
 // offersFrom turns capacity ads into offers, one per card group, with the

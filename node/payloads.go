@@ -333,7 +333,7 @@ func (n *Node) keepPayload(spec *market.JobSpec) (blob.Digest, error) {
 	if err != nil {
 		return m, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.manifest", Err: err}
 	}
-	if p.Holder != n.id.String() {
+	if p.Holder != n.self {
 		return m, &api.HTTPError{Status: http.StatusBadRequest, Field: "payload.holder",
 			Err: fmt.Errorf("the payload was uploaded to %s: submit job %s through that node", shortID(p.Holder), spec.ID)}
 	}
@@ -423,7 +423,7 @@ func (n *Node) serveHoldPayload(from peer.ID, req payloadHold) error {
 // that it holds the job's payload whole under the job's lease.
 func (n *Node) checkHeldPayload(spec *market.JobSpec) error {
 	p := spec.Payload
-	if p.Holder == n.id.String() {
+	if p.Holder == n.self {
 		_, err := n.keepPayload(spec)
 		return err
 	}

@@ -35,7 +35,7 @@ func (t tenantAPI) Bill(ctx context.Context, id string) (api.Bill, error) {
 // billOf assembles rec's bill from the record and this node's receipts.
 func (n *Node) billOf(ctx context.Context, rec market.JobRecord) (api.Bill, error) {
 	b := api.Bill{Job: rec.ID, Owner: rec.Spec.Owner, State: rec.State, Coordinator: rec.Coordinator,
-		CardSeconds: rec.CardSeconds, CostCNY: rec.CostCNY, Placements: rec.Placements, Receipts: [][]byte{}, From: n.id.String()}
+		CardSeconds: rec.CardSeconds, CostCNY: rec.CostCNY, Placements: rec.Placements, Receipts: [][]byte{}, From: n.self}
 	type key struct {
 		share      int
 		epoch, seq uint64
@@ -66,7 +66,7 @@ func (n *Node) billOf(ctx context.Context, rec market.JobRecord) (api.Bill, erro
 			}
 		}
 	}
-	if rec.Coordinator != n.id.String() {
+	if rec.Coordinator != n.self {
 		// The coordinator holds the whole chain it accepted; without it
 		// the record's receipts still prove the sums.
 		for _, raw := range n.coordinatorReceipts(ctx, rec) {
@@ -94,7 +94,7 @@ func (n *Node) billOf(ctx context.Context, rec market.JobRecord) (api.Bill, erro
 // the earnings ledger counts.
 func (t tenantAPI) ReceiptEarnings(ctx context.Context, since time.Time) (api.ReceiptEarnings, error) {
 	n := t.Node
-	out := api.ReceiptEarnings{Node: n.id.String(), Since: since, ByOwner: []api.OwnerEarned{}, ByJob: []api.JobEarned{}}
+	out := api.ReceiptEarnings{Node: n.self, Since: since, ByOwner: []api.OwnerEarned{}, ByJob: []api.JobEarned{}}
 	if err := n.do(ctx, func() {
 		if s := n.ledger.summary(time.Now()); s != nil {
 			out.Ledger = s.Total
@@ -106,7 +106,7 @@ func (t tenantAPI) ReceiptEarnings(ctx context.Context, since time.Time) (api.Re
 	if rs == nil {
 		return out, nil
 	}
-	earned, err := rs.store.Issued(n.id.String(), since)
+	earned, err := rs.store.Issued(n.self, since)
 	if err != nil {
 		return out, &api.HTTPError{Status: http.StatusInternalServerError, Err: err}
 	}

@@ -42,7 +42,7 @@ func (n *Node) startReceipts() *receiptState {
 		n.log.Warn("no usage receipts", "err", err)
 		return nil
 	}
-	self := n.id.String()
+	self := n.self
 	st := receipts.NewStore(n.store)
 	rs := &receiptState{
 		store: st,

@@ -75,7 +75,7 @@ func (n *Node) replicateLoop() {
 				// A job that ended is sent again too while an owner's
 				// change (a cancel) waits for it: its replicas may
 				// change meanwhile (a lost one leaves the list).
-				if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.id.String() && (settling(rec) || n.gate.Awaited(id)) {
+				if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.self && (settling(rec) || n.gate.Awaited(id)) {
 					n.repl.Enqueue(rec)
 				} else {
 					n.gate.Drop(id)
@@ -266,7 +266,7 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 // without waiting behind the driver's queue, which under load is the
 // longest wait a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
-	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.id.String(), rec.Term, rec.Coordinator) {
+	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.self, rec.Term, rec.Coordinator) {
 		return own, true
 	}
 	held, ok := n.view.Job(rec.ID)
@@ -320,14 +320,14 @@ func (n *Node) endCopy(end market.JobRecord, from peer.ID) {
 // runs on the driver.
 func (n *Node) yieldTo(rec market.JobRecord) {
 	own, mine := n.mk.Job(rec.ID)
-	if !mine || !settling(own) || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.id.String()) {
+	if !mine || !settling(own) || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.self) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
 	// The job's attempts that run on this node follow the new coordinator
 	// rather than stop (market: onSuperseded).
 	n.step(market.MessageReceived{Now: time.Now(), Message: market.Message{
-		From: rec.Coordinator, To: n.id.String(),
+		From: rec.Coordinator, To: n.self,
 		Payload: &market.Superseded{Job: rec.ID, Term: rec.Term, Coordinator: rec.Coordinator},
 	}})
 }

@@ -169,7 +169,7 @@ func (n *Node) secretsFile(job string) string {
 // job's owner.
 func (n *Node) keepSecrets(spec *market.JobSpec) error {
 	ref := spec.Data.Secrets
-	if ref.Holder != n.id.String() {
+	if ref.Holder != n.self {
 		return &api.HTTPError{Status: http.StatusBadRequest, Field: "data.secrets.holder",
 			Err: fmt.Errorf("the secrets were given to %s: submit job %s through that node", shortID(ref.Holder), spec.ID)}
 	}
@@ -250,7 +250,7 @@ func (n *Node) fetchSecrets(e market.Execution) (map[string]string, error) {
 	}
 	ref := e.Exec.Data.Secrets
 	var h heldSecrets
-	if ref.Holder == n.id.String() {
+	if ref.Holder == n.self {
 		var err error
 		if h, err = n.loadSecrets(e.Job); err != nil {
 			return nil, fmt.Errorf("secrets: this node, their holder, has none of job %s", e.Job)

@@ -192,7 +192,7 @@ func (n *Node) receive(m gossip.Message) {
 		n.log.Info("market message with a forged sender refused", "from", m.Sender, "claims", msg.From)
 		return
 	}
-	if msg.To != market.Broadcast && msg.To != n.id.String() {
+	if msg.To != market.Broadcast && msg.To != n.self {
 		n.log.Info("market message for another node refused", "from", m.Sender, "to", msg.To)
 		return
 	}

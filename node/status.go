@@ -116,7 +116,7 @@ func (n *Node) refreshStatus(now time.Time) {
 func (n *Node) buildStatus(now time.Time) *api.Status {
 	st := &api.Status{At: now, Warnings: []string{}}
 	st.Node = api.NodeStatus{
-		PeerID:        n.id.String(),
+		PeerID:        n.self,
 		Version:       n.cfg.Version,
 		StartedAt:     n.started,
 		UptimeSeconds: now.Sub(n.started).Seconds(),
@@ -152,7 +152,7 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 	}
 	st.Jobs.ByState = map[string]int{}
 	for _, rec := range n.mk.Jobs() {
-		if rec.Coordinator == n.id.String() {
+		if rec.Coordinator == n.self {
 			st.Jobs.ByState[string(rec.State)]++
 		}
 	}

@@ -68,7 +68,7 @@ func (n *Node) adopt(rec market.JobRecord, lost peer.ID, term uint64) {
 	}
 	n.log.Info("took over job from a lost coordinator", "job", rec.ID, "from", lost.ShortString(), "term", term,
 		"record_term", rec.Term, "record_version", rec.Version, "live", livePlacements(rec))
-	n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.id.String(), Reason: "coordinator " + lost.ShortString() + " lost", Owner: rec.Spec.Owner})
+	n.events.publish(api.Event{Type: "takeover", At: now, Job: rec.ID, Peer: n.self, Reason: "coordinator " + lost.ShortString() + " lost", Owner: rec.Spec.Owner})
 }
 
 // successorAsk bounds the question to a member ranked above this node.

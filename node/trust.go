@@ -44,14 +44,14 @@ func (n *Node) wireTrust() {
 	n.book.claims = cardclaims.New()
 	n.book.claimsOf = n.claimsOf
 	// The market advertised this node's cards as it started: index them.
-	self := n.id.String()
+	self := n.self
 	n.book.Put(self, slices.Clone(n.book.Node(self)))
 }
 
 // claimsOf is what node's latest ad claims of hardware: this node's own
 // cards, or a peer's signed evidence as gossip holds it. Driver only.
 func (n *Node) claimsOf(node string) []string {
-	if node == n.id.String() {
+	if node == n.self {
 		own := n.mk.Cards()
 		cards := make([]device.Card, 0, len(own))
 		for _, st := range own {
