@@ -112,9 +112,9 @@ type Config struct {
 	// Logger receives the mesh's logs, memberlist's included. Default:
 	// discard.
 	Logger *slog.Logger
-	// Registerer, if set, receives libp2p's metrics. Default: libp2p
-	// metrics off (libp2p would otherwise use Prometheus's global
-	// registry).
+	// Registerer, if set, receives libp2p's metrics, less the resource
+	// manager's (libp2pmetrics.go). Default: libp2p metrics off (libp2p
+	// would otherwise use Prometheus's global registry).
 	Registerer prometheus.Registerer
 	// UserAgent is announced to peers by libp2p's identify. Default
 	// "gpumesh".

@@ -62,7 +62,7 @@ func resourceManager(memory int64) (network.ResourceManager, int, error) {
 		limits = scaling.AutoScale()
 	}
 	conns := limits.ToPartialLimitConfig().System.Conns.Build(0)
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits))
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits), rcmgr.WithMetricsDisabled()) // libp2pmetrics.go
 	if err != nil {
 		return nil, 0, fmt.Errorf("resource manager: %w", err)
 	}
@@ -107,7 +107,7 @@ func newHost(cfg Config, key crypto.PrivKey, psk []byte, g *gater, relays autore
 		opts = append(opts, libp2p.Transport(quic.NewTransport))
 	}
 	if cfg.Registerer != nil {
-		opts = append(opts, libp2p.PrometheusRegisterer(cfg.Registerer))
+		opts = append(opts, libp2p.PrometheusRegisterer(rcmgrFree{cfg.Registerer}))
 	} else {
 		opts = append(opts, libp2p.DisableMetrics())
 	}
