@@ -56,6 +56,16 @@ func New(cfg Config) (*Node, error) {
 // ID returns the node's identity.
 func (n *Node) ID() string { return n.cfg.ID }
 
+// Quiet reports whether nothing this node does waits on time: no job it
+// coordinates has anything left to do, it holds no reservation and it
+// runs no attempt (whose renewals, reports and fences a Tick drives).
+// What a Tick still does for a quiet node is slow: ended attempts are
+// forgotten ReportTTL after their end. Its driver may tick it less often
+// until an event makes it busy again.
+func (n *Node) Quiet() bool {
+	return len(n.coord.active) == 0 && len(n.sup.leases) == 0 && len(n.sup.attempts) == 0
+}
+
 // Step applies one event. It returns an error wrapping ErrBadEvent,
 // ErrBadMessage or a *SpecError for input that is malformed (nothing
 // changes), or one of the other sentinel errors of events.go for an

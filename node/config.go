@@ -47,6 +47,7 @@ func ParseCoordinatorMode(s string) (CoordinatorMode, error) {
 // Defaults of Config.
 const (
 	DefaultTickInterval     = 20 * time.Millisecond
+	DefaultIdleTickInterval = 250 * time.Millisecond
 	DefaultCoordinatorAfter = 30 * time.Second
 	DefaultSendWorkers      = 8
 	DefaultReplicas         = 3
@@ -176,6 +177,13 @@ type Config struct {
 	OwnerQuota int64
 	// TickInterval is how often the market's clock advances. Default 20 ms.
 	TickInterval time.Duration
+	// IdleTickInterval is how often it advances while the market is quiet
+	// (market.Node.Quiet: no job coordinated here has anything left to do,
+	// no card is reserved, no attempt runs): nothing then waits on a
+	// deadline, and every input still gets its turn at once. It is never
+	// shorter than TickInterval. Default 250 ms: an idle node wakes 4
+	// times a second, not 50.
+	IdleTickInterval time.Duration
 	// ReserveSettle is how long a change of this node's cards that only
 	// reserves them for a bid, or releases such a reservation, waits before
 	// it is advertised (most end within it; see publishSupply). Default:
@@ -223,6 +231,10 @@ func (c Config) withDefaults() Config {
 	if c.TickInterval <= 0 {
 		c.TickInterval = DefaultTickInterval
 	}
+	if c.IdleTickInterval <= 0 {
+		c.IdleTickInterval = DefaultIdleTickInterval
+	}
+	c.IdleTickInterval = max(c.IdleTickInterval, c.TickInterval)
 	if c.MetaFreeEvery <= 0 {
 		c.MetaFreeEvery = DefaultMetaFreeEvery
 	}

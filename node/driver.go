@@ -181,7 +181,16 @@ func (n *Node) drive() {
 	defer close(n.persister.driverGone)
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
+	quiet := false // ticking every IdleTickInterval
 	for {
+		if q := n.mk.Quiet(); q != quiet {
+			quiet = q
+			every := n.cfg.TickInterval
+			if quiet {
+				every = n.cfg.IdleTickInterval
+			}
+			ticker.Reset(every)
+		}
 		// What is on disk is carried out first: a decision written waits
 		// for no other input.
 		select {
