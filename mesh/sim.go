@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -148,7 +150,7 @@ func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
 	// still complete over the old link: close such connections the moment
 	// they appear.
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: s.connected})
-	m, err := start(cfg, h, true, nil, keys, simHooks{beforeDial: s.link(h.ID())})
+	m, err := start(cfg, simHost{h, s}, true, nil, keys, simHooks{beforeDial: s.link(h.ID())})
 	if err != nil {
 		h.Close()
 		return nil, err
@@ -157,6 +159,28 @@ func (s *SimNetwork) AddNode(cfg Config) (*Mesh, error) {
 	s.nodes[h.ID()] = m
 	s.mu.Unlock()
 	return m, nil
+}
+
+// simHost is a node's host on the simulated network. It refuses a new
+// stream to a node the network keeps apart from it even over a connection
+// not closed yet: Cut and Isolate set their flags first, then close the
+// connections one by one, and meanwhile a node must not reach a member
+// through one of them (a runner isolated this way claimed its job from a
+// member whose connection was still open, and adopted it).
+type simHost struct {
+	host.Host
+	s *SimNetwork
+}
+
+// NewStream opens a stream unless the network keeps the two nodes apart.
+func (h simHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	h.s.mu.RLock()
+	apart := h.s.apartLocked(h.ID(), p)
+	h.s.mu.RUnlock()
+	if apart {
+		return nil, fmt.Errorf("%w: %s", ErrSimUnreachable, p.ShortString())
+	}
+	return h.Host.NewStream(ctx, p, pids...)
 }
 
 // link returns the dial hook of node self: it makes the link to a peer on
