@@ -174,10 +174,7 @@ type simHost struct {
 
 // NewStream opens a stream unless the network keeps the two nodes apart.
 func (h simHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
-	h.s.mu.RLock()
-	apart := h.s.apartLocked(h.ID(), p)
-	h.s.mu.RUnlock()
-	if apart {
+	if h.s.apart(h.ID(), p) {
 		return nil, fmt.Errorf("%w: %s", ErrSimUnreachable, p.ShortString())
 	}
 	return h.Host.NewStream(ctx, p, pids...)
@@ -220,7 +217,14 @@ func (s *SimNetwork) link(self peer.ID) func(context.Context, peer.ID) error {
 	}
 }
 
-// apartLocked tells whether the network keeps a and b apart.
+// apart tells whether the network keeps a and b apart.
+func (s *SimNetwork) apart(a, b peer.ID) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.apartLocked(a, b)
+}
+
+// apartLocked is apart with s.mu held.
 func (s *SimNetwork) apartLocked(a, b peer.ID) bool {
 	return s.closed || s.cut[pairOf(a, b)] || s.isolated[a] || s.isolated[b] || s.crashed[a] || s.crashed[b]
 }
@@ -231,10 +235,7 @@ func (s *SimNetwork) connected(_ network.Network, c network.Conn) {
 	if s.blocked.Load() == 0 {
 		return
 	}
-	s.mu.RLock()
-	apart := s.apartLocked(c.LocalPeer(), c.RemotePeer())
-	s.mu.RUnlock()
-	if apart {
+	if s.apart(c.LocalPeer(), c.RemotePeer()) {
 		_ = c.Close()
 	}
 }

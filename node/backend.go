@@ -190,7 +190,7 @@ func (n *Node) Peers(context.Context) ([]api.Peer, error) {
 	out := make([]api.Peer, 0, len(members))
 	for _, m := range members {
 		p := api.Peer{
-			ID:          m.ID.String(),
+			ID:          m.Name,
 			Self:        m.Self,
 			State:       m.State.String(),
 			Region:      m.Region,
