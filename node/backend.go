@@ -153,7 +153,7 @@ func (n *Node) localLogs(ctx context.Context, name string, stream executor.Strea
 		}
 		b, next, err := executor.ReadLog(root, name, stream, offset, logChunk)
 		if errors.Is(err, executor.ErrNoLog) {
-			return api.Errorf(http.StatusNotFound, "no output of attempt %s on this node", name)
+			return api.Errorf(http.StatusNotFound, "no output of attempt %s on this node (a runner keeps an ended attempt's output for its --keep-logs, 7 days by default)", name)
 		}
 		if err != nil {
 			return err

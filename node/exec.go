@@ -154,6 +154,9 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 	n.shipCheckpoint(run)
 	why := n.sendOutputs(log, e, secrets, run.WorkDir())
 	outputs := n.keepOutputs(log, e, run.WorkDir())
+	if err := n.exec.Tidy(run.Attempt().Name()); err != nil {
+		log.Warn("the attempt's working directory stays on disk", "err", err)
+	}
 	res := run.Result()
 	fenced := n.disarm(key, slot, res.EndedAt)
 	log.Info("attempt ended", "exit_code", res.ExitCode, "stopped", string(res.Stopped), "oom_killed", res.OOMKilled, "seconds", res.Seconds(), "fenced", fenced)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
 	"github.com/gpumesh/gpumesh/node/blob"
+	"github.com/gpumesh/gpumesh/node/executor"
 )
 
 // outputsScript writes outputs/ in the job's working directory: a small
@@ -133,5 +134,51 @@ func TestCopyOutOfARunningAndAnEndedJob(t *testing.T) {
 	// A directory is not copied over one that exists.
 	if _, _, err := c.CopyOut(ctx, "ended", 0, "outputs/sub", out); err == nil || !strings.Contains(err.Error(), "exists: remove it or name another destination") {
 		t.Errorf("a copy over a directory that exists: %v", err)
+	}
+}
+
+// An ended share's outputs are kept whatever the isolation, and its
+// working directory then leaves the runner's disk; its output (logs)
+// stays there for gpumesh logs. In sandbox mode the executor used to
+// remove the working directory before the runner kept the outputs: cp of
+// an ended job found nothing.
+func TestAnEndedShareLeavesItsOutputsAndNotItsWorkingDirectory(t *testing.T) {
+	for _, iso := range []executor.Isolation{executor.IsolationProcess, executor.IsolationSandbox} {
+		t.Run(string(iso), func(t *testing.T) {
+			if iso == executor.IsolationSandbox {
+				requireSandbox(t)
+			}
+			alice := testOwner(1)
+			sm := newSimMeshWith(t, withAPI(func(_ int, c *Config) { c.Executor.Isolation = iso }), "", "a100-80g:1")
+			coord, runner := sm.nodes[0], sm.nodes[1]
+			sm.neverCoordinate(runner)
+			sm.waitBook(coord, 1)
+			c := apiClient(t, coord, alice)
+			ctx := context.Background()
+			if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "ended", Cards: 1, MaxPriceCNY: 20,
+				Command: []string{"sh", "-c", outputsScript + "echo done"}}); err != nil {
+				t.Fatal(err)
+			}
+			rec := waitState(t, coord, "ended", 60*time.Second, market.JobSucceeded, market.JobFailed)
+			p, _ := latestPlacement(rec, 0)
+			if rec.State != market.JobSucceeded || p.Outputs == "" {
+				t.Fatalf("job %s, outputs %q", rec.State, p.Outputs)
+			}
+			out := filepath.Join(t.TempDir(), "out")
+			if _, _, err := c.CopyOut(ctx, "ended", 0, "outputs", out); err != nil {
+				t.Fatalf("copy of the ended job's outputs: %v", err)
+			}
+			checkOutputs(t, out)
+			dir := filepath.Join(runner.exec.Root(), attemptName("ended", 0, p.Epoch))
+			for _, d := range []string{"work", "tmp"} {
+				if _, err := os.Stat(filepath.Join(dir, d)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the runner still holds the attempt's %s directory: %v", d, err)
+				}
+			}
+			var logs strings.Builder
+			if _, err := c.Logs(ctx, api.LogRequest{Job: "ended"}, &logs); err != nil || logs.String() != "ready\ndone\n" {
+				t.Errorf("logs of the ended job: %q %v", logs.String(), err)
+			}
+		})
 	}
 }

@@ -367,9 +367,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.watchFenced(n.keeper)
 	}
-	n.wg.Add(9)
+	n.wg.Add(10)
 	go n.persister.run(n.ctx, &n.wg)
 	go n.blobJanitor()
+	go n.attemptsJanitor()
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()

@@ -54,6 +54,7 @@ type nodeFlags struct {
 	ckptKeep    int
 	storeMax    string
 	keepOutputs time.Duration
+	keepLogs    time.Duration
 	ociRuntime  string
 	mirrors     []string
 	imageCache  string
@@ -198,7 +199,8 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.coordinator, "coordinator", string(node.CoordinatorAuto), "coordinate jobs: auto (after 30 s as a member) or never")
 	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
-	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends (default: removed; logs are always kept)")
+	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends, as long as its logs (default: removed once its outputs are kept)")
+	fl.DurationVar(&f.keepLogs, "keep-logs", executor.DefaultKeepLogs, "how long the logs and checkpoint directory of a job attempt that ended stay on this node's disk, for gpumesh logs")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
 	fl.IntVar(&f.ckptKeep, "checkpoint-keep", node.DefaultCheckpointKeep, "how many checkpoints of each share to keep (as their runner, holder and coordinator), newest first: a rerouted attempt restores the newest whole one (1 to 100)")
 	fl.IntVar(&f.ckptMaxMiB, "checkpoint-max-mib", 0, "the most MiB one checkpoint may take; a bigger one is not shipped (0: no limit but --store-max)")
@@ -289,6 +291,10 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)
 	}
 	cfg.KeepOutputs = f.keepOutputs
+	if f.keepLogs <= 0 {
+		return cfg, usagef("--keep-logs %v: want a positive duration, such as 168h", f.keepLogs)
+	}
+	cfg.Executor.KeepLogs = f.keepLogs
 	iso, err := executor.ParseIsolation(f.isolation)
 	if err != nil {
 		return cfg, usagef("--isolation: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/spf13/pflag"
 )
 
@@ -35,7 +36,7 @@ func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 		p.maxMemory = "0"
 	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
-		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
 }
 
@@ -116,7 +117,7 @@ func TestNodeMaxJobMemoryAuto(t *testing.T) {
 	var logs strings.Builder
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
 		policy:    policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
-		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs,
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
 	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
@@ -307,7 +308,7 @@ func TestExplainShowsPolicyDeclines(t *testing.T) {
 
 func TestNodeCheckpointFlags(t *testing.T) {
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
-		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, ckptKeep: 3, keepOutputs: node.DefaultKeepOutputs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, ckptKeep: 3, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
 	cfg, err := f.config(e)
 	if err != nil {
@@ -373,5 +374,32 @@ func TestNodeCheckpointFlags(t *testing.T) {
 	f.maxPayload, f.ownerQuota = "50GiB", "100GiB"
 	if cfg, err := f.config(e); err != nil || cfg.MaxPayload != 50<<30 || cfg.OwnerQuota != 100<<30 {
 		t.Errorf("--max-payload 50GiB --owner-quota 100GiB: %d, %d, %v", cfg.MaxPayload, cfg.OwnerQuota, err)
+	}
+}
+
+// --keep-logs: how long an ended attempt's logs stay; 7 days by default,
+// a positive duration or a usage error.
+func TestNodeKeepLogsFlag(t *testing.T) {
+	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, keepOutputs: node.DefaultKeepOutputs, keepLogs: 36 * time.Hour,
+		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
+	cfg, err := f.config(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Executor.KeepLogs != 36*time.Hour {
+		t.Errorf("KeepLogs %v, want 36h", cfg.Executor.KeepLogs)
+	}
+	for _, d := range []time.Duration{0, -time.Hour} {
+		f.keepLogs = d
+		_, err := f.config(e)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "--keep-logs "+d.String()+": want a positive duration") {
+			t.Errorf("--keep-logs %v: %v", d, err)
+		}
+	}
+	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
+	if fl := cmd.Flags().Lookup("keep-logs"); fl == nil || fl.DefValue != "168h0m0s" {
+		t.Errorf("--keep-logs default %v, want 168h0m0s", fl)
 	}
 }

@@ -73,9 +73,14 @@ type Config struct {
 	// DefaultLockDir.
 	LockDir string
 	// KeepAttemptDirs keeps an attempt's work and tmp directories after it
-	// ends (owned by root from then on), for debugging. Default false:
-	// removed. Logs and the checkpoint directory are always kept.
+	// ends (owned by root in sandbox mode), for debugging, until Prune
+	// removes the attempt's directory. Default false: tmp is removed when
+	// the attempt ends, work when its runner calls Tidy (tidy.go).
 	KeepAttemptDirs bool
+	// KeepLogs is how long the directory of an ended attempt (its logs
+	// and checkpoint directory) is kept, for a node's Prune. Default
+	// DefaultKeepLogs (7 days).
+	KeepLogs time.Duration
 	// HideDirs are directories a job must not see (the node's data dir and
 	// keys), covered by an empty read-only tmpfs in its mount namespace.
 	// /root, /home, /run and Root are always hidden, and /tmp, /var/tmp and
@@ -146,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TailBytes <= 0 {
 		c.TailBytes = DefaultTailBytes
+	}
+	if c.KeepLogs <= 0 {
+		c.KeepLogs = DefaultKeepLogs
 	}
 	if c.BaseEnv == nil {
 		c.BaseEnv = map[string]string{"PATH": os.Getenv("PATH"), "LANG": "C.UTF-8"}
@@ -328,7 +336,10 @@ type Executor struct {
 	mu     sync.Mutex
 	closed bool
 	runs   map[string]*Run
-	wg     sync.WaitGroup
+	// untidied holds the attempts that ended and whose runner has not
+	// called Tidy yet: Prune leaves their work directories alone.
+	untidied map[string]bool
+	wg       sync.WaitGroup
 }
 
 // New returns an Executor that keeps attempt directories under cfg.Root.
@@ -357,7 +368,7 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, iso: iso, runs: map[string]*Run{}}, nil
+	return &Executor{cfg: cfg, iso: iso, runs: map[string]*Run{}, untidied: map[string]bool{}}, nil
 }
 
 // Capabilities says what this executor enforces: its isolation mode, and
@@ -391,20 +402,20 @@ func (e *Executor) Start(a Attempt) (*Run, error) {
 	e.mu.Unlock()
 
 	if err := r.prepare(e.iso); err != nil {
-		e.forget(r)
+		e.failed(r)
 		e.wg.Done()
 		return nil, err
 	}
 	if err := r.start(); err != nil {
 		r.jail.finish()
-		e.forget(r)
+		e.failed(r)
 		e.wg.Done()
 		return nil, err
 	}
 	go func() {
 		defer e.wg.Done()
 		r.wait()
-		e.forget(r)
+		e.ended(r)
 	}()
 	// A Close that came while the process started could not stop it yet.
 	e.mu.Lock()
@@ -420,6 +431,27 @@ func (e *Executor) forget(r *Run) {
 	e.mu.Lock()
 	if e.runs[r.attempt.Name()] == r {
 		delete(e.runs, r.attempt.Name())
+	}
+	e.mu.Unlock()
+}
+
+// failed forgets a run that did not start, and removes what was made of
+// its work and tmp directories (its logs may still tell why).
+func (e *Executor) failed(r *Run) {
+	e.forget(r)
+	if !e.cfg.KeepAttemptDirs {
+		if err := tidyDir(r.dir); err != nil {
+			e.cfg.Logger.Warn("executor: attempt dir", "err", err)
+		}
+	}
+}
+
+// ended forgets a run that ended, whose directory waits for Tidy.
+func (e *Executor) ended(r *Run) {
+	e.mu.Lock()
+	if e.runs[r.attempt.Name()] == r {
+		delete(e.runs, r.attempt.Name())
+		e.untidied[r.attempt.Name()] = true
 	}
 	e.mu.Unlock()
 }

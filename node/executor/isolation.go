@@ -24,8 +24,9 @@ import (
 //     only its own processes; private /tmp and /dev/shm), its own IPC
 //     namespace, and a network namespace per Limits.Network. Stop and the
 //     end of the attempt kill every process in its cgroup, whatever process
-//     group or session it moved to. Its work and tmp directories are removed
-//     when it ends unless Config.KeepAttemptDirs.
+//     group or session it moved to. Its tmp directory is removed when it
+//     ends, and its work directory, given to root, when the node has kept
+//     its outputs (Executor.Tidy), unless Config.KeepAttemptDirs.
 //
 //   - IsolationAuto is IsolationSandbox where this node can provide it
 //     (Linux, running as root, namespaces and cgroup controllers available)

@@ -378,8 +378,10 @@ func (j *sandboxJail) signal(sig syscall.Signal) {
 }
 
 // finish kills what is left in the cgroup, then removes the cgroup, the
-// network, the work and tmp directories, and gives the uid back; if some
-// process of the attempt cannot be killed, the uid stays taken.
+// network and the tmp directory, gives the work directory to root (the
+// node tidies it once it has kept the outputs there), and gives the uid
+// back; if some process of the attempt cannot be killed, the uid stays
+// taken.
 func (j *sandboxJail) finish() bool {
 	j.mu.Lock()
 	j.finished = true
@@ -410,9 +412,11 @@ func (j *sandboxJail) finish() bool {
 			_ = os.Remove(j.fs.resolv)
 		}
 	}
+	// The work directory stays, out of the uid's hands, until the node has
+	// kept the outputs there and tidies it (Executor.Tidy).
 	for _, d := range []string{j.r.WorkDir(), j.r.tmpDir()} {
 		var err error
-		if j.s.cfg.KeepAttemptDirs {
+		if j.s.cfg.KeepAttemptDirs || d == j.r.WorkDir() {
 			err = chownTree(d, 0, 0)
 		} else {
 			err = os.RemoveAll(d)

@@ -393,13 +393,27 @@ func TestSandboxCleansUpAndKeepsLogs(t *testing.T) {
 			}
 			assertOwner(t, r.Dir(), 0, 0o700)
 			assertOwner(t, filepath.Join(r.CheckpointDir(), "c"), 0, 0) // kept for the node to collect
+			// The work directory waits, the uid's no more, for the node
+			// to keep the outputs there; then Tidy removes it.
+			assertOwner(t, filepath.Join(r.WorkDir(), "w"), 0, 0)
+			if _, err := os.Stat(r.tmpDir()); keep {
+				assertOwner(t, r.tmpDir(), 0, 0o700)
+			} else if !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s still there after the attempt (err %v)", r.tmpDir(), err)
+			}
+			if err := ex.Tidy(a.Name()); err != nil {
+				t.Fatal(err)
+			}
 			for _, d := range []string{r.WorkDir(), r.tmpDir()} {
 				_, err := os.Stat(d)
 				if keep {
 					assertOwner(t, d, 0, 0o700)
 				} else if !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("%s still there after the attempt (err %v)", d, err)
+					t.Errorf("%s still there after Tidy (err %v)", d, err)
 				}
+			}
+			if got := readAll(t, ex, a.Name(), Stdout); got != "to-stdout\n" {
+				t.Errorf("stdout log after Tidy %q", got)
 			}
 			if _, err := os.Stat(filepath.Join(r.Dir(), "root")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the sandbox root mount point is left behind: %v", err)

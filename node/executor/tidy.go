@@ -1,0 +1,138 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// What an ended attempt leaves under Config.Root, and for how long:
+//
+//   - its work directory stays (owned by root in sandbox mode) until the
+//     node has kept or sent what the job left there (its outputs) and
+//     calls Tidy; tmp goes at the end (sandbox mode) or with Tidy;
+//   - its logs and checkpoint directory stay until Prune removes the
+//     whole directory, Config.KeepLogs after the attempt ended.
+//
+// Config.KeepAttemptDirs keeps work and tmp until Prune as well.
+
+// Tidy removes an ended attempt's work and tmp directories: its runner
+// has kept what it needs of them. Its logs stay for ReadLog until Prune.
+// It refuses an attempt still running, and leaves the directories with
+// Config.KeepAttemptDirs.
+func (e *Executor) Tidy(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	_, running := e.runs[name]
+	if !running {
+		delete(e.untidied, name)
+	}
+	e.mu.Unlock()
+	if running {
+		return fmt.Errorf("executor: attempt %s is still running: not tidied", name)
+	}
+	if e.cfg.KeepAttemptDirs {
+		return nil
+	}
+	return tidyDir(filepath.Join(e.cfg.Root, name))
+}
+
+// Prune removes the directory, logs and all, of every attempt that ended
+// before before, and tidies (as Tidy) those that ended since but are no
+// longer waited on: left by a start that failed or by the node's last
+// run. Attempts running, and those ended whose runner has not tidied them
+// yet, are left alone. It returns how many attempt directories it
+// removed; an error names the directories it could not remove, and the
+// others are pruned all the same.
+func (e *Executor) Prune(before time.Time) (int, error) {
+	entries, err := os.ReadDir(e.cfg.Root)
+	if err != nil {
+		return 0, fmt.Errorf("executor: %w", err)
+	}
+	removed := 0
+	var errs []error
+	for _, ent := range entries {
+		name := ent.Name()
+		if !ent.IsDir() || checkName(name) != nil {
+			continue
+		}
+		e.mu.Lock()
+		_, running := e.runs[name]
+		waited := e.untidied[name]
+		e.mu.Unlock()
+		if running || waited {
+			continue
+		}
+		dir := filepath.Join(e.cfg.Root, name)
+		if lastChange(dir).Before(before) {
+			if err := removeTree(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed++
+			continue
+		}
+		if !e.cfg.KeepAttemptDirs {
+			if err := tidyDir(dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// checkName refuses an attempt name that is not one directory under Root.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+		return fmt.Errorf("executor: %q is not an attempt's name", name)
+	}
+	return nil
+}
+
+// tidyDir removes the work and tmp directories of the attempt at dir.
+func tidyDir(dir string) error {
+	var errs []error
+	for _, d := range []string{payloadDirName, tmpDirName} {
+		if err := removeTree(filepath.Join(dir, d)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeTree removes dir and all it holds, unless something is mounted
+// there: removing would reach into what is mounted (a host directory a
+// runtime bound and failed to unmount).
+func removeTree(dir string) error {
+	runtime.LockOSThread() // the mounts checked are those this thread sees
+	defer runtime.UnlockOSThread()
+	m, err := mountUnder(dir)
+	if err != nil {
+		return fmt.Errorf("executor: %s not removed: %w", dir, err)
+	}
+	if m != "" {
+		return fmt.Errorf("executor: %s not removed: %s is a mount point", dir, m)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	return nil
+}
+
+// lastChange is when the attempt at dir last changed: the latest of its
+// directory's and its logs' modification times (Tidy's removals change
+// the directory's, at the attempt's end).
+func lastChange(dir string) time.Time {
+	var last time.Time
+	for _, p := range []string{dir, filepath.Join(dir, stdoutFileName), filepath.Join(dir, stderrFileName)} {
+		if fi, err := os.Lstat(p); err == nil && fi.ModTime().After(last) {
+			last = fi.ModTime()
+		}
+	}
+	return last
+}
