@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
+	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/objstore/objstoretest"
 )
 
@@ -122,4 +123,43 @@ func TestS3InputsAndOutputs(t *testing.T) {
 func isAPIStatus(err error, status int) bool {
 	var ae *client.APIError
 	return errors.As(err, &ae) && ae.Status == status
+}
+
+// A sandboxed job's outputs reach S3 after it ends: the executor keeps its
+// working directory until the runner has sent them (it used to remove it
+// first, and the outputs were "not in the working directory").
+func TestS3OutputsOfASandboxedJob(t *testing.T) {
+	requireSandbox(t)
+	alice := testOwner(1)
+	sm := newSimMeshWith(t, withAPI(func(_ int, c *Config) { c.Executor.Isolation = executor.IsolationSandbox }), "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.neverCoordinate(runner)
+	sm.waitBook(coord, 1)
+	s3 := objstoretest.Serve(t, "AKIDALICE", "s3cret-value")
+	s3.CreateBucket(t, "results")
+	c := apiClient(t, coord, alice)
+	ctx := context.Background()
+	ref, err := c.PutSecrets(ctx, map[string]string{market.SecretAccessKeyID: "AKIDALICE", market.SecretSecretAccessKey: "s3cret-value",
+		market.SecretEndpointURL: s3.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := market.JobSpec{AllowSimulated: true, ID: "s3-sandboxed", Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"sh", "-c", `mkdir -p out && id -u > out/uid.txt`},
+		Data:    &market.DataSpec{Outputs: []market.DataOutput{{From: "out", To: "s3://results/run-1"}}, Secrets: &ref}}
+	if _, err := c.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "s3-sandboxed", 60*time.Second, market.JobSucceeded, market.JobFailed)
+	p, _ := latestPlacement(rec, 0)
+	if rec.State != market.JobSucceeded || strings.Contains(p.Reason, "not sent") {
+		t.Fatalf("job %s, placement reason %q", rec.State, p.Reason)
+	}
+	b, ok := s3.Get(t, "results", "run-1/uid.txt")
+	if !ok || strings.TrimSpace(string(b)) == "0" || strings.TrimSpace(string(b)) == "" {
+		t.Errorf("run-1/uid.txt: %q (%v); want the job's own uid", b, ok)
+	}
+	if _, err := os.Stat(filepath.Join(runner.exec.Root(), attemptName("s3-sandboxed", 0, p.Epoch), "work")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the runner still holds the working directory: %v", err)
+	}
 }
