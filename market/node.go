@@ -330,6 +330,29 @@ func (n *Node) Jobs() []JobRecord {
 	return out
 }
 
+// LiveJobs returns the records of the jobs this node coordinates that have
+// not ended, by ID: unlike Jobs, it builds no record of a job that ended.
+func (n *Node) LiveJobs() []JobRecord {
+	var out []JobRecord
+	for _, j := range n.coord.jobs {
+		if !j.state.Terminal() {
+			out = append(out, j.record(n.cfg.ID))
+		}
+	}
+	slices.SortFunc(out, func(a, b JobRecord) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// JobCounts counts the jobs this node coordinates, by state, without
+// building their records.
+func (n *Node) JobCounts() map[JobState]int {
+	out := map[JobState]int{}
+	for _, j := range n.coord.jobs {
+		out[j.state]++
+	}
+	return out
+}
+
 // Forget drops a job that has ended and holds no cards, once node has
 // persisted its record. It fails for an unknown job (ErrUnknownJob) and
 // for a job still going.

@@ -45,10 +45,7 @@ func (n *Node) auditLoop() {
 func (n *Node) audit() {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
-	for _, rec := range n.view.All() {
-		if !settling(rec) {
-			continue
-		}
+	for _, rec := range n.view.Settling() {
 		if rec.Coordinator == n.self {
 			n.takeUp(rec)
 			continue
@@ -89,7 +86,7 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 			n.postWait(func() { n.succeed(coord) })
 		}
 		return
-	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && settling(got) || jobstate.Newer(got, rec)):
+	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && jobstate.Settling(got) || jobstate.Newer(got, rec)):
 		n.view.PutNewer(got) // it holds the job, or points to one that outranks it
 		return
 	}

@@ -113,7 +113,7 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 		return claimReply{}, err
 	}
 	var reply claimReply
-	if mine && settling(own) {
+	if mine && jobstate.Settling(own) {
 		// This node coordinates the job: it is not lost. (A claimant that
 		// outranks it and reaches the rest of the group wins anyway; this
 		// node then lets the job go when a member refuses its record.)

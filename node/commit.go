@@ -88,7 +88,7 @@ func (n *Node) committed(rec market.JobRecord) {
 	if dropped > 0 {
 		n.log.Debug("awards that waited past the award timeout for the job's replicas dropped", "job", rec.ID, "count", dropped)
 	}
-	if !settling(rec) {
+	if !jobstate.Settling(rec) {
 		n.gate.Forget(rec.ID) // the job is over here: nothing more to gate
 		n.repl.Forget(rec.ID)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/gpumesh/gpumesh/gossip"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/mesh"
+	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -72,7 +73,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 			return nil
 		}
 		n.view.Put(rec)
-		if !settling(rec) || rec.Coordinator != n.self {
+		if !jobstate.Settling(rec) || rec.Coordinator != n.self {
 			ended++
 			return nil
 		}
@@ -536,10 +537,8 @@ func (n *Node) roleOf(m mesh.Member) memberRole {
 // replicateAll queues every live job this node coordinates for
 // replication, after membership changed who holds the replicas.
 func (n *Node) replicateAll() {
-	for _, rec := range n.mk.Jobs() {
-		if !rec.State.Terminal() && rec.Coordinator == n.self {
-			n.repl.Enqueue(rec)
-		}
+	for _, rec := range n.mk.LiveJobs() {
+		n.repl.Enqueue(rec)
 	}
 }
 

@@ -75,7 +75,7 @@ func (n *Node) replicateLoop() {
 				// A job that ended is sent again too while an owner's
 				// change (a cancel) waits for it: its replicas may
 				// change meanwhile (a lost one leaves the list).
-				if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.self && (settling(rec) || n.gate.Awaited(id)) {
+				if rec, ok := n.view.Job(id); ok && rec.Coordinator == n.self && (jobstate.Settling(rec) || n.gate.Awaited(id)) {
 					n.repl.Enqueue(rec)
 				} else {
 					n.gate.Drop(id)
@@ -240,7 +240,7 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 		// here to answer with; it tries again meanwhile.
 		return nil, false, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
-	if own, ok := n.ownRecord(rec.ID); ok && settling(own) {
+	if own, ok := n.ownRecord(rec.ID); ok && jobstate.Settling(own) {
 		// This node coordinates the job too, at a lower term (outranking
 		// let rec through): it yields, on its driver. Otherwise the
 		// replica needs nothing of the driver, whose queue may be long.
@@ -266,7 +266,7 @@ func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.Job
 // without waiting behind the driver's queue, which under load is the
 // longest wait a submission has.
 func (n *Node) outranking(rec market.JobRecord) (market.JobRecord, bool) {
-	if own, ok := n.ownRecord(rec.ID); ok && settling(own) && market.Outranks(own.Term, n.self, rec.Term, rec.Coordinator) {
+	if own, ok := n.ownRecord(rec.ID); ok && jobstate.Settling(own) && market.Outranks(own.Term, n.self, rec.Term, rec.Coordinator) {
 		return own, true
 	}
 	held, ok := n.view.Job(rec.ID)
@@ -320,7 +320,7 @@ func (n *Node) endCopy(end market.JobRecord, from peer.ID) {
 // runs on the driver.
 func (n *Node) yieldTo(rec market.JobRecord) {
 	own, mine := n.mk.Job(rec.ID)
-	if !mine || !settling(own) || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.self) {
+	if !mine || !jobstate.Settling(own) || !market.Outranks(rec.Term, rec.Coordinator, own.Term, n.self) {
 		return
 	}
 	n.log.Info("a coordinator of a higher term holds the job; letting it go", "job", rec.ID, "term", own.Term, "coordinator", rec.Coordinator, "its_term", rec.Term)
@@ -412,13 +412,6 @@ func (n *Node) keep(rec market.JobRecord) {
 func answered(err error) bool {
 	var he *api.HTTPError
 	return err == nil || errors.Is(err, gossip.ErrRemote) || errors.As(err, &he)
-}
-
-// settling reports whether a job still needs a coordinator: it has not
-// ended, or it ended (cancelled, say) while attempts were still stopping,
-// whose ends must be heard and billed.
-func settling(rec market.JobRecord) bool {
-	return rec.State != market.JobMoved && (!rec.State.Terminal() || len(rec.Live()) > 0)
 }
 
 // livePlacements describes a record's live placements for a log line:

@@ -151,10 +151,8 @@ func (n *Node) buildStatus(now time.Time) *api.Status {
 		}
 	}
 	st.Jobs.ByState = map[string]int{}
-	for _, rec := range n.mk.Jobs() {
-		if rec.Coordinator == n.self {
-			st.Jobs.ByState[string(rec.State)]++
-		}
+	for state, count := range n.mk.JobCounts() {
+		st.Jobs.ByState[string(state)] = count
 	}
 	st.Warnings = append(st.Warnings, n.obs.flaps.Warnings(now)...)
 	st.Earnings = n.ledger.summary(now)

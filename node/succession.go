@@ -24,10 +24,7 @@ import (
 // coordinator since the record was replicated) would never take the job
 // over, so it is passed over.
 func (n *Node) succeed(lost peer.ID) {
-	for _, rec := range n.view.CoordinatedBy(lost.String()) {
-		if !settling(rec) {
-			continue
-		}
+	for _, rec := range n.view.SettlingCoordinatedBy(lost.String()) {
 		if _, mine := n.mk.Job(rec.ID); mine {
 			continue
 		}
@@ -47,9 +44,9 @@ func (n *Node) succeed(lost peer.ID) {
 // driver.
 func (n *Node) succeedDeadCoordinators(except peer.ID) {
 	seen := map[peer.ID]bool{except: true, n.id: true}
-	for _, rec := range n.view.All() {
+	for _, rec := range n.view.Settling() {
 		c, err := peer.Decode(rec.Coordinator)
-		if err != nil || seen[c] || !settling(rec) {
+		if err != nil || seen[c] {
 			continue
 		}
 		seen[c] = true
@@ -195,7 +192,7 @@ func (n *Node) liveAhead(job string, lost peer.ID) (ahead []peer.ID, listed bool
 // be reached again within a short time, its jobs are taken over. A dial
 // that fails is this node's own observation, not a third party's claim.
 func (n *Node) probeLost(p peer.ID) {
-	if len(n.view.CoordinatedBy(p.String())) == 0 {
+	if len(n.view.SettlingCoordinatedBy(p.String())) == 0 {
 		return
 	}
 	n.wg.Add(1)

@@ -17,11 +17,32 @@ type View struct {
 	mu        sync.RWMutex
 	jobs      map[string]market.JobRecord
 	submitted map[string]time.Time
+	// settling indexes the jobs of jobs whose records held show them still
+	// needing a coordinator (Settling): what is audited and taken over
+	// walks these, not every job the node ever held.
+	settling map[string]bool
 }
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}}
+	return &View{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}, settling: map[string]bool{}}
+}
+
+// Settling reports whether a job still needs a coordinator: it has not
+// ended, or it ended (cancelled, say) while attempts were still stopping,
+// whose ends must be heard and billed.
+func Settling(rec market.JobRecord) bool {
+	return rec.State != market.JobMoved && (!rec.State.Terminal() || len(rec.Live()) > 0)
+}
+
+// store keeps rec and its place in the settling index. v.mu is held.
+func (v *View) store(rec market.JobRecord) {
+	v.jobs[rec.ID] = rec
+	if Settling(rec) {
+		v.settling[rec.ID] = true
+	} else {
+		delete(v.settling, rec.ID)
+	}
 }
 
 // Put stores rec unless the copy held is from a coordinator that
@@ -32,7 +53,7 @@ func (v *View) Put(rec market.JobRecord) {
 	if old, ok := v.jobs[rec.ID]; ok && market.Outranks(old.Term, old.Coordinator, rec.Term, rec.Coordinator) {
 		return
 	}
-	v.jobs[rec.ID] = rec
+	v.store(rec)
 }
 
 // PutNewer stores rec if it is newer than the copy held (Newer): from a
@@ -45,19 +66,32 @@ func (v *View) PutNewer(rec market.JobRecord) bool {
 	if old, ok := v.jobs[rec.ID]; ok && !Newer(rec, old) {
 		return false
 	}
-	v.jobs[rec.ID] = rec
+	v.store(rec)
 	return true
 }
 
-// CoordinatedBy lists the records held whose coordinator is id.
-func (v *View) CoordinatedBy(id string) []market.JobRecord {
+// SettlingCoordinatedBy lists the records held of jobs still needing a
+// coordinator (Settling) whose coordinator is id.
+func (v *View) SettlingCoordinatedBy(id string) []market.JobRecord {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []market.JobRecord
-	for _, r := range v.jobs {
-		if r.Coordinator == id {
+	for job := range v.settling {
+		if r := v.jobs[job]; r.Coordinator == id {
 			out = append(out, r)
 		}
+	}
+	return out
+}
+
+// Settling lists the records held of jobs still needing a coordinator
+// (Settling), in no order.
+func (v *View) Settling() []market.JobRecord {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]market.JobRecord, 0, len(v.settling))
+	for job := range v.settling {
+		out = append(out, v.jobs[job])
 	}
 	return out
 }

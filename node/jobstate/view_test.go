@@ -119,11 +119,11 @@ func TestViewLists(t *testing.T) {
 	if got := ids(v.All()); !slices.Equal(got, []string{"j1", "j2", "j3"}) {
 		t.Errorf("All = %v", got)
 	}
-	if got := ids(v.CoordinatedBy("self")); !slices.Equal(got, []string{"j1", "j3"}) {
-		t.Errorf("CoordinatedBy(self) = %v", got)
+	if got := ids(v.SettlingCoordinatedBy("self")); !slices.Equal(got, []string{"j1", "j3"}) {
+		t.Errorf("SettlingCoordinatedBy(self) = %v", got)
 	}
-	if got := v.CoordinatedBy("nobody"); len(got) != 0 {
-		t.Errorf("CoordinatedBy(nobody) = %v", got)
+	if got := v.SettlingCoordinatedBy("nobody"); len(got) != 0 {
+		t.Errorf("SettlingCoordinatedBy(nobody) = %v", got)
 	}
 	if _, ok := v.Job("j9"); ok {
 		t.Errorf("Job found a job never put")
@@ -153,5 +153,49 @@ func TestSortJobs(t *testing.T) {
 	}
 	if want := []string{"c", "a", "b", "d"}; !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// The view indexes the jobs still needing a coordinator (Settling): a job
+// leaves the index when a record of its end with nothing live is stored,
+// stays while an ended job's attempts still stop, and never comes back for
+// a stale copy the view refuses.
+func TestViewIndexesTheJobsStillSettling(t *testing.T) {
+	v := NewView()
+	running := market.JobRecord{ID: "j1", Coordinator: "c", Term: 1, Version: 3, State: market.JobRunning,
+		Placements: []market.Placement{{Share: 0, Epoch: 1, Node: "s", State: market.PlacementRunning}}}
+	v.Put(running)
+	v.Put(market.JobRecord{ID: "j2", Coordinator: "c", Term: 1, Version: 1, State: market.JobPending})
+	v.Put(market.JobRecord{ID: "moved", Coordinator: "c", Term: 1, Version: 1, State: market.JobMoved})
+	settling := func() []string {
+		var out []string
+		for _, r := range v.Settling() {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := settling(); !slices.Equal(got, []string{"j1", "j2"}) {
+		t.Fatalf("Settling = %v, want j1 j2", got)
+	}
+	stopping := running
+	stopping.Version, stopping.State = 4, market.JobCancelled // its attempt still stops
+	if !v.PutNewer(stopping) || !slices.Equal(settling(), []string{"j1", "j2"}) {
+		t.Errorf("a cancelled job whose attempt still stops left the index: %v", settling())
+	}
+	ended := stopping
+	ended.Version = 5
+	ended.Placements = []market.Placement{{Share: 0, Epoch: 1, Node: "s", State: market.PlacementStopped}}
+	if !v.PutNewer(ended) || !slices.Equal(settling(), []string{"j2"}) {
+		t.Errorf("after the end: Settling = %v, want j2", settling())
+	}
+	if v.PutNewer(running) || !slices.Equal(settling(), []string{"j2"}) {
+		t.Errorf("a stale copy of the running job came back: Settling = %v", settling())
+	}
+	if got := v.SettlingCoordinatedBy("c"); len(got) != 1 || got[0].ID != "j2" {
+		t.Errorf("SettlingCoordinatedBy(c) = %v", got)
+	}
+	if len(v.All()) != 3 {
+		t.Errorf("All holds %d records, want 3: the index drops nothing from the view", len(v.All()))
 	}
 }

@@ -182,22 +182,8 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 		Note: "processes started one after another, until every node sees every member alive and coordinating and every supplier's cards in its book"})
 
 	// Idle: CPU and memory of each node with nothing to do.
-	if cfg.Idle > 0 {
-		cfg.Progress(fmt.Sprintf("watching the idle mesh for %v", cfg.Idle))
-		before, err := c.usage()
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(cfg.Idle):
-		}
-		after, err := c.usage()
-		if err != nil {
-			return err
-		}
-		r.idleRows(before, after)
+	if err := r.watchIdle(ctx, c, "idle, per node", "watching the idle mesh"); err != nil {
+		return err
 	}
 
 	w := newWatch(c)
@@ -267,16 +253,47 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 	if placedHeard < len(accepted) || endedHeard < len(accepted) {
 		r.note("events heard: %d of %d accepted jobs placed, %d ended (the rest were read from their records, or had not run yet)", placedHeard, len(accepted), endedHeard)
 	}
+	// Idle again: what the jobs left behind costs every node from now on.
+	if ctx.Err() == nil {
+		return r.watchIdle(ctx, c, "idle after the load, per node", "watching the mesh idle again")
+	}
 	return nil
 }
 
-// idleRows reports each node's CPU and resident memory over the idle
-// window.
-func (r *run) idleRows(before, after usage) {
+// watchIdle measures each node's CPU and memory over cfg.Idle with
+// nothing submitted, as rows of case name; nothing without an idle window.
+func (r *run) watchIdle(ctx context.Context, c *cluster, name, progress string) error {
+	if r.cfg.Idle <= 0 {
+		return nil
+	}
+	r.cfg.Progress(fmt.Sprintf("%s for %v", progress, r.cfg.Idle))
+	before, err := c.usage()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.cfg.Idle):
+	}
+	after, err := c.usage()
+	if err != nil {
+		return err
+	}
+	r.idleRows(name, before, after)
+	return nil
+}
+
+// idleRows reports each node's CPU and resident memory over an idle
+// window, as rows of case name; the first window's CPU is what the load's
+// "beyond idle" row takes off.
+func (r *run) idleRows(name string, before, after usage) {
 	window := after.at.Sub(before.at)
 	own0, _ := before.cpu()
 	own1, _ := after.cpu()
-	r.idleCPU = float64(own1-own0) / float64(window)
+	if r.idleCPU == 0 {
+		r.idleCPU = float64(own1-own0) / float64(window)
+	}
 	var cpu, rss []float64
 	for i := range after.each {
 		cpu = append(cpu, 100*float64(after.each[i].CPU-before.each[i].CPU)/float64(window))
@@ -284,14 +301,14 @@ func (r *run) idleRows(before, after usage) {
 	}
 	shape20 := r.cfg.Nodes == 20 && r.cfg.Cards == 8
 	mean, most := meanMax(cpu)
-	row := bench.Row{Case: "idle, per node", Metric: "CPU mean", Value: mean, Unit: "%", N: len(cpu),
+	row := bench.Row{Case: name, Metric: "CPU mean", Value: mean, Unit: "%", N: len(cpu),
 		Note: fmt.Sprintf("of one core, over %v; the busiest node %.1f%%", window.Round(time.Second), most)}
 	if shape20 {
 		row = target(row, "≤ 2% at 20 nodes", mean <= 2)
 	}
 	r.row(row)
 	mean, most = meanMax(rss)
-	row = bench.Row{Case: "idle, per node", Metric: "RSS mean", Value: mean, Unit: "MiB", N: len(rss),
+	row = bench.Row{Case: name, Metric: "RSS mean", Value: mean, Unit: "MiB", N: len(rss),
 		Note: fmt.Sprintf("resident set (VmRSS); the largest %.0f MiB", most)}
 	if shape20 {
 		row = target(row, "≤ 60 MiB at 20 nodes", mean <= 60)
