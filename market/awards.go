@@ -215,7 +215,7 @@ func (c *coordinator) finishRound(j *job, r *round) {
 		c.releaseLot(j, r, i)
 	}
 	c.explainRound(j, r)
-	j.round = nil
+	j.endRound(r)
 	switch {
 	case j.twoPhase() && r.unfilled.total() > 0:
 		for _, p := range r.placed {

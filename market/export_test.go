@@ -23,3 +23,20 @@ func WireSchema() string {
 	}
 	return wireschema.Text(schemas...)
 }
+
+// RoundsHeld counts the rounds the jobs coordinated by n still reach: the
+// current one of each job and those its placements point at.
+func (n *Node) RoundsHeld() int {
+	seen := map[*round]bool{}
+	for _, j := range n.coord.jobs {
+		if j.round != nil {
+			seen[j.round] = true
+		}
+		for _, p := range j.placements {
+			if p.round != nil {
+				seen[p.round] = true
+			}
+		}
+	}
+	return len(seen)
+}

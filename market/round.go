@@ -353,7 +353,7 @@ func (c *coordinator) failRound(j *job, r *round, why string) {
 		}
 	}
 	c.requeue(j, r.need, r.slots)
-	j.round = nil
+	j.endRound(r)
 	if j.shrinkPending {
 		c.shrinkNow(j) // a scale-down came while the round was open
 	}
@@ -428,6 +428,20 @@ func (c *coordinator) cancelRound(j *job) {
 			c.stopPlacement(j, p, "the round was cancelled")
 		}
 	}
-	j.round = nil
+	j.endRound(r)
 	c.touch(j)
+}
+
+// endRound lets go of r, j's round, which is over. Its placements stop
+// pointing at it (each use of a placement's round checks that it is still
+// j's round), so that the job keeps nothing of it (its asks, lots,
+// explainer) but the explanation: a job that ended used to hold every
+// round it had, for as long as its coordinator held the job.
+func (j *job) endRound(r *round) {
+	j.round = nil
+	for _, p := range r.placed {
+		if p.round == r {
+			p.round = nil
+		}
+	}
 }
