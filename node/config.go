@@ -166,6 +166,10 @@ type Config struct {
 	// KeepOutputs is how long the checkpoints, payload and outputs of a
 	// job that ended are kept. Default 24 h.
 	KeepOutputs time.Duration
+	// KeepJobs is how long the record of a job that ended is kept, as its
+	// coordinator or a replica; then only its tombstone stays
+	// (jobretention.go). Default DefaultKeepJobs (72 h).
+	KeepJobs time.Duration
 	// MaxPayload bounds one payload this node takes from an owner, or
 	// holds for a job it coordinates (413 beyond). Default 0: no limit but
 	// the content store's and the owner's quota.
@@ -224,6 +228,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KeepOutputs <= 0 {
 		c.KeepOutputs = DefaultKeepOutputs
+	}
+	if c.KeepJobs <= 0 {
+		c.KeepJobs = DefaultKeepJobs
 	}
 	if c.CheckpointKeep == 0 {
 		c.CheckpointKeep = DefaultCheckpointKeep

@@ -65,12 +65,18 @@ func (n *Node) startMarket(cards []device.Card) error {
 		n.reserveSettle = mcfg.BidWindow + mcfg.AwardTimeout
 	}
 
+	if err := n.loadTombstones(); err != nil {
+		return fmt.Errorf("node: reading tombstones: %w", err)
+	}
 	var restored, ended int
 	err = n.store.ForEach(store.Jobs, func(id string, raw []byte) error {
 		var rec market.JobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			n.log.Error("unreadable job record in the state file; skipped", "job", id, "err", err)
 			return nil
+		}
+		if _, gone := n.view.Dropped(id); gone {
+			return nil // its tombstone is kept instead
 		}
 		n.view.Put(rec)
 		if !jobstate.Settling(rec) || rec.Coordinator != n.self {

@@ -205,6 +205,9 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 			return market.JobRecord{}, err
 		}
 	}
+	if t, gone := n.view.Dropped(spec.ID); gone {
+		return market.JobRecord{}, droppedJob(t)
+	}
 	if held, ok := n.view.Job(spec.ID); ok && held.Coordinator != n.self {
 		// Another node coordinates the job (this one holds its replica, or
 		// let it go): a submission retried after a 503 that finds a new
@@ -224,6 +227,10 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	err = n.doDurable(ctx, func() {
 		now := time.Now()
 		n.stages.stepped(spec.ID, now)
+		if t, gone := n.view.Dropped(spec.ID); gone { // dropped since the check above (on the driver, as here)
+			stepErr = droppedJob(t)
+			return
+		}
 		stepErr = n.mk.Step(market.JobSubmitted{Now: now, Spec: spec, Signature: &signed.Signature})
 	}, func() { // persisted before the acknowledgement leaves, with the turn's other submissions
 		n.stages.persisted(spec.ID, time.Now())
@@ -233,6 +240,8 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 		return market.JobRecord{}, err
 	}
 	switch {
+	case isHTTPError(stepErr):
+		return market.JobRecord{}, stepErr
 	case errors.Is(stepErr, market.ErrJobExists):
 		// A retried submission of the same spec is acknowledged again.
 		if !reflect.DeepEqual(rec.Spec, spec) {
@@ -558,4 +567,12 @@ func shares(rec market.JobRecord) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// droppedJob refuses a submission of a job whose record was dropped: it
+// ended, and running it again under the same ID would break the promise
+// that an ID runs once.
+func droppedJob(t jobstate.Tombstone) error {
+	return api.Errorf(http.StatusConflict, "job %s ended (%s) at %s and its record was dropped after --keep-jobs: submit it with a new ID",
+		t.ID, t.State, t.EndedAt.UTC().Format(time.RFC3339))
 }

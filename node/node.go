@@ -367,10 +367,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.watchFenced(n.keeper)
 	}
-	n.wg.Add(10)
+	n.wg.Add(11)
 	go n.persister.run(n.ctx, &n.wg)
 	go n.blobJanitor()
 	go n.attemptsJanitor()
+	go n.jobsJanitor()
 	go n.replicateLoop()
 	go n.auditLoop()
 	go n.checkpointLoop()

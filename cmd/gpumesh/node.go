@@ -55,6 +55,7 @@ type nodeFlags struct {
 	storeMax    string
 	keepOutputs time.Duration
 	keepLogs    time.Duration
+	keepJobs    time.Duration
 	ociRuntime  string
 	mirrors     []string
 	imageCache  string
@@ -200,6 +201,7 @@ func (f *nodeFlags) register(fl *pflag.FlagSet, e env) {
 	fl.StringVar(&f.verify, "verify", "", "as coordinator, make suppliers pass a timed probe of their cards: new (before their first award here; default without --secret-file), always (before each award) or never (default with --secret-file)")
 	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "job isolation: auto (sandbox when root on Linux), sandbox or process")
 	fl.BoolVar(&f.keepDirs, "keep-attempt-dirs", false, "for debugging: keep each job attempt's work and tmp directories after it ends, as long as its logs (default: removed once its outputs are kept)")
+	fl.DurationVar(&f.keepJobs, "keep-jobs", node.DefaultKeepJobs, "how long this node keeps the record of a job that ended (as its coordinator or a replica); then only its end is kept, and its ID cannot be submitted again (at least 1h)")
 	fl.DurationVar(&f.keepLogs, "keep-logs", executor.DefaultKeepLogs, "how long the logs and checkpoint directory of a job attempt that ended stay on this node's disk, for gpumesh logs")
 	fl.DurationVar(&f.ckptEvery, "checkpoint-interval", node.DefaultCheckpointInterval, "how often a running job's changed $GPUMESH_CHECKPOINT_DIR is shipped to its coordinator (also when it ends)")
 	fl.IntVar(&f.ckptKeep, "checkpoint-keep", node.DefaultCheckpointKeep, "how many checkpoints of each share to keep (as their runner, holder and coordinator), newest first: a rerouted attempt restores the newest whole one (1 to 100)")
@@ -291,6 +293,10 @@ func (f nodeFlags) config(e env) (node.Config, error) {
 		return cfg, usagef("--keep-outputs %v: want a positive duration, such as 24h", f.keepOutputs)
 	}
 	cfg.KeepOutputs = f.keepOutputs
+	if f.keepJobs < time.Hour {
+		return cfg, usagef("--keep-jobs %v: want at least 1h (a submission retried later than that would find no record)", f.keepJobs)
+	}
+	cfg.KeepJobs = f.keepJobs
 	if f.keepLogs <= 0 {
 		return cfg, usagef("--keep-logs %v: want a positive duration, such as 168h", f.keepLogs)
 	}

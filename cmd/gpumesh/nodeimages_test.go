@@ -17,7 +17,7 @@ import (
 func imageNodeConfig(t *testing.T, mod func(*nodeFlags)) (node.Config, error) {
 	t.Helper()
 	f := nodeFlags{data: t.TempDir(), api: "127.0.0.1:0", network: "gpumesh", coordinator: "auto", isolation: "process",
-		policy: policyFlags{maxMemory: "0", network: "egress"}, ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs,
+		policy: policyFlags{maxMemory: "0", network: "egress"}, ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, keepJobs: node.DefaultKeepJobs,
 		ociRuntime: executor.RuntimeAuto, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	mod(&f)
 	return f.config(env{getenv: func(k string) string {

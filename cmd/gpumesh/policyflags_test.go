@@ -36,7 +36,7 @@ func nodeConfig(t *testing.T, p policyFlags, api string) (node.Config, error) {
 		p.maxMemory = "0"
 	}
 	f := nodeFlags{data: t.TempDir(), api: api, network: "gpumesh", coordinator: "auto", isolation: "process", policy: p,
-		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 256, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, keepJobs: node.DefaultKeepJobs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	return f.config(env{getenv: func(string) string { return "" }, stderr: io.Discard})
 }
 
@@ -117,7 +117,7 @@ func TestNodeMaxJobMemoryAuto(t *testing.T) {
 	var logs strings.Builder
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process",
 		policy:    policyFlags{network: "egress", maxMemory: "AUTO", autoMemory: func() (int64, error) { return 0, errors.New("no /proc here") }},
-		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs,
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, ckptMaxMiB: 0, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, keepJobs: node.DefaultKeepJobs,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	cfg, err = f.config(env{getenv: func(string) string { return "" }, stderr: &logs})
 	if err != nil || cfg.Policy.MaxMemoryBytes != 0 {
@@ -308,7 +308,7 @@ func TestExplainShowsPolicyDeclines(t *testing.T) {
 
 func TestNodeCheckpointFlags(t *testing.T) {
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
-		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, ckptKeep: 3, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
+		ckptEvery: 500 * time.Millisecond, ckptMaxMiB: 8, ckptKeep: 3, keepOutputs: node.DefaultKeepOutputs, keepLogs: executor.DefaultKeepLogs, keepJobs: node.DefaultKeepJobs, log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
 	cfg, err := f.config(e)
 	if err != nil {
@@ -377,11 +377,12 @@ func TestNodeCheckpointFlags(t *testing.T) {
 	}
 }
 
-// --keep-logs: how long an ended attempt's logs stay; 7 days by default,
-// a positive duration or a usage error.
-func TestNodeKeepLogsFlag(t *testing.T) {
+// --keep-logs and --keep-jobs: how long an ended attempt's logs and an
+// ended job's record stay; 7 and 3 days by default, a usage error below
+// what they may be.
+func TestNodeRetentionFlags(t *testing.T) {
 	f := nodeFlags{data: t.TempDir(), network: "gpumesh", coordinator: "auto", isolation: "process", policy: policyFlags{network: "egress", maxMemory: "0"},
-		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, keepOutputs: node.DefaultKeepOutputs, keepLogs: 36 * time.Hour,
+		ckptEvery: node.DefaultCheckpointInterval, ckptKeep: node.DefaultCheckpointKeep, keepOutputs: node.DefaultKeepOutputs, keepLogs: 36 * time.Hour, keepJobs: node.DefaultKeepJobs,
 		log: &logFlags{format: "text", level: logLevel(slog.LevelInfo)}}
 	e := env{getenv: func(string) string { return "" }, stderr: io.Discard}
 	cfg, err := f.config(e)
@@ -398,8 +399,23 @@ func TestNodeKeepLogsFlag(t *testing.T) {
 			t.Errorf("--keep-logs %v: %v", d, err)
 		}
 	}
+	f.keepLogs = time.Hour
+	for _, d := range []time.Duration{0, 59 * time.Minute} {
+		f.keepJobs = d
+		_, err := f.config(e)
+		if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "--keep-jobs "+d.String()+": want at least 1h") {
+			t.Errorf("--keep-jobs %v: %v", d, err)
+		}
+	}
+	f.keepJobs = 5 * time.Hour
+	if cfg, err := f.config(e); err != nil || cfg.KeepJobs != 5*time.Hour {
+		t.Errorf("--keep-jobs 5h: %v %v", cfg.KeepJobs, err)
+	}
 	cmd := newNodeCommand(env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard})
 	if fl := cmd.Flags().Lookup("keep-logs"); fl == nil || fl.DefValue != "168h0m0s" {
 		t.Errorf("--keep-logs default %v, want 168h0m0s", fl)
+	}
+	if fl := cmd.Flags().Lookup("keep-jobs"); fl == nil || fl.DefValue != "72h0m0s" {
+		t.Errorf("--keep-jobs default %v, want 72h0m0s", fl)
 	}
 }

@@ -17,15 +17,19 @@ type View struct {
 	mu        sync.RWMutex
 	jobs      map[string]market.JobRecord
 	submitted map[string]time.Time
-	// settling indexes the jobs of jobs whose records held show them still
+	// settling indexes the jobs whose records held show them still
 	// needing a coordinator (Settling): what is audited and taken over
 	// walks these, not every job the node ever held.
 	settling map[string]bool
+	// dropped holds the tombstones of the jobs whose records were
+	// dropped (Forget).
+	dropped map[string]Tombstone
 }
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}, settling: map[string]bool{}}
+	return &View{jobs: map[string]market.JobRecord{}, submitted: map[string]time.Time{}, settling: map[string]bool{},
+		dropped: map[string]Tombstone{}}
 }
 
 // Settling reports whether a job still needs a coordinator: it has not
@@ -46,10 +50,13 @@ func (v *View) store(rec market.JobRecord) {
 }
 
 // Put stores rec unless the copy held is from a coordinator that
-// outranks rec's (market.Outranks).
+// outranks rec's (market.Outranks), or the job's record was dropped.
 func (v *View) Put(rec market.JobRecord) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if _, gone := v.dropped[rec.ID]; gone {
+		return
+	}
 	if old, ok := v.jobs[rec.ID]; ok && market.Outranks(old.Term, old.Coordinator, rec.Term, rec.Coordinator) {
 		return
 	}
@@ -63,6 +70,9 @@ func (v *View) Put(rec market.JobRecord) {
 func (v *View) PutNewer(rec market.JobRecord) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if _, gone := v.dropped[rec.ID]; gone {
+		return false // the job ended: nothing is newer than its end
+	}
 	if old, ok := v.jobs[rec.ID]; ok && !Newer(rec, old) {
 		return false
 	}
@@ -96,12 +106,85 @@ func (v *View) Settling() []market.JobRecord {
 	return out
 }
 
-// Job returns the record held of job id.
+// Job returns the record held of job id; of a job whose record was
+// dropped, the record of its end rebuilt from its tombstone.
 func (v *View) Job(id string) (market.JobRecord, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	if rec, ok := v.jobs[id]; ok {
+		return rec, true
+	}
+	if t, ok := v.dropped[id]; ok {
+		return t.Record(), true
+	}
+	return market.JobRecord{}, false
+}
+
+// Dropped returns the tombstone of job id, if its record was dropped.
+func (v *View) Dropped(id string) (Tombstone, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	t, ok := v.dropped[id]
+	return t, ok
+}
+
+// PutTombstone keeps t, read back from disk, in place of any record held
+// of its job.
+func (v *View) PutTombstone(t Tombstone) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.jobs, t.ID)
+	delete(v.settling, t.ID)
+	v.dropped[t.ID] = t
+}
+
+// Expired lists the records held of jobs that ended before before, with
+// nothing left live: those Forget would drop.
+func (v *View) Expired(before time.Time) []market.JobRecord {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []market.JobRecord
+	for _, rec := range v.jobs {
+		if expired(rec, before) {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+func expired(rec market.JobRecord, before time.Time) bool {
+	return Ended(rec) && !Settling(rec) && endedAt(rec).Before(before)
+}
+
+// Forget drops the record held of job id if it ended before before with
+// nothing left live, and keeps its tombstone, dropped at at (returned),
+// in its place. The job is no longer listed as submitted here either.
+func (v *View) Forget(id string, before, at time.Time) (Tombstone, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	rec, ok := v.jobs[id]
-	return rec, ok
+	if !ok || !expired(rec, before) {
+		return Tombstone{}, false
+	}
+	t := TombstoneOf(rec, at)
+	delete(v.jobs, id)
+	delete(v.settling, id)
+	delete(v.submitted, id)
+	v.dropped[id] = t
+	return t, true
+}
+
+// ForgetSubmitted stops listing, as submitted here, the jobs submitted
+// before before whose records this node does not hold: their
+// coordinators keep them, and drop them in their turn.
+func (v *View) ForgetSubmitted(before time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for id, at := range v.submitted {
+		if _, held := v.jobs[id]; !held && at.Before(before) {
+			delete(v.submitted, id)
+		}
+	}
 }
 
 // All lists every record held, in no order.

@@ -199,3 +199,55 @@ func TestViewIndexesTheJobsStillSettling(t *testing.T) {
 		t.Errorf("All holds %d records, want 3: the index drops nothing from the view", len(v.All()))
 	}
 }
+
+// Forget drops a record only once its job ended before the cutoff with
+// nothing live, and keeps a tombstone in its place: Job rebuilds the end
+// from it, and no record of the job is stored again, stale or not.
+func TestForgetKeepsATombstoneAndNothingComesBack(t *testing.T) {
+	v := NewView()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	code := 0
+	ended := market.JobRecord{ID: "j1", Spec: market.JobSpec{ID: "j1", Owner: "alice", Command: []string{"x"}}, Coordinator: "c", Term: 2, Version: 9,
+		State: market.JobSucceeded, SubmittedAt: t0, EndedAt: t0.Add(time.Hour), ExitCode: &code, CostCNY: 1.5,
+		Placements: []market.Placement{{Share: 0, Epoch: 1, Node: "s", State: market.PlacementExited}}}
+	live := market.JobRecord{ID: "j2", Coordinator: "c", Term: 1, Version: 3, State: market.JobRunning, SubmittedAt: t0,
+		Placements: []market.Placement{{Share: 0, Epoch: 1, Node: "s", State: market.PlacementRunning}}}
+	v.Put(ended)
+	v.Put(live)
+	v.AddSubmitted("j1", t0)
+	if _, ok := v.Forget("j1", t0.Add(time.Hour), t0.Add(2*time.Hour)); ok {
+		t.Errorf("Forget dropped a job that ended at the cutoff, not before it")
+	}
+	if got := v.Expired(t0.Add(48 * time.Hour)); len(got) != 1 || got[0].ID != "j1" {
+		t.Errorf("Expired = %v, want j1 alone (j2 runs)", got)
+	}
+	if _, ok := v.Forget("j2", t0.Add(48*time.Hour), t0.Add(48*time.Hour)); ok {
+		t.Errorf("Forget dropped a running job")
+	}
+	tomb, ok := v.Forget("j1", t0.Add(48*time.Hour), t0.Add(49*time.Hour))
+	if !ok || tomb.Version != 9 || tomb.Owner != "alice" || !tomb.EndedAt.Equal(ended.EndedAt) || tomb.CostCNY != 1.5 {
+		t.Fatalf("Forget: %+v %v", tomb, ok)
+	}
+	rec, ok := v.Job("j1")
+	if !ok || rec.State != market.JobSucceeded || rec.Reason != DroppedReason || rec.Spec.Owner != "alice" || rec.Version != 9 || *rec.ExitCode != 0 {
+		t.Errorf("Job after Forget: %+v %v", rec, ok)
+	}
+	if len(v.All()) != 1 || len(v.Remote()) != 0 {
+		t.Errorf("All %d records, Remote %v: want j2 alone and nothing submitted", len(v.All()), v.Remote())
+	}
+	stale := ended
+	stale.State, stale.Version, stale.Term = market.JobRunning, 5, 3
+	if v.PutNewer(stale) || v.PutNewer(ended) {
+		t.Errorf("PutNewer stored a record of a dropped job")
+	}
+	v.Put(stale)
+	if rec, _ := v.Job("j1"); rec.Reason != DroppedReason {
+		t.Errorf("Put brought back a record of a dropped job: %+v", rec)
+	}
+	w := NewView()
+	w.Put(stale)
+	w.PutTombstone(tomb)
+	if rec, _ := w.Job("j1"); rec.Reason != DroppedReason || len(w.Settling()) != 0 {
+		t.Errorf("a tombstone read back after the record: %+v, settling %d", rec, len(w.Settling()))
+	}
+}

@@ -50,10 +50,14 @@ const (
 	// node's attempts issued and those it accepted as a coordinator, by
 	// job, share, epoch and sequence number.
 	Receipts Bucket = "receipts"
+	// Tombstones maps the ID of a job whose record this node dropped,
+	// KeepJobs after the job ended, to what it keeps of its end
+	// (jobstate.Tombstone): a stale copy of the job never runs it again.
+	Tombstones Bucket = "tombstones"
 )
 
 // Buckets lists every bucket, created on Open.
-var buckets = []Bucket{Jobs, Attempts, Meta, TrackRecords, Claims, Earnings, Receipts}
+var buckets = []Bucket{Jobs, Attempts, Meta, TrackRecords, Claims, Earnings, Receipts, Tombstones}
 
 const schemaVersion = "1"
 

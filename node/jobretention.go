@@ -1,0 +1,103 @@
+package node
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/gpumesh/gpumesh/node/jobstate"
+	"github.com/gpumesh/gpumesh/node/store"
+)
+
+// DefaultKeepJobs is Config.KeepJobs's default.
+const DefaultKeepJobs = 72 * time.Hour
+
+// jobsPruneInterval is how often the records of jobs that ended are
+// swept.
+const jobsPruneInterval = 10 * time.Minute
+
+// A node holds the record of every job it coordinates or replicates; a
+// record is kilobytes (spec, placements, explanation), and the audit, the
+// API and memory all carried every job the node ever held. Once a job
+// ended KeepJobs ago with nothing left live, each node that holds its
+// record drops it on its own and keeps a tombstone (jobstate.Tombstone):
+// the job's end, under its coordinator, term and version. Reads of the
+// job (gpumesh job, a peer's audit or claim) find the end rebuilt from
+// it; a copy of the job from before its end is refused; a submission of
+// the same ID is refused with 409. Tombstones are kept for good.
+
+// jobsJanitor drops the records of jobs that ended KeepJobs ago, when the
+// node starts and every jobsPruneInterval, until the node closes.
+func (n *Node) jobsJanitor() {
+	defer n.wg.Done()
+	t := time.NewTicker(jobsPruneInterval)
+	defer t.Stop()
+	now := time.Now()
+	for {
+		n.forgetEnded(now)
+		select {
+		case <-n.ctx.Done():
+			return
+		case now = <-t.C:
+		}
+	}
+}
+
+// forgetEnded drops the records of the jobs that ended before
+// now-KeepJobs: from the market (on the driver, in the same turn as from
+// the view, so that no submission of the same ID slips in between) and
+// then from disk, where a tombstone replaces each. A crash before the
+// write brings the records back, to be dropped again.
+func (n *Node) forgetEnded(now time.Time) {
+	before := now.Add(-n.cfg.KeepJobs)
+	n.view.ForgetSubmitted(before)
+	old := n.view.Expired(before)
+	if len(old) == 0 {
+		return
+	}
+	var gone []jobstate.Tombstone
+	err := n.do(n.ctx, func() {
+		for _, rec := range old {
+			if own, mine := n.mk.Job(rec.ID); mine && jobstate.Settling(own) {
+				continue
+			}
+			t, ok := n.view.Forget(rec.ID, before, now)
+			if !ok {
+				continue
+			}
+			if _, mine := n.mk.Job(rec.ID); mine {
+				if err := n.mk.Forget(rec.ID); err != nil {
+					n.log.Warn("ended job not dropped from the market", "job", rec.ID, "err", err)
+				}
+			}
+			n.gate.Forget(rec.ID)
+			n.repl.Forget(rec.ID)
+			gone = append(gone, t)
+		}
+	})
+	if err != nil || len(gone) == 0 {
+		return
+	}
+	ops := make([]store.Op, 0, 2*len(gone))
+	for _, t := range gone {
+		ops = append(ops, store.Delete(store.Jobs, t.ID), store.Put(store.Tombstones, t.ID, t))
+	}
+	if err := n.storeApply(ops); err != nil {
+		n.log.Warn("records of ended jobs not dropped from the state file", "jobs", len(gone), "err", err)
+		return
+	}
+	n.log.Info("dropped the records of jobs that ended long ago", "jobs", len(gone), "ended_before", before.Round(time.Second), "keep_jobs", n.cfg.KeepJobs)
+}
+
+// loadTombstones reads back the tombstones of the jobs whose records this
+// node dropped, before the records themselves.
+func (n *Node) loadTombstones() error {
+	return n.store.ForEach(store.Tombstones, func(id string, raw []byte) error {
+		var t jobstate.Tombstone
+		if err := json.Unmarshal(raw, &t); err != nil || t.ID != id {
+			n.log.Error("unreadable tombstone in the state file; skipped", "job", id, "err", err)
+			return nil
+		}
+		n.view.PutTombstone(t)
+		return nil
+	})
+}

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/jobstate"
+	"github.com/gpumesh/gpumesh/node/store"
+)
+
+// Every node that holds the record of a job that ended KeepJobs ago drops
+// it and keeps a tombstone: the job reads as ended (and billed) through
+// any node, a submission of its ID is refused, a copy from before its end
+// is refused, a restart keeps the tombstone, and a job still running is
+// never dropped.
+func TestRecordsOfJobsThatEndedLongAgoAreDropped(t *testing.T) {
+	alice := testOwner(1)
+	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:2", "", "")
+	runner, entry := sm.nodes[1], sm.nodes[3]
+	sm.neverCoordinate(runner)
+	sm.waitBook(entry, 2)
+	c := apiClient(t, entry, alice)
+	ctx := context.Background()
+	spec := market.JobSpec{AllowSimulated: true, ID: "old", Cards: 1, MaxPriceCNY: 20, Command: []string{"sh", "-c", "sleep 0.3"}}
+	if _, err := c.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "live", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Job(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := sm.byID(first.Coordinator)
+	running := waitState(t, coord, "old", 30*time.Second, market.JobRunning, market.JobSucceeded)
+	ended := waitState(t, coord, "old", 30*time.Second, market.JobSucceeded, market.JobFailed)
+	if live, err := c.Job(ctx, "live"); err != nil {
+		t.Fatal(err)
+	} else {
+		waitState(t, sm.byID(live.Coordinator), "live", 30*time.Second, market.JobRunning)
+	}
+	if ended.State != market.JobSucceeded || ended.CostCNY <= 0 {
+		t.Fatalf("old: %s, cost %v", ended.State, ended.CostCNY)
+	}
+	var holders []*Node
+	eventually(t, 10*time.Second, "the coordinator and its replicas hold the end", func() bool {
+		holders = nil
+		for _, n := range sm.nodes {
+			rec, ok := n.view.Job("old")
+			if ok && !jobstate.Ended(rec) {
+				return false
+			}
+			if ok {
+				holders = append(holders, n)
+			}
+		}
+		return len(holders) == coord.cfg.Replicas // the coordinator's copy counts
+	})
+
+	// Not yet: the job ended less than KeepJobs ago.
+	for _, n := range holders {
+		n.forgetEnded(time.Now())
+		if _, gone := n.view.Dropped("old"); gone {
+			t.Fatalf("%s dropped a record that ended just now", n.ID().ShortString())
+		}
+	}
+	later := time.Now().Add(coord.cfg.KeepJobs + time.Minute)
+	for _, n := range holders {
+		n.forgetEnded(later)
+		if _, gone := n.view.Dropped("old"); !gone {
+			t.Errorf("%s kept the record of a job that ended KeepJobs ago", n.ID().ShortString())
+		}
+		var onDisk market.JobRecord
+		if err := n.store.Get(store.Jobs, "old", &onDisk); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s still has the record on disk (%v)", n.ID().ShortString(), err)
+		}
+		var tomb jobstate.Tombstone
+		if err := n.store.Get(store.Tombstones, "old", &tomb); err != nil || tomb.State != market.JobSucceeded || tomb.Version != ended.Version {
+			t.Errorf("%s's tombstone on disk: %+v %v", n.ID().ShortString(), tomb, err)
+		}
+		if _, ok := n.view.Job("live"); ok {
+			if _, gone := n.view.Dropped("live"); gone {
+				t.Errorf("%s dropped the record of a job still running", n.ID().ShortString())
+			}
+		}
+	}
+	if _, held := coord.mk.Job("old"); held {
+		t.Errorf("the coordinator's market still holds the job")
+	}
+	for _, n := range sm.nodes {
+		if rec, ok := n.view.Job("live"); ok && rec.Coordinator == n.self {
+			if _, held := n.mk.Job("live"); !held {
+				t.Errorf("the coordinator's market let go of the running job")
+			}
+		}
+	}
+
+	// It reads as ended, with its bill, through any node.
+	got, err := c.Job(ctx, "old")
+	if err != nil || got.State != market.JobSucceeded || got.CostCNY != ended.CostCNY || got.Reason != jobstate.DroppedReason {
+		t.Errorf("job old through the API: %s %v %q %v", got.State, got.CostCNY, got.Reason, err)
+	}
+	// Its ID runs once.
+	_, err = c.Submit(ctx, spec)
+	if !isAPIStatus(err, http.StatusConflict) || !strings.Contains(err.Error(), "its record was dropped after --keep-jobs: submit it with a new ID") {
+		t.Errorf("a submission of the dropped job's ID: %v", err)
+	}
+	// A copy from before the end, sent by its coordinator, is refused.
+	stale, _ := json.Marshal(running)
+	for _, n := range holders {
+		if n == coord {
+			continue
+		}
+		_ = callRaw(coord, n, kindReplicate, stale)
+		if rec, _ := n.view.Job("old"); rec.State != market.JobSucceeded {
+			t.Errorf("%s took a copy of the job from before its end: %s", n.ID().ShortString(), rec.State)
+		}
+	}
+
+	// A restart keeps the tombstone, not the record.
+	i := slices.Index(sm.nodes, coord)
+	cfg := coord.cfg
+	coord.Close()
+	sm.nodes[i] = nil
+	restarted, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.nodes[i] = restarted
+	if _, gone := restarted.view.Dropped("old"); !gone {
+		t.Errorf("the restarted coordinator lost the tombstone")
+	}
+	if rec, _ := restarted.view.Job("old"); rec.State != market.JobSucceeded || rec.Reason != jobstate.DroppedReason {
+		t.Errorf("after a restart the job reads %s %q", rec.State, rec.Reason)
+	}
+}
