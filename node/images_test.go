@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -155,6 +156,15 @@ func TestJobRunsInItsImage(t *testing.T) {
 	}
 	if s := sm.nodes[1].images.Stats(); s.RegistryLayers != 1 || s.Unpacks != 1 {
 		t.Errorf("the runner's image stats: %+v", s)
+	}
+	// What it left in its working directory is kept, and the directory
+	// then leaves the runner's disk.
+	p, _ := latestPlacement(rec, 0)
+	if p.Outputs == "" {
+		t.Errorf("the runner kept no outputs of the job in its image")
+	}
+	if _, err := os.Stat(filepath.Join(sm.nodes[1].exec.Root(), attemptName("in-image", 0, p.Epoch), "work")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the runner still holds the working directory: %v", err)
 	}
 }
 
