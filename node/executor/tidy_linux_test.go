@@ -54,11 +54,3 @@ func TestTidyLeavesWhatIsMountedAlone(t *testing.T) {
 		t.Errorf("work after the unmount and Tidy: %v", err)
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{`/a/b`: "/a/b", `/data\040dir`: "/data dir", `/x\134y`: `/x\y`, `/t\01`: `/t\01`, `\`: `\`} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
