@@ -221,7 +221,11 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		return err
 	}
 	if len(j.Placements) == 0 {
-		_, err := fmt.Fprintln(w, "\nno placements yet")
+		msg := "\nno placements yet"
+		if j.State.Terminal() {
+			msg = "\nno placements" // it ended unplaced, or only its end is kept
+		}
+		_, err := fmt.Fprintln(w, msg)
 		return err
 	}
 	fmt.Fprintln(w)

@@ -15,7 +15,9 @@ import (
 // same ID) must find the end, or the job would run again.
 type Tombstone struct {
 	ID          string          `json:"id"`
+	Name        string          `json:"name,omitempty"`
 	Owner       string          `json:"owner,omitempty"`
+	Cards       int             `json:"cards"`
 	Coordinator string          `json:"coordinator"`
 	State       market.JobState `json:"state"`
 	Term        uint64          `json:"term"`
@@ -31,7 +33,7 @@ type Tombstone struct {
 
 // TombstoneOf is what is kept of rec, dropped at at.
 func TombstoneOf(rec market.JobRecord, at time.Time) Tombstone {
-	return Tombstone{ID: rec.ID, Owner: rec.Spec.Owner, Coordinator: rec.Coordinator, State: rec.State, Term: rec.Term,
+	return Tombstone{ID: rec.ID, Name: rec.Spec.Name, Owner: rec.Spec.Owner, Cards: rec.Spec.Cards, Coordinator: rec.Coordinator, State: rec.State, Term: rec.Term,
 		Version: rec.Version, SubmittedAt: rec.SubmittedAt, EndedAt: endedAt(rec), ExitCode: rec.ExitCode,
 		CostCNY: rec.CostCNY, CardSeconds: rec.CardSeconds, DroppedAt: at}
 }
@@ -42,7 +44,7 @@ const DroppedReason = "ended; its record was dropped after the node's --keep-job
 // Record rebuilds the record of the job's end: every check that finds a
 // job ended (Ended, Newer, a claim, a retried submission) finds it so.
 func (t Tombstone) Record() market.JobRecord {
-	return market.JobRecord{ID: t.ID, Spec: market.JobSpec{ID: t.ID, Owner: t.Owner}, Coordinator: t.Coordinator,
+	return market.JobRecord{ID: t.ID, Spec: market.JobSpec{ID: t.ID, Name: t.Name, Owner: t.Owner, Cards: t.Cards}, Cards: t.Cards, Coordinator: t.Coordinator,
 		State: t.State, Reason: DroppedReason, Term: t.Term, Version: t.Version, SubmittedAt: t.SubmittedAt,
 		EndedAt: t.EndedAt, ExitCode: t.ExitCode, CostCNY: t.CostCNY, CardSeconds: t.CardSeconds, Placements: []market.Placement{}}
 }

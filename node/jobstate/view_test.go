@@ -207,7 +207,7 @@ func TestForgetKeepsATombstoneAndNothingComesBack(t *testing.T) {
 	v := NewView()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	code := 0
-	ended := market.JobRecord{ID: "j1", Spec: market.JobSpec{ID: "j1", Owner: "alice", Command: []string{"x"}}, Coordinator: "c", Term: 2, Version: 9,
+	ended := market.JobRecord{ID: "j1", Spec: market.JobSpec{ID: "j1", Name: "train", Owner: "alice", Cards: 2, Command: []string{"x"}}, Cards: 2, Coordinator: "c", Term: 2, Version: 9,
 		State: market.JobSucceeded, SubmittedAt: t0, EndedAt: t0.Add(time.Hour), ExitCode: &code, CostCNY: 1.5,
 		Placements: []market.Placement{{Share: 0, Epoch: 1, Node: "s", State: market.PlacementExited}}}
 	live := market.JobRecord{ID: "j2", Coordinator: "c", Term: 1, Version: 3, State: market.JobRunning, SubmittedAt: t0,
@@ -229,7 +229,8 @@ func TestForgetKeepsATombstoneAndNothingComesBack(t *testing.T) {
 		t.Fatalf("Forget: %+v %v", tomb, ok)
 	}
 	rec, ok := v.Job("j1")
-	if !ok || rec.State != market.JobSucceeded || rec.Reason != DroppedReason || rec.Spec.Owner != "alice" || rec.Version != 9 || *rec.ExitCode != 0 {
+	if !ok || rec.State != market.JobSucceeded || rec.Reason != DroppedReason || rec.Spec.Owner != "alice" || rec.Version != 9 || *rec.ExitCode != 0 ||
+		rec.Spec.Name != "train" || rec.Cards != 2 || rec.Spec.Cards != 2 {
 		t.Errorf("Job after Forget: %+v %v", rec, ok)
 	}
 	if len(v.All()) != 1 || len(v.Remote()) != 0 {
