@@ -69,6 +69,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return fmt.Errorf("node: reading tombstones: %w", err)
 	}
 	var restored, ended int
+	var superseded []store.Op
 	err = n.store.ForEach(store.Jobs, func(id string, raw []byte) error {
 		var rec market.JobRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
@@ -76,7 +77,10 @@ func (n *Node) startMarket(cards []device.Card) error {
 			return nil
 		}
 		if _, gone := n.view.Dropped(id); gone {
-			return nil // its tombstone is kept instead
+			// Its tombstone is kept instead (a write of the record that
+			// came after the drop).
+			superseded = append(superseded, store.Delete(store.Jobs, id))
+			return nil
 		}
 		n.view.Put(rec)
 		if !jobstate.Settling(rec) || rec.Coordinator != n.self {
@@ -96,7 +100,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 	n.drain()
 	t := n.turn // before the driver starts: written and carried out here
 	n.turn = turn{}
-	if err := n.storeApply(t.ops); err != nil {
+	if err := n.storeApply(append(t.ops, superseded...)); err != nil {
 		return fmt.Errorf("node: writing the restored state: %w", err)
 	}
 	for _, rd := range t.effects {

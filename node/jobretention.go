@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -32,13 +33,17 @@ func (n *Node) jobsJanitor() {
 	t := time.NewTicker(jobsPruneInterval)
 	defer t.Stop()
 	now := time.Now()
+	n.forgetEnded(now)
 	for {
-		n.forgetEnded(now)
 		select {
 		case <-n.ctx.Done():
 			return
 		case now = <-t.C:
 		}
+		// Not at the start: the jobs submitted here are asked of their
+		// coordinators, whom the mesh may not have found yet.
+		n.forgetSubmitted(now.Add(-n.cfg.KeepJobs))
+		n.forgetEnded(now)
 	}
 }
 
@@ -49,7 +54,6 @@ func (n *Node) jobsJanitor() {
 // write brings the records back, to be dropped again.
 func (n *Node) forgetEnded(now time.Time) {
 	before := now.Add(-n.cfg.KeepJobs)
-	n.view.ForgetSubmitted(before)
 	old := n.view.Expired(before)
 	if len(old) == 0 {
 		return
@@ -86,6 +90,26 @@ func (n *Node) forgetEnded(now time.Time) {
 		return
 	}
 	n.log.Info("dropped the records of jobs that ended long ago", "jobs", len(gone), "ended_before", before.Round(time.Second), "keep_jobs", n.cfg.KeepJobs)
+}
+
+// forgetSubmitted stops listing, as submitted through this node, the
+// jobs submitted before before that other nodes coordinate and that have
+// ended before it, or that no node knows any more (gpumesh jobs asks
+// their coordinators for each). A job still running stays listed, however
+// old; one whose coordinator does not answer is asked again next time.
+func (n *Node) forgetSubmitted(before time.Time) {
+	for _, id := range n.view.SubmittedBefore(before) {
+		ctx, cancel := context.WithTimeout(n.ctx, callTimeout)
+		rec, err := n.Job(ctx, id)
+		cancel()
+		switch {
+		case n.ctx.Err() != nil:
+			return
+		case err == nil && jobstate.Ended(rec) && jobstate.EndedAt(rec).Before(before),
+			isNotFound(err):
+			n.view.Unsubmit(id)
+		}
+	}
 }
 
 // loadTombstones reads back the tombstones of the jobs whose records this

@@ -24,7 +24,7 @@ func TestRecordsOfJobsThatEndedLongAgoAreDropped(t *testing.T) {
 	alice := testOwner(1)
 	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:2", "", "")
 	runner, entry := sm.nodes[1], sm.nodes[3]
-	sm.neverCoordinate(runner)
+	sm.neverCoordinate(runner, entry) // entry holds no records: it lists what went through it by asking
 	sm.waitBook(entry, 2)
 	c := apiClient(t, entry, alice)
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func TestRecordsOfJobsThatEndedLongAgoAreDropped(t *testing.T) {
 				holders = append(holders, n)
 			}
 		}
-		return len(holders) == coord.cfg.Replicas // the coordinator's copy counts
+		return len(holders) == 2 // the coordinator and the other node that may coordinate
 	})
 
 	// Not yet: the job ended less than KeepJobs ago.
@@ -101,6 +101,25 @@ func TestRecordsOfJobsThatEndedLongAgoAreDropped(t *testing.T) {
 				t.Errorf("the coordinator's market let go of the running job")
 			}
 		}
+	}
+
+	// The entry node stops listing what it no longer needs to (a job no
+	// node knows, ended jobs), never a job still running.
+	entry.view.AddSubmitted("ghost", time.Now().Add(-100*time.Hour))
+	entry.forgetSubmitted(later.Add(-coord.cfg.KeepJobs))
+	if remote := entry.view.Remote(); slices.Contains(remote, "ghost") || !slices.Contains(remote, "live") {
+		t.Errorf("the entry node lists %v as submitted through it; want live (running), not ghost (known to none)", remote)
+	}
+	listed, err := c.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range listed {
+		ids = append(ids, r.ID)
+	}
+	if !slices.Contains(ids, "live") || slices.Contains(ids, "ghost") {
+		t.Errorf("gpumesh jobs through the entry node lists %v; want live, not ghost", ids)
 	}
 
 	// It reads as ended, with its bill, through any node.

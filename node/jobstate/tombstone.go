@@ -34,7 +34,7 @@ type Tombstone struct {
 // TombstoneOf is what is kept of rec, dropped at at.
 func TombstoneOf(rec market.JobRecord, at time.Time) Tombstone {
 	return Tombstone{ID: rec.ID, Name: rec.Spec.Name, Owner: rec.Spec.Owner, Cards: rec.Spec.Cards, Coordinator: rec.Coordinator, State: rec.State, Term: rec.Term,
-		Version: rec.Version, SubmittedAt: rec.SubmittedAt, EndedAt: endedAt(rec), ExitCode: rec.ExitCode,
+		Version: rec.Version, SubmittedAt: rec.SubmittedAt, EndedAt: EndedAt(rec), ExitCode: rec.ExitCode,
 		CostCNY: rec.CostCNY, CardSeconds: rec.CardSeconds, DroppedAt: at}
 }
 
@@ -49,9 +49,9 @@ func (t Tombstone) Record() market.JobRecord {
 		EndedAt: t.EndedAt, ExitCode: t.ExitCode, CostCNY: t.CostCNY, CardSeconds: t.CardSeconds, Placements: []market.Placement{}}
 }
 
-// endedAt is when rec's job ended: its EndedAt, else (a job that ended
+// EndedAt is when rec's job ended: its EndedAt, else (a job that ended
 // before it ran, in a record without it) its SubmittedAt.
-func endedAt(rec market.JobRecord) time.Time {
+func EndedAt(rec market.JobRecord) time.Time {
 	if rec.EndedAt.IsZero() {
 		return rec.SubmittedAt
 	}

@@ -153,7 +153,7 @@ func (v *View) Expired(before time.Time) []market.JobRecord {
 }
 
 func expired(rec market.JobRecord, before time.Time) bool {
-	return Ended(rec) && !Settling(rec) && endedAt(rec).Before(before)
+	return Ended(rec) && !Settling(rec) && EndedAt(rec).Before(before)
 }
 
 // Forget drops the record held of job id if it ended before before with
@@ -174,17 +174,26 @@ func (v *View) Forget(id string, before, at time.Time) (Tombstone, bool) {
 	return t, true
 }
 
-// ForgetSubmitted stops listing, as submitted here, the jobs submitted
-// before before whose records this node does not hold: their
-// coordinators keep them, and drop them in their turn.
-func (v *View) ForgetSubmitted(before time.Time) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+// SubmittedBefore lists the jobs submitted here before before whose
+// records this node does not hold, sorted.
+func (v *View) SubmittedBefore(before time.Time) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []string
 	for id, at := range v.submitted {
 		if _, held := v.jobs[id]; !held && at.Before(before) {
-			delete(v.submitted, id)
+			out = append(out, id)
 		}
 	}
+	slices.Sort(out)
+	return out
+}
+
+// Unsubmit stops listing job id as submitted here.
+func (v *View) Unsubmit(id string) {
+	v.mu.Lock()
+	delete(v.submitted, id)
+	v.mu.Unlock()
 }
 
 // All lists every record held, in no order.
