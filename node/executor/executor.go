@@ -451,7 +451,9 @@ func (e *Executor) ended(r *Run) {
 	e.mu.Lock()
 	if e.runs[r.attempt.Name()] == r {
 		delete(e.runs, r.attempt.Name())
-		e.untidied[r.attempt.Name()] = true
+		if !r.tidied {
+			e.untidied[r.attempt.Name()] = true
+		}
 	}
 	e.mu.Unlock()
 }

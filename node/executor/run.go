@@ -51,6 +51,10 @@ type Run struct {
 	work       func(dir string) error
 	checkpoint func(dir string) error
 
+	// tidied is set (under the Executor's mu) by a Tidy that came after
+	// the run's end and before the Executor let go of it.
+	tidied bool
+
 	jail           jail
 	cmd            *exec.Cmd
 	stdout, stderr *os.File
@@ -142,6 +146,17 @@ func (r *Run) Started() bool {
 
 // Done is closed when the process has exited and its output is flushed.
 func (r *Run) Done() <-chan struct{} { return r.done }
+
+// ended reports whether Done is closed: the process reaped and the jail
+// released.
+func (r *Run) ended() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Result is how the attempt ended; valid after Done is closed.
 func (r *Run) Result() Result {

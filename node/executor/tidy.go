@@ -28,8 +28,13 @@ func (e *Executor) Tidy(name string) error {
 		return err
 	}
 	e.mu.Lock()
-	_, running := e.runs[name]
-	if !running {
+	r, held := e.runs[name]
+	running := held && !r.ended()
+	switch {
+	case running:
+	case held:
+		r.tidied = true // ended (Done is closed), not yet let go of
+	default:
 		delete(e.untidied, name)
 	}
 	e.mu.Unlock()
