@@ -125,9 +125,10 @@ func isAPIStatus(err error, status int) bool {
 	return errors.As(err, &ae) && ae.Status == status
 }
 
-// A sandboxed job's outputs reach S3 after it ends: the executor keeps its
-// working directory until the runner has sent them (it used to remove it
-// first, and the outputs were "not in the working directory").
+// A sandboxed job reads (and may change) its inputs staged from S3, and its
+// outputs reach S3 after it ends: the executor keeps its working directory
+// until the runner has sent them (it used to remove it first, and the
+// outputs were "not in the working directory").
 func TestS3OutputsOfASandboxedJob(t *testing.T) {
 	requireSandbox(t)
 	alice := testOwner(1)
@@ -137,6 +138,8 @@ func TestS3OutputsOfASandboxedJob(t *testing.T) {
 	sm.waitBook(coord, 1)
 	s3 := objstoretest.Serve(t, "AKIDALICE", "s3cret-value")
 	s3.CreateBucket(t, "results")
+	s3.CreateBucket(t, "datasets")
+	s3.Put(t, "datasets", "set/labels.csv", []byte("a,1\n"))
 	c := apiClient(t, coord, alice)
 	ctx := context.Background()
 	ref, err := c.PutSecrets(ctx, map[string]string{market.SecretAccessKeyID: "AKIDALICE", market.SecretSecretAccessKey: "s3cret-value",
@@ -145,8 +148,9 @@ func TestS3OutputsOfASandboxedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := market.JobSpec{AllowSimulated: true, ID: "s3-sandboxed", Cards: 1, MaxPriceCNY: 20,
-		Command: []string{"sh", "-c", `mkdir -p out && id -u > out/uid.txt`},
-		Data:    &market.DataSpec{Outputs: []market.DataOutput{{From: "out", To: "s3://results/run-1"}}, Secrets: &ref}}
+		Command: []string{"sh", "-c", `mkdir -p out && id -u > out/uid.txt && cp data/labels.csv out/ && echo more >> data/labels.csv`},
+		Data: &market.DataSpec{Inputs: []market.DataInput{{From: "s3://datasets/set", To: "data"}},
+			Outputs: []market.DataOutput{{From: "out", To: "s3://results/run-1"}}, Secrets: &ref}}
 	if _, err := c.Submit(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +162,9 @@ func TestS3OutputsOfASandboxedJob(t *testing.T) {
 	b, ok := s3.Get(t, "results", "run-1/uid.txt")
 	if !ok || strings.TrimSpace(string(b)) == "0" || strings.TrimSpace(string(b)) == "" {
 		t.Errorf("run-1/uid.txt: %q (%v); want the job's own uid", b, ok)
+	}
+	if b, ok := s3.Get(t, "results", "run-1/labels.csv"); !ok || string(b) != "a,1\n" {
+		t.Errorf("run-1/labels.csv (the input, read by the job): %q (%v)", b, ok)
 	}
 	if _, err := os.Stat(filepath.Join(runner.exec.Root(), attemptName("s3-sandboxed", 0, p.Epoch), "work")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the runner still holds the working directory: %v", err)
