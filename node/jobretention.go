@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/store"
 )
@@ -55,9 +56,21 @@ func (n *Node) jobsJanitor() {
 func (n *Node) forgetEnded(now time.Time) {
 	before := now.Add(-n.cfg.KeepJobs)
 	old := n.view.Expired(before)
-	if len(old) == 0 {
-		return
+	// In batches: a node upgraded with a long history has many to drop,
+	// and the driver must not stop for all of them at once.
+	for len(old) > 0 && n.ctx.Err() == nil {
+		batch := old[:min(len(old), forgetPerTurn)]
+		old = old[len(batch):]
+		n.forgetBatch(batch, before, now)
 	}
+}
+
+// forgetPerTurn is how many records forgetEnded drops in one driver turn
+// and one write.
+const forgetPerTurn = 1000
+
+// forgetBatch drops old's records (forgetEnded).
+func (n *Node) forgetBatch(old []market.JobRecord, before, now time.Time) {
 	var gone []jobstate.Tombstone
 	err := n.do(n.ctx, func() {
 		for _, rec := range old {

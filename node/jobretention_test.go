@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -159,5 +160,38 @@ func TestRecordsOfJobsThatEndedLongAgoAreDropped(t *testing.T) {
 	}
 	if rec, _ := restarted.view.Job("old"); rec.State != market.JobSucceeded || rec.Reason != jobstate.DroppedReason {
 		t.Errorf("after a restart the job reads %s %q", rec.State, rec.Reason)
+	}
+}
+
+// A node with a long history (an upgrade from a release that kept every
+// record) drops all of it, a batch per driver turn.
+func TestALongHistoryIsDroppedInBatches(t *testing.T) {
+	sm := newSimMeshWith(t, nil, "")
+	n := sm.nodes[0]
+	ended := time.Now().Add(-2 * n.cfg.KeepJobs)
+	const jobs = 2*forgetPerTurn + 500
+	var ops []store.Op
+	var recs []market.JobRecord
+	for i := range jobs {
+		rec := market.JobRecord{ID: fmt.Sprintf("old-%04d", i), Coordinator: "12D3KooWElsewhere", State: market.JobSucceeded, Term: 1, Version: 7,
+			SubmittedAt: ended.Add(-time.Hour), EndedAt: ended}
+		recs = append(recs, rec)
+		ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
+	}
+	if err := n.storeApply(ops); err != nil { // on disk first, as a node writes what it holds
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		n.view.Put(rec)
+	}
+	n.forgetEnded(time.Now())
+	if left := n.view.Expired(time.Now().Add(-n.cfg.KeepJobs)); len(left) != 0 {
+		t.Errorf("%d records left to drop", len(left))
+	}
+	records, tombs := 0, 0
+	_ = n.store.ForEach(store.Jobs, func(string, []byte) error { records++; return nil })
+	_ = n.store.ForEach(store.Tombstones, func(string, []byte) error { tombs++; return nil })
+	if records != 0 || tombs != jobs {
+		t.Errorf("on disk: %d records, %d tombstones; want 0 and %d", records, tombs, jobs)
 	}
 }
