@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"time"
 )
@@ -63,8 +64,8 @@ func (e *Executor) Prune(before time.Time) (int, error) {
 	var errs []error
 	for _, ent := range entries {
 		name := ent.Name()
-		if !ent.IsDir() || checkName(name) != nil {
-			continue
+		if !ent.IsDir() || !attemptNamePattern.MatchString(name) {
+			continue // not an attempt's (lost+found, say, where Root is a file system of its own)
 		}
 		e.mu.Lock()
 		_, running := e.runs[name]
@@ -90,6 +91,9 @@ func (e *Executor) Prune(before time.Time) (int, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// attemptNamePattern matches Attempt.Name: "<job>-s<share>-e<epoch>".
+var attemptNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}-s[0-9]+-e[0-9]+$`)
 
 // checkName refuses an attempt name that is not one directory under Root.
 func checkName(name string) error {

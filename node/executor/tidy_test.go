@@ -114,6 +114,13 @@ func TestPruneRemovesOldAttemptsAndTidiesLeftovers(t *testing.T) {
 	if err := os.WriteFile(stray, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	lostFound := filepath.Join(ex.Root(), "lost+found") // Root on a file system of its own
+	if err := os.Mkdir(lostFound, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(lostFound, long, long); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []*Run{old, untidied, running} {
 		age(r.Attempt().Name())
 	}
@@ -128,7 +135,7 @@ func TestPruneRemovesOldAttemptsAndTidiesLeftovers(t *testing.T) {
 	if got := readAll(t, ex, recent.Attempt().Name(), Stdout); got != "recent\n" {
 		t.Errorf("the recent attempt's log: %q", got)
 	}
-	for _, f := range []string{filepath.Join(untidied.WorkDir(), "out"), filepath.Join(running.WorkDir(), "out"), filepath.Join(left, stdoutFileName), stray} {
+	for _, f := range []string{filepath.Join(untidied.WorkDir(), "out"), filepath.Join(running.WorkDir(), "out"), filepath.Join(left, stdoutFileName), stray, lostFound} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
