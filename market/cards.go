@@ -78,20 +78,29 @@ type CardStatus struct {
 func (s *supplier) status() []CardStatus {
 	out := make([]CardStatus, 0, len(s.cards))
 	for _, c := range s.cards {
-		st := CardStatus{Card: c.card, State: CardFree}
+		st := CardStatus{Card: c.card, State: c.state()}
 		if c.lease != nil {
-			st.State, st.Lease, st.LeaseJob, st.Until = CardReserved, c.lease.id, c.lease.job, c.lease.until
+			st.Lease, st.LeaseJob, st.Until = c.lease.id, c.lease.job, c.lease.until
 		}
 		if a := c.run; a != nil {
-			st.State, st.Job, st.Share, st.Epoch = CardRunning, a.rec.Job, a.rec.Share, a.rec.Epoch
-		}
-		switch {
-		case !c.present:
-			st.State = CardGone
-		case !c.card.Health.Healthy:
-			st.State = CardUnhealthy
+			st.Job, st.Share, st.Epoch = a.rec.Job, a.rec.Share, a.rec.Epoch
 		}
 		out = append(out, st)
 	}
 	return out
+}
+
+// state is what the card is doing, as CardStatus.State says it.
+func (c *cardState) state() CardState {
+	switch {
+	case !c.present:
+		return CardGone
+	case !c.card.Health.Healthy:
+		return CardUnhealthy
+	case c.run != nil:
+		return CardRunning
+	case c.lease != nil:
+		return CardReserved
+	}
+	return CardFree
 }

@@ -377,6 +377,15 @@ func (n *Node) TrackRecords() []TrackRecord { return n.coord.track.records() }
 // Cards returns this node's cards and what each is doing.
 func (n *Node) Cards() []CardStatus { return n.sup.status() }
 
+// EachCardState calls fn with the ID and state of each of this node's
+// cards, in the order Cards lists them, copying nothing: what a driver
+// checks on every turn.
+func (n *Node) EachCardState(fn func(id string, state CardState)) {
+	for _, c := range n.sup.cards {
+		fn(c.card.ID, c.state())
+	}
+}
+
 // Ad returns this node's current capacity ad (what Ready.Ad last carried,
 // or would carry now).
 func (n *Node) Ad() Ad {

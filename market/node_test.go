@@ -13,7 +13,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newNode(t *testing.T, id, cards string) *market.Node {
+func newNode(t testing.TB, id, cards string) *market.Node {
 	t.Helper()
 	cfg := market.DefaultConfig(id)
 	if cards != "" {

@@ -61,20 +61,25 @@ func (n *Node) supply() gossip.Supply {
 		MTBF:   time.Duration(n.cfg.Availability.MTBF),
 	}
 	for _, st := range n.mk.Cards() {
-		var state gossip.CardState
-		switch st.State {
-		case market.CardFree:
-			state = gossip.CardFree
-		case market.CardReserved:
-			state = gossip.CardReserved
-		case market.CardRunning:
-			state = gossip.CardBusy
-		default:
-			continue // unhealthy or gone: not offered
+		if state, offered := gossipState(st.State); offered {
+			s.Cards = append(s.Cards, gossip.SupplyCard{Card: st.Card, State: state})
 		}
-		s.Cards = append(s.Cards, gossip.SupplyCard{Card: st.Card, State: state})
 	}
 	return s
+}
+
+// gossipState is how a card in market state st is advertised; unhealthy
+// or gone cards are not offered.
+func gossipState(st market.CardState) (gossip.CardState, bool) {
+	switch st {
+	case market.CardFree:
+		return gossip.CardFree, true
+	case market.CardReserved:
+		return gossip.CardReserved, true
+	case market.CardRunning:
+		return gossip.CardBusy, true
+	}
+	return 0, false
 }
 
 // advertise publishes this node's changed capacity: to its own book at once,
@@ -169,19 +174,35 @@ func statesOf(s gossip.Supply) map[string]gossip.CardState {
 }
 
 // supplyChanged reports whether the cards' states differ from what was
-// last published.
-func (n *Node) supplyChanged() bool { return supplyKey(n.supply()) != n.published }
+// last published. It runs on every driver turn that changed no ad, so it
+// reads the states alone (market.Node.EachCardState) rather than copying
+// every card as supply does.
+func (n *Node) supplyChanged() bool {
+	var b strings.Builder
+	b.Grow(len(n.published))
+	n.mk.EachCardState(func(id string, st market.CardState) {
+		if state, offered := gossipState(st); offered {
+			writeCardKey(&b, id, state)
+		}
+	})
+	return b.String() != n.published
+}
 
 // supplyKey is the state of every card of a supply, in one string.
 func supplyKey(s gossip.Supply) string {
 	var b strings.Builder
 	for _, c := range s.Cards {
-		b.WriteString(c.Card.ID)
-		b.WriteByte('=')
-		b.WriteString(strconv.Itoa(int(c.State)))
-		b.WriteByte(';')
+		writeCardKey(&b, c.Card.ID, c.State)
 	}
 	return b.String()
+}
+
+// writeCardKey is one card's part of a supply's key.
+func writeCardKey(b *strings.Builder, id string, state gossip.CardState) {
+	b.WriteString(id)
+	b.WriteByte('=')
+	b.WriteString(strconv.Itoa(int(state)))
+	b.WriteByte(';')
 }
 
 // sameSummary reports whether a and b differ at most in their free-card

@@ -49,3 +49,62 @@ func TestLiveJobsAndJobCountsAgreeWithJobs(t *testing.T) {
 		t.Errorf("JobCounts = %v, Jobs shows %v", got, want)
 	}
 }
+
+// EachCardState walks the cards in Cards' order with Cards' states: free,
+// reserved for a bid, running, and unhealthy.
+func TestEachCardStateAgreesWithCards(t *testing.T) {
+	h := New(Options{Seed: 4, Latency: 2 * time.Millisecond,
+		Run: func(market.Execution) (time.Duration, int, bool) { return time.Hour, 0, false }})
+	for i := range 2 {
+		id := fmt.Sprintf("n%d", i)
+		cfg := market.DefaultConfig(id)
+		cfg.Cards = MustCards(id, "a100-80g:4")
+		h.MustAdd(cfg)
+	}
+	h.RunFor(time.Second)
+	agree := func(when string) map[market.CardState]int {
+		seen := map[market.CardState]int{}
+		for _, p := range h.Peers() {
+			cards := p.Node.Cards()
+			i := 0
+			p.Node.EachCardState(func(id string, st market.CardState) {
+				if i >= len(cards) || cards[i].Card.ID != id || cards[i].State != st {
+					t.Errorf("%s, %s: card %d is %s %s; Cards says %+v", when, p.ID, i, id, st, cards[min(i, len(cards)-1)].State)
+				}
+				seen[st]++
+				i++
+			})
+			if i != len(cards) {
+				t.Errorf("%s, %s: %d cards walked, Cards lists %d", when, p.ID, i, len(cards))
+			}
+		}
+		return seen
+	}
+	agree("idle")
+	if _, err := h.Submit(market.JobSpec{ID: "j1", Cards: 3, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	reserved := false
+	h.RunUntil(func() bool {
+		reserved = agree("bidding")[market.CardReserved] > 0
+		return reserved
+	}, time.Second)
+	if !reserved {
+		t.Error("no card seen reserved for the bids")
+	}
+	if !h.RunUntil(func() bool { r, _ := h.Job("j1"); return r.State == market.JobRunning }, 5*time.Second) {
+		t.Fatal("j1 never ran")
+	}
+	if got := agree("running"); got[market.CardRunning] != 3 {
+		t.Errorf("running: %v", got)
+	}
+	n0 := h.Peer("n0")
+	cards := MustCards("n0", "a100-80g:4")
+	cards[0].Health.Healthy, cards[0].Health.Reason = false, "XID 79"
+	if err := n0.Node.Step(market.CardsChanged{Now: h.Now, Cards: cards}); err != nil {
+		t.Fatal(err)
+	}
+	if got := agree("a card unhealthy"); got[market.CardUnhealthy] != 1 {
+		t.Errorf("a card unhealthy: %v", got)
+	}
+}
