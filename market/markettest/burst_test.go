@@ -19,9 +19,7 @@ func TestABurstOfGangJobsFillsTheMesh(t *testing.T) {
 	h := New(Options{Seed: 1, Latency: 2 * time.Millisecond, Jitter: 2 * time.Millisecond})
 	for i := range 40 {
 		id := fmt.Sprintf("n%02d", i)
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:8")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:8")
 	}
 	var ids []string
 	for i := range 12 {

@@ -33,9 +33,7 @@ func failover(t testing.TB, seed uint64, lat time.Duration, hint bool) failoverR
 	h.MustAdd(market.DefaultConfig("coord"))
 	for i := range 10 {
 		id := fmt.Sprintf("r%02d", i)
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:1")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:1")
 	}
 	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
 		t.Fatal(err)

@@ -170,6 +170,14 @@ func (h *Harness) MustAdd(cfg market.Config) *Peer {
 	return p
 }
 
+// MustAddSupplier adds node id with the default config and the simulated
+// cards of spec ("a100-80g:2", as MustCards), for tests.
+func (h *Harness) MustAddSupplier(id, spec string) *Peer {
+	cfg := market.DefaultConfig(id)
+	cfg.Cards = MustCards(id, spec)
+	return h.MustAdd(cfg)
+}
+
 // Peer returns the node with id, or nil.
 func (h *Harness) Peer(id string) *Peer { return h.peers[id] }
 

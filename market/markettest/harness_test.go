@@ -19,9 +19,7 @@ func mesh(t *testing.T, opts Options) (*Harness, *[]string) {
 	h.Trace = func(l string) { trace = append(trace, l) }
 	h.MustAdd(market.DefaultConfig("coord"))
 	for _, id := range []string{"a", "b"} {
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:1")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:1")
 	}
 	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
 		t.Fatal(err)
@@ -35,9 +33,7 @@ func busyMesh(t *testing.T, opts Options) (*Harness, *[]string) {
 	t.Helper()
 	h, trace := mesh(t, opts)
 	for _, id := range []string{"c", "d"} {
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:6")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:6")
 	}
 	for i := 2; i <= 12; i++ {
 		if err := h.SubmitAt("coord", market.JobSpec{ID: fmt.Sprintf("j%d", i), Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {

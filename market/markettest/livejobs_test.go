@@ -18,9 +18,7 @@ func TestLiveJobsAndJobCountsAgreeWithJobs(t *testing.T) {
 			}
 			return 100 * time.Millisecond, 0, false
 		}})
-	cfg := market.DefaultConfig("n0")
-	cfg.Cards = MustCards("n0", "a100-80g:2")
-	h.MustAdd(cfg)
+	h.MustAddSupplier("n0", "a100-80g:2")
 	h.RunFor(time.Second)
 	for _, id := range []string{"short", "long"} {
 		if _, err := h.Submit(market.JobSpec{ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"x"}}); err != nil {
@@ -57,9 +55,7 @@ func TestEachCardStateAgreesWithCards(t *testing.T) {
 		Run: func(market.Execution) (time.Duration, int, bool) { return time.Hour, 0, false }})
 	for i := range 2 {
 		id := fmt.Sprintf("n%d", i)
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:4")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:4")
 	}
 	h.RunFor(time.Second)
 	agree := func(when string) map[market.CardState]int {

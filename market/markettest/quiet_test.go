@@ -17,9 +17,7 @@ func TestANodeIsQuietWhileNothingWaitsOnTime(t *testing.T) {
 		Run: func(market.Execution) (time.Duration, int, bool) { return 300 * time.Millisecond, 0, false }})
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i)
-		cfg := market.DefaultConfig(id)
-		cfg.Cards = MustCards(id, "a100-80g:2")
-		h.MustAdd(cfg)
+		h.MustAddSupplier(id, "a100-80g:2")
 	}
 	h.RunFor(time.Second)
 	quiet := func() (out []string) {
