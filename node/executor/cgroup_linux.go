@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"maps"
@@ -89,20 +88,18 @@ type cgroupMountSet struct {
 	v1 map[string]string // controller -> mount point
 }
 
-// cgroupMounts reads this process's mount table for cgroup file systems
-// mounted under root.
+// cgroupMounts reads the mount table for cgroup file systems mounted
+// under root, as the calling thread sees it (threadMounts): /proc/self is
+// the main thread's, which a goroutine that unshared its mount namespace
+// on that thread may have left in a sandbox's.
 func cgroupMounts(root string) (cgroupMountSet, error) {
 	set := cgroupMountSet{v1: map[string]string{}}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := threadMounts()
 	if err != nil {
-		return set, fmt.Errorf("reading mounts: %w", err)
+		return set, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		m, ok := parseMountInfo(sc.Text())
-		if !ok || !within(m.point, root) {
+	for _, m := range mounts {
+		if !within(m.point, root) {
 			continue
 		}
 		switch m.fstype {
@@ -121,7 +118,7 @@ func cgroupMounts(root string) (cgroupMountSet, error) {
 			}
 		}
 	}
-	return set, sc.Err()
+	return set, nil
 }
 
 // cgroupV1 keeps an attempt's cgroup in each v1 hierarchy it uses.
