@@ -284,7 +284,11 @@ type Attempt struct {
 	Started func(pgid int, cgroupDir string)
 }
 
-var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// jobIDExpr is what a job ID may be; jobIDPattern matches it whole, and
+// attemptNamePattern (tidy.go) an attempt's name built from it.
+const jobIDExpr = `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`
+
+var jobIDPattern = regexp.MustCompile(`^` + jobIDExpr + `$`)
 
 // Name is the attempt's directory name: "<job>-s<share>-e<epoch>".
 func (a Attempt) Name() string { return fmt.Sprintf("%s-s%d-e%d", a.JobID, a.Share, a.Epoch) }
@@ -336,8 +340,8 @@ type Executor struct {
 	mu     sync.Mutex
 	closed bool
 	runs   map[string]*Run
-	// untidied holds the attempts that ended and whose runner has not
-	// called Tidy yet: Prune leaves their work directories alone.
+	// untidied holds the attempts started whose runner has not called
+	// Tidy yet: Prune leaves their work directories alone.
 	untidied map[string]bool
 	wg       sync.WaitGroup
 }
@@ -398,6 +402,7 @@ func (e *Executor) Start(a Attempt) (*Run, error) {
 	}
 	r := newRun(e.cfg, a, filepath.Join(e.cfg.Root, a.Name()))
 	e.runs[a.Name()] = r
+	e.untidied[a.Name()] = true
 	e.wg.Add(1) // under the lock: a Close from now on waits for this run
 	e.mu.Unlock()
 
@@ -415,7 +420,7 @@ func (e *Executor) Start(a Attempt) (*Run, error) {
 	go func() {
 		defer e.wg.Done()
 		r.wait()
-		e.ended(r)
+		e.forget(r)
 	}()
 	// A Close that came while the process started could not stop it yet.
 	e.mu.Lock()
@@ -439,23 +444,14 @@ func (e *Executor) forget(r *Run) {
 // its work and tmp directories (its logs may still tell why).
 func (e *Executor) failed(r *Run) {
 	e.forget(r)
+	e.mu.Lock()
+	delete(e.untidied, r.attempt.Name())
+	e.mu.Unlock()
 	if !e.cfg.KeepAttemptDirs {
 		if err := tidyDir(r.dir); err != nil {
 			e.cfg.Logger.Warn("executor: attempt dir", "err", err)
 		}
 	}
-}
-
-// ended forgets a run that ended, whose directory waits for Tidy.
-func (e *Executor) ended(r *Run) {
-	e.mu.Lock()
-	if e.runs[r.attempt.Name()] == r {
-		delete(e.runs, r.attempt.Name())
-		if !r.tidied {
-			e.untidied[r.attempt.Name()] = true
-		}
-	}
-	e.mu.Unlock()
 }
 
 // Running returns the attempts whose processes have not exited yet.

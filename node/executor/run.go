@@ -51,10 +51,6 @@ type Run struct {
 	work       func(dir string) error
 	checkpoint func(dir string) error
 
-	// tidied is set (under the Executor's mu) by a Tidy that came after
-	// the run's end and before the Executor let go of it.
-	tidied bool
-
 	jail           jail
 	cmd            *exec.Cmd
 	stdout, stderr *os.File

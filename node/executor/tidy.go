@@ -25,17 +25,13 @@ import (
 // It refuses an attempt still running, and leaves the directories with
 // Config.KeepAttemptDirs.
 func (e *Executor) Tidy(name string) error {
-	if err := checkName(name); err != nil {
-		return err
+	if !attemptNamePattern.MatchString(name) {
+		return fmt.Errorf("executor: %q is not an attempt's name", name)
 	}
 	e.mu.Lock()
 	r, held := e.runs[name]
-	running := held && !r.ended()
-	switch {
-	case running:
-	case held:
-		r.tidied = true // ended (Done is closed), not yet let go of
-	default:
+	running := held && !r.ended() // ended: Done is closed, the run not yet let go of
+	if !running {
 		delete(e.untidied, name)
 	}
 	e.mu.Unlock()
@@ -93,15 +89,7 @@ func (e *Executor) Prune(before time.Time) (int, error) {
 }
 
 // attemptNamePattern matches Attempt.Name: "<job>-s<share>-e<epoch>".
-var attemptNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}-s[0-9]+-e[0-9]+$`)
-
-// checkName refuses an attempt name that is not one directory under Root.
-func checkName(name string) error {
-	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
-		return fmt.Errorf("executor: %q is not an attempt's name", name)
-	}
-	return nil
-}
+var attemptNamePattern = regexp.MustCompile(`^` + jobIDExpr + `-s[0-9]+-e[0-9]+$`)
 
 // tidyDir removes the work and tmp directories of the attempt at dir.
 func tidyDir(dir string) error {
