@@ -74,14 +74,15 @@ func (n *Node) forgetBatch(old []market.JobRecord, before, now time.Time) {
 	var gone []jobstate.Tombstone
 	err := n.do(n.ctx, func() {
 		for _, rec := range old {
-			if own, mine := n.mk.Job(rec.ID); mine && jobstate.Settling(own) {
+			own, mine := n.mk.Job(rec.ID)
+			if mine && jobstate.Settling(own) {
 				continue
 			}
 			t, ok := n.view.Forget(rec.ID, before, now)
 			if !ok {
 				continue
 			}
-			if _, mine := n.mk.Job(rec.ID); mine {
+			if mine {
 				if err := n.mk.Forget(rec.ID); err != nil {
 					n.log.Warn("ended job not dropped from the market", "job", rec.ID, "err", err)
 				}
