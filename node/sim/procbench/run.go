@@ -182,7 +182,8 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 		Note: "processes started one after another, until every node sees every member alive and coordinating and every supplier's cards in its book"})
 
 	// Idle: CPU and memory of each node with nothing to do.
-	if err := r.watchIdle(ctx, c, "idle, per node", "watching the idle mesh"); err != nil {
+	var err error
+	if r.idleCPU, err = r.watchIdle(ctx, c, "idle, per node", "watching the idle mesh"); err != nil {
 		return err
 	}
 
@@ -255,45 +256,44 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 	}
 	// Idle again: what the jobs left behind costs every node from now on.
 	if ctx.Err() == nil {
-		return r.watchIdle(ctx, c, "idle after the load, per node", "watching the mesh idle again")
+		_, err := r.watchIdle(ctx, c, "idle after the load, per node", "watching the mesh idle again")
+		return err
 	}
 	return nil
 }
 
 // watchIdle measures each node's CPU and memory over cfg.Idle with
-// nothing submitted, as rows of case name; nothing without an idle window.
-func (r *run) watchIdle(ctx context.Context, c *cluster, name, progress string) error {
+// nothing submitted, as rows of case name, and returns the CPU seconds per
+// second all nodes spent; nothing without an idle window.
+func (r *run) watchIdle(ctx context.Context, c *cluster, name, progress string) (float64, error) {
 	if r.cfg.Idle <= 0 {
-		return nil
+		return 0, nil
 	}
 	r.cfg.Progress(fmt.Sprintf("%s for %v", progress, r.cfg.Idle))
 	before, err := c.usage()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	case <-time.After(r.cfg.Idle):
 	}
 	after, err := c.usage()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	r.idleRows(name, before, after)
-	return nil
+	return r.idleRows(name, before, after), nil
 }
 
 // idleRows reports each node's CPU and resident memory over an idle
-// window, as rows of case name; the first window's CPU is what the load's
-// "beyond idle" row takes off.
-func (r *run) idleRows(name string, before, after usage) {
+// window, as rows of case name, and returns the CPU seconds per second all
+// nodes spent (the first window's is what the load's "beyond idle" row
+// takes off).
+func (r *run) idleRows(name string, before, after usage) float64 {
 	window := after.at.Sub(before.at)
 	own0, _ := before.cpu()
 	own1, _ := after.cpu()
-	if r.idleCPU == 0 {
-		r.idleCPU = float64(own1-own0) / float64(window)
-	}
 	var cpu, rss []float64
 	for i := range after.each {
 		cpu = append(cpu, 100*float64(after.each[i].CPU-before.each[i].CPU)/float64(window))
@@ -314,6 +314,7 @@ func (r *run) idleRows(name string, before, after usage) {
 		row = target(row, "≤ 60 MiB at 20 nodes", mean <= 60)
 	}
 	r.row(row)
+	return float64(own1-own0) / float64(window)
 }
 
 // submit runs the submitters until every job was submitted or ctx ends,
