@@ -168,7 +168,7 @@ type Config struct {
 	KeepOutputs time.Duration
 	// KeepJobs is how long the record of a job that ended is kept, as its
 	// coordinator or a replica; then only its tombstone stays
-	// (jobretention.go). Default DefaultKeepJobs (72 h).
+	// (retention.go). Default DefaultKeepJobs (72 h).
 	KeepJobs time.Duration
 	// MaxPayload bounds one payload this node takes from an owner, or
 	// holds for a job it coordinates (413 beyond). Default 0: no limit but

@@ -17,6 +17,11 @@ const DefaultKeepJobs = 72 * time.Hour
 // swept.
 const jobsPruneInterval = 10 * time.Minute
 
+// What a node keeps of jobs that ended, and for how long: the records of
+// jobs (below) and the directories of attempts (attemptsJanitor, at the
+// end). The rules are the executor's (Tidy, Prune) and jobstate's
+// (Expired, Forget, Tombstone); this file wires them to the node.
+
 // A node holds the record of every job it coordinates or replicates; a
 // record is kilobytes (spec, placements, explanation), and the audit, the
 // API and memory all carried every job the node ever held. Once a job
@@ -138,4 +143,35 @@ func (n *Node) loadTombstones() error {
 		n.view.PutTombstone(t)
 		return nil
 	})
+}
+
+// attemptsPruneInterval is how often the directories of ended attempts
+// are swept: those older than the executor's KeepLogs go, logs and all.
+const attemptsPruneInterval = 10 * time.Minute
+
+// attemptsJanitor prunes the attempts' directories when the node starts
+// (what its last run left) and every attemptsPruneInterval, until the
+// node closes. An attempt's work directory goes as soon as its outputs
+// are kept (runAttempt); its logs, which `gpumesh logs` reads, stay for
+// KeepLogs.
+func (n *Node) attemptsJanitor() {
+	defer n.wg.Done()
+	keep := n.exec.Config().KeepLogs
+	t := time.NewTicker(attemptsPruneInterval)
+	defer t.Stop()
+	now := time.Now()
+	for {
+		removed, err := n.exec.Prune(now.Add(-keep))
+		if removed > 0 {
+			n.log.Info("removed the directories of attempts that ended long ago", "attempts", removed, "older_than", keep)
+		}
+		if err != nil {
+			n.log.Warn("attempt directories not pruned", "err", err)
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case now = <-t.C:
+		}
+	}
 }
