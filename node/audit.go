@@ -87,7 +87,7 @@ func (n *Node) auditOne(rec market.JobRecord, coord peer.ID, ahead []peer.ID) {
 		}
 		return
 	case err == nil && got.ID == rec.ID && (got.Coordinator == coord.String() && jobstate.Settling(got) || jobstate.Newer(got, rec)):
-		n.view.PutNewer(got) // it holds the job, or points to one that outranks it
+		n.hold(got) // it holds the job, or points to one that outranks it
 		return
 	}
 	n.log.Warn("coordinator answers without the job; taking it over as if it were lost", "job", rec.ID, "coordinator", coord.ShortString(), "err", err)

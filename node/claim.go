@@ -382,7 +382,7 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 			return lost("job ended, as a member of its group holds; not taking it over", "state", rec.State, "coordinator", rec.Coordinator, "term", rec.Term)
 		}
 		if c := rec.Coordinator; c != own.Coordinator && c != n.self && c != skip.String() && n.claimantAlive(jobstate.BallotOf(rec)) {
-			n.view.PutNewer(rec)
+			n.hold(rec)
 			return lost("job coordinated by a live member now; not taking it over", "coordinator", c, "term", rec.Term)
 		}
 		top := out.top

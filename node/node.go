@@ -64,15 +64,19 @@ type Node struct {
 
 	store      *store.Store
 	writeFault atomic.Pointer[error] // the last store write's error; nil after one succeeds
-	devices    *device.Manager
-	mesh       *mesh.Mesh
-	gossip     *gossip.Gossip
-	direct     *gossip.Direct
-	adv        *gossip.Advertiser
-	exec       *executor.Executor
-	server     *api.Server
-	tun        *tunnels         // exec, port-forward, services (tunnels.go)
-	gang       *gangnet.Service // gangs' private networks (gangnets.go)
+	// heldMu orders the records of jobs coordinated elsewhere that this
+	// node takes into its view with their writes to the store (replicas,
+	// records learnt from peers): see storeReplicas.
+	heldMu  sync.Mutex
+	devices *device.Manager
+	mesh    *mesh.Mesh
+	gossip  *gossip.Gossip
+	direct  *gossip.Direct
+	adv     *gossip.Advertiser
+	exec    *executor.Executor
+	server  *api.Server
+	tun     *tunnels         // exec, port-forward, services (tunnels.go)
+	gang    *gangnet.Service // gangs' private networks (gangnets.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -66,11 +66,17 @@ func (n *Node) meshReady() error {
 // failed, for the store check of /readyz.
 func (n *Node) storeApply(ops []store.Op) error {
 	err := n.store.Apply(ops)
+	n.noteWrite(err, len(ops))
+	return err
+}
+
+// noteWrite keeps the outcome of a store write of ops ops for the node's
+// readiness.
+func (n *Node) noteWrite(err error, ops int) {
 	switch {
 	case err != nil:
 		n.writeFault.Store(&err)
-	case len(ops) > 0:
+	case ops > 0:
 		n.writeFault.Store(nil)
 	}
-	return err
 }

@@ -194,20 +194,54 @@ type replicaResult struct {
 // storeReplicas is serveReplicate for records of several jobs from one
 // coordinator (replicateMany): each is checked on its own, and those to
 // store are written in one transaction, before any is acknowledged.
+//
+// A record the view holds already, or an older version of it, is not
+// written again; but the write that brought it may still be on its way
+// to the disk (a retry that crossed the first send, or two senders of one
+// record). Records are taken into the view and queued for the disk under
+// heldMu, in one order, and an answer waits for the transaction that
+// holds its own writes, or for a barrier queued behind every write
+// queued before: nothing is acknowledged before it is on disk.
 func (n *Node) storeReplicas(from peer.ID, recs []market.JobRecord) []replicaResult {
 	res := make([]replicaResult, len(recs))
 	var ops []store.Op
-	var stored []int
+	var stored, taken []int
+	var yields []market.JobRecord
+	n.heldMu.Lock()
 	for i, rec := range recs {
-		top, write, err := n.checkReplica(from, rec)
+		top, write, yield, err := n.checkReplica(from, rec)
 		res[i] = replicaResult{top: top, err: err}
-		if write {
+		switch {
+		case write:
 			ops = append(ops, store.Put(store.Jobs, rec.ID, rec))
 			stored = append(stored, i)
+		case top == nil && err == nil:
+			taken = append(taken, i)
+		}
+		if yield {
+			yields = append(yields, rec)
 		}
 	}
-	if err := n.storeApply(ops); err != nil {
-		for _, i := range stored {
+	var wait func() error
+	var err error
+	if len(stored)+len(taken) > 0 {
+		wait, err = n.store.Queue(ops) // no ops: a barrier
+	}
+	n.heldMu.Unlock()
+	for _, rec := range yields {
+		// This node coordinates the job too, at a lower term
+		// (outranking let rec through): it yields, on its driver.
+		n.postWait(func() { n.yieldTo(rec) })
+	}
+	if wait == nil && err == nil {
+		return res
+	}
+	if err == nil {
+		err = wait()
+	}
+	n.noteWrite(err, len(ops))
+	if err != nil {
+		for _, i := range append(stored, taken...) {
 			res[i].err = fmt.Errorf("replica of %s not stored: %w", recs[i].ID, err)
 		}
 		return res
@@ -218,39 +252,61 @@ func (n *Node) storeReplicas(from peer.ID, recs []market.JobRecord) []replicaRes
 	return res
 }
 
+// hold takes rec into the view when it is newer than the copy held
+// (jobstate.Newer) and writes it, ordered with the replicas stored
+// (storeReplicas): whatever the view holds of a job not coordinated here
+// is on disk, or on its way there ahead of any acknowledgement of it.
+func (n *Node) hold(rec market.JobRecord) {
+	n.heldMu.Lock()
+	if !n.view.PutNewer(rec) {
+		n.heldMu.Unlock()
+		return
+	}
+	ops := []store.Op{store.Put(store.Jobs, rec.ID, rec)}
+	wait, err := n.store.Queue(ops)
+	n.heldMu.Unlock()
+	if err == nil {
+		err = wait()
+	}
+	n.noteWrite(err, len(ops))
+	if err != nil {
+		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
+	}
+}
+
 // checkReplica decides what a replica holder does with rec from from:
 // answer with the record that outranks it (top), refuse it (err), or take
 // it into its view, and write it when write is set (a record it holds
-// already, or an older version of it, is acknowledged unwritten).
-func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.JobRecord, write bool, err error) {
+// already, or an older version of it, is acknowledged unwritten). yield
+// tells that this node coordinates the job at a lower term and yields to
+// rec. The caller holds heldMu.
+func (n *Node) checkReplica(from peer.ID, rec market.JobRecord) (top *market.JobRecord, write, yield bool, err error) {
 	if err := market.ValidateJobID(rec.ID); err != nil {
-		return nil, false, api.Errorf(http.StatusBadRequest, "replica: %v", err)
+		return nil, false, false, api.Errorf(http.StatusBadRequest, "replica: %v", err)
 	}
 	if rec.Coordinator != from.String() {
-		return nil, false, api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
+		return nil, false, false, api.Errorf(http.StatusForbidden, "replica of %s sent by %s, not its coordinator %s", rec.ID, from.ShortString(), rec.Coordinator)
 	}
 	if top, ok := n.outranking(rec); ok {
 		n.log.Info("refused a replica from an outranked coordinator", "job", rec.ID, "from", from.ShortString(), "term", rec.Term, "coordinator", top.Coordinator, "its_term", top.Term)
-		return &top, false, nil
+		return &top, false, false, nil
 	}
 	if b, ok := n.claimOutranking(rec); ok && !jobstate.Ended(rec) {
 		// A would-be successor claimed the job and has not sent its
 		// record yet: nothing the sender decides may take effect now
 		// (commit.go). It lets the job go once the claimant's record is
 		// here to answer with; it tries again meanwhile.
-		return nil, false, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
+		return nil, false, false, api.Errorf(http.StatusConflict, "replica of %s at term %d refused: %s claimed the job at term %d", rec.ID, rec.Term, b.Coordinator, b.Term)
 	}
-	if own, ok := n.ownRecord(rec.ID); ok && jobstate.Settling(own) {
-		// This node coordinates the job too, at a lower term (outranking
-		// let rec through): it yields, on its driver. Otherwise the
-		// replica needs nothing of the driver, whose queue may be long.
-		n.postWait(func() { n.yieldTo(rec) })
-	}
+	// The yield goes to the driver; otherwise the replica needs nothing
+	// of the driver, whose queue may be long.
+	own, ok := n.ownRecord(rec.ID)
+	yield = ok && jobstate.Settling(own)
 	// The same record again, or an older version of it (a retry
 	// overtaken by the next change), is not written: this node holds one
 	// at least as new from the same coordinator and term (outranking
 	// refused the others).
-	return nil, n.view.PutNewer(rec), nil
+	return nil, n.view.PutNewer(rec), yield, nil
 }
 
 // outranking returns a record that rec must not replace: the record of
@@ -298,7 +354,7 @@ func (n *Node) onSuperseding(from peer.ID, sent market.JobRecord, data []byte) e
 		return fmt.Errorf("superseding record of %s at term %d does not outrank term %d", top.ID, top.Term, sent.Term)
 	}
 	n.log.Info("a replica holder knows a coordinator that outranks this one", "job", sent.ID, "replica", from.ShortString(), "coordinator", top.Coordinator, "term", top.Term)
-	n.view.PutNewer(top)
+	n.hold(top)
 	n.postWait(func() { n.yieldTo(top) })
 	return nil
 }
@@ -401,8 +457,16 @@ func (n *Node) resumeOne(rec market.JobRecord) {
 // own, in the view and on disk, so that a later restart does not resume
 // the job either.
 func (n *Node) keep(rec market.JobRecord) {
+	n.heldMu.Lock() // ordered with the replicas stored (storeReplicas)
 	n.view.PutNewer(rec)
-	if err := n.storeApply([]store.Op{store.Put(store.Jobs, rec.ID, rec)}); err != nil {
+	ops := []store.Op{store.Put(store.Jobs, rec.ID, rec)}
+	wait, err := n.store.Queue(ops)
+	n.heldMu.Unlock()
+	if err == nil {
+		err = wait()
+	}
+	n.noteWrite(err, len(ops))
+	if err != nil {
 		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,5 +345,71 @@ func TestRecordsOfManyJobsGoToTheirReplicasInOneCall(t *testing.T) {
 	}
 	if held, _ := replica.view.Job(recs[1].ID); held.Coordinator != coord.ID().String() {
 		t.Fatalf("the forged record replaced the job's: coordinator %s", held.Coordinator)
+	}
+}
+
+// A replica holder acknowledges a record only once it is on disk, also
+// when the record came twice and the first copy's write is still on its
+// way (a retry that crossed the first send, or two senders of one
+// record): the second copy, which the view holds already, is answered
+// after the write that holds it. The project's CI saw an acknowledged
+// version missing from a replica's disk this way.
+func TestAReplicaAcknowledgesOnlyWhatItHoldsOnDisk(t *testing.T) {
+	sm := newSimMesh(t, "a100-80g:1", "", "")
+	for _, n := range sm.nodes {
+		sm.waitBook(n, 1)
+	}
+	submitted, err := sm.nodes[0].Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "twice", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := sm.byID(submitted.Coordinator)
+	running := waitState(t, coord, "twice", 20*time.Second, market.JobRunning)
+	targets := coord.replicaTargets("twice")
+	if len(targets) == 0 {
+		t.Fatal("the job has no replicas")
+	}
+	r := sm.byID(targets[0].String())
+	later := running
+	later.Version += 1000 // as the coordinator would send it; none of its own comes near
+	data, err := json.Marshal(later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.store.SetBeforeCommit(func() { once.Do(func() { close(held); <-hold }) })
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	answers := make(chan error, 2)
+	go func() { _, err := r.serveReplicate(coord.ID(), data); answers <- err }()
+	<-held
+	eventually(t, 10*time.Second, "the replica's view takes the first copy", func() bool {
+		v, _ := r.view.Job("twice")
+		return v.Version == later.Version
+	})
+	second := make(chan error, 1)
+	go func() { _, err := r.serveReplicate(coord.ID(), data); second <- err }()
+	onDisk := func() uint64 {
+		var rec market.JobRecord
+		if err := r.store.Get(store.Jobs, "twice", &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Version
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("the second copy was answered (%v) while the first copy's write was held: the disk holds version %d, not %d", err, onDisk(), later.Version)
+	case <-time.After(time.Second): // the window in which the bug answered
+	}
+	release()
+	if err := <-answers; err != nil {
+		t.Fatalf("the first copy: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the second copy: %v", err)
+	}
+	if v := onDisk(); v != later.Version {
+		t.Fatalf("after both acknowledgements the disk holds version %d, want %d", v, later.Version)
 	}
 }

@@ -76,6 +76,7 @@ type Store struct {
 	queue      []*commit // Applies waiting for the next transaction
 	committing bool      // a goroutine is committing; it takes the queue next
 	commits    int       // transactions written by Apply (tests)
+	lastErr    error     // the outcome of the last transaction
 	// beforeCommit, when set, runs before each group's transaction
 	// (tests hold a commit with it).
 	beforeCommit func()
@@ -86,6 +87,7 @@ type commit struct {
 	ops     []Op
 	encoded [][]byte
 	done    chan error
+	taken   bool // in a group being committed, or committed; under Store.mu
 }
 
 // Open opens or creates the state file at path (mode 0600). It fails with
@@ -170,26 +172,50 @@ func (s *Store) Apply(ops []Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
+	wait, err := s.Queue(ops)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// Queue checks ops and queues them behind every Apply and Queue that came
+// before, which is the order they reach the disk in; wait commits them as
+// Apply does and returns once they are on disk. A caller that must order
+// its writes with what it decided (a newer record after an older one)
+// queues under its own lock and waits after letting it go. No ops queue a
+// barrier: its wait returns once everything queued before it is on disk,
+// with the error of the transaction that held the last of it. wait must
+// be called.
+func (s *Store) Queue(ops []Op) (wait func() error, err error) {
 	c := &commit{ops: ops, encoded: make([][]byte, len(ops)), done: make(chan error, 1)}
 	for i, op := range ops {
 		if !slices.Contains(buckets, op.bucket) {
-			return fmt.Errorf("store: unknown bucket %q", op.bucket)
+			return nil, fmt.Errorf("store: unknown bucket %q", op.bucket)
 		}
 		if op.key == "" {
-			return fmt.Errorf("store: empty key in bucket %q", op.bucket)
+			return nil, fmt.Errorf("store: empty key in bucket %q", op.bucket)
 		}
 		if op.value == nil {
 			continue
 		}
 		b, err := json.Marshal(op.value)
 		if err != nil {
-			return fmt.Errorf("store: encoding %s/%s: %w", op.bucket, op.key, err)
+			return nil, fmt.Errorf("store: encoding %s/%s: %w", op.bucket, op.key, err)
 		}
 		c.encoded[i] = b
 	}
 	s.mu.Lock()
 	s.queue = append(s.queue, c)
-	if s.committing {
+	s.mu.Unlock()
+	return func() error { return s.await(c) }, nil
+}
+
+// await commits what is queued, unless a goroutine is at it or c was
+// committed already, and returns c's outcome.
+func (s *Store) await(c *commit) error {
+	s.mu.Lock()
+	if s.committing || c.taken {
 		s.mu.Unlock()
 		return <-c.done
 	}
@@ -197,7 +223,9 @@ func (s *Store) Apply(ops []Op) error {
 	for len(s.queue) > 0 {
 		group := s.queue
 		s.queue = nil
-		s.commits++
+		for _, g := range group {
+			g.taken = true
+		}
 		hook := s.beforeCommit
 		s.mu.Unlock()
 		if hook != nil {
@@ -214,10 +242,25 @@ func (s *Store) Apply(ops []Op) error {
 	return <-c.done
 }
 
+// SetBeforeCommit sets fn to run before each group's transaction; tests
+// hold a commit with it, as a slow disk would.
+func (s *Store) SetBeforeCommit(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beforeCommit = fn
+}
+
 // commitGroup writes the ops of every Apply of group, in order, in one
-// transaction.
+// transaction; a group of barriers alone needs none.
 func (s *Store) commitGroup(group []*commit) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.ContainsFunc(group, func(c *commit) bool { return len(c.ops) > 0 }) {
+		return s.lastErr // what was queued before went in the last transaction
+	}
+	s.commits++
+	s.mu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, c := range group {
 			for i, op := range c.ops {
 				b := tx.Bucket([]byte(op.bucket))
@@ -234,6 +277,9 @@ func (s *Store) commitGroup(group []*commit) error {
 		}
 		return nil
 	})
+	s.mu.Lock()
+	s.lastErr = err
+	return err
 }
 
 // Get decodes the value under key into v.

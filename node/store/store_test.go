@@ -174,3 +174,67 @@ func TestConcurrentAppliesShareATransaction(t *testing.T) {
 		t.Errorf("the bad Apply's good op was written (err %v)", err)
 	}
 }
+
+// Writes queued in an order reach the disk in it, whoever commits them,
+// and a barrier (Queue of no ops) returns only once what was queued
+// before it is on disk: a replica holder that found a record already
+// taken acknowledges it only then.
+func TestQueuedWritesLandInOrderBehindABarrier(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	first := true
+	st.SetBeforeCommit(func() {
+		if first {
+			first = false
+			close(held)
+			<-hold
+		}
+	})
+	put := func(v string) func() error {
+		wait, err := st.Queue([]Op{Put(Jobs, "job", record{ID: v})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wait
+	}
+	other := put("held")
+	errs := make(chan error, 3)
+	go func() { errs <- other() }()
+	<-held // "held" is being committed, and stays so
+	older, newer := put("v1"), put("v2")
+	barrier, err := st.Queue(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	barrierDone := make(chan error, 1)
+	go func() { barrierDone <- barrier() }()
+	go func() { errs <- newer() }() // waits in turn: the older write is ahead
+	select {
+	case err := <-barrierDone:
+		t.Fatalf("the barrier returned (%v) while the writes before it were held", err)
+	default:
+	}
+	close(hold)
+	if err := <-barrierDone; err != nil {
+		t.Fatal(err)
+	}
+	var got record
+	if err := st.Get(Jobs, "job", &got); err != nil || got.ID != "v2" {
+		t.Fatalf("after the barrier the disk holds %+v (%v), want v2, the last queued", got, err)
+	}
+	if err := older(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Queue([]Op{Put("nosuch", "x", 1)}); err == nil || !strings.Contains(err.Error(), "unknown bucket") {
+		t.Errorf("a bad Queue: %v", err)
+	}
+}
