@@ -190,16 +190,33 @@ func (s *Service) handle(st network.Stream) {
 }
 
 // open opens a stream to p within Timeout.
+//
+// A connection that dies as the stream is opened on it (a link cut and
+// healed leaves one that the host learns is dead only when it is used)
+// fails the open with the host's "connection failed", or gives a stream
+// on a closed connection; either is tried once more, which dials a
+// fresh connection.
 func (s *Service) open(ctx context.Context, p peer.ID) (network.Stream, error) {
 	octx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	st, err := s.h.NewStream(octx, p, s.cfg.Protocol)
-	if err != nil {
-		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), err)
-	}
-	if st.Conn().IsClosed() { // a connection closing as it was picked
-		st.Reset()
-		return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), network.ErrReset)
+	var st network.Stream
+	for try := 1; ; try++ {
+		had := len(s.h.Network().ConnsToPeer(p)) > 0
+		var err error
+		st, err = s.h.NewStream(octx, p, s.cfg.Protocol)
+		died := err != nil && had && s.h.Network().Connectedness(p) != network.Connected
+		if err == nil && st.Conn().IsClosed() { // a connection closing as it was picked
+			st.Reset()
+			died, err = true, network.ErrReset
+		}
+		if died && try == 1 && octx.Err() == nil {
+			s.log.Debug("blob stream on a connection that died as it opened; dialling again", "peer", p.ShortString(), "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("transfer: opening a stream to %s: %w", p.ShortString(), err)
+		}
+		break
 	}
 	if err := st.Scope().SetService(ServiceName); err != nil {
 		st.Reset()
