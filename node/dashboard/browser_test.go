@@ -130,6 +130,24 @@ func text(t *testing.T, ctx context.Context, selector string) string {
 	return s
 }
 
+// clickNow clicks the first element matching a CSS selector, found and
+// clicked in one step inside the page. The dashboard renders its tables
+// again on every refresh: a row that chromedp.Click has found may be
+// replaced before its click lands, which fails with "Could not find node
+// with given id" (the project's CI saw it). A user's click lands on the
+// row drawn at that moment, as this one does.
+func clickNow(t *testing.T, ctx context.Context, selector string) {
+	t.Helper()
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true; })()`, selector)))
+	if err != nil {
+		t.Fatalf("clicking %s: %v", selector, err)
+	}
+	if !found {
+		t.Fatalf("clicking %s: no such element on the page", selector)
+	}
+}
+
 // runningJobs is a JavaScript expression: the IDs of the jobs the page
 // shows running.
 const runningJobs = `[...document.querySelectorAll('#jobs tr[data-job]')].filter(tr => (tr.querySelector('td.state') || {innerText: ''}).innerText.trim() === 'running').map(tr => tr.dataset.job)`
@@ -346,9 +364,7 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 	screenshotShowing(t, ctx, "dashboard-mesh.png", "the running training job", runningJobs+fmt.Sprintf(`.filter(id => id === %q)`, jobTrain))
 
 	// The job page: placements, bill, logs; the env's values stay hidden.
-	if err := chromedp.Do(ctx, chromedp.Click(fmt.Sprintf(`#jobs tr[data-job=%q] a`, jobTrain))); err != nil {
-		t.Fatal(err)
-	}
+	clickNow(t, ctx, fmt.Sprintf(`#jobs tr[data-job=%q] a`, jobTrain))
 	waitFor(t, ctx, "the job's logs", `document.getElementById('logs').innerText.includes('step 2/3 loss=0.31')`)
 	if got := text(t, ctx, `[data-bill="cost"]`); got != "¥17.25" {
 		t.Errorf("bill %q, want ¥17.25", got)
