@@ -381,7 +381,7 @@ func threadMounts() ([]mountEntry, error) {
 	defer f.Close()
 	var out []mountEntry
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20) // a line grows it; Tidy reads the table as each attempt ends
 	for sc.Scan() {
 		if m, ok := parseMountInfo(sc.Text()); ok {
 			out = append(out, m)

@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -106,6 +107,9 @@ func tidyDir(dir string) error {
 // there: removing would reach into what is mounted (a host directory a
 // runtime bound and failed to unmount).
 func removeTree(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // gone already (a sandbox's tmp goes as its attempt ends): no mount table to read
+	}
 	runtime.LockOSThread() // the mounts checked are those this thread sees
 	defer runtime.UnlockOSThread()
 	m, err := mountUnder(dir)
