@@ -43,8 +43,9 @@ type DirectConfig struct {
 	// TTL is the lifetime of the messages this node sends. Default:
 	// DefaultMessageTTL.
 	TTL time.Duration
-	// MaxInbound bounds the inbound streams handled at once; more are
-	// reset. Default: 512.
+	// MaxInbound bounds the inbound calls handled at once; more are
+	// reset. Default: 512. (Streams of one-way messages are bounded per
+	// sender: maxMessageStreams.)
 	MaxInbound int
 	// Versions, if set, records the peers whose frames are of a newer
 	// wire version than this node reads.
@@ -74,14 +75,16 @@ type Direct struct {
 	rpcProto protocol.ID
 	seq      atomic.Uint64
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-	slots  chan struct{}
+	ctx        context.Context
+	cancel     context.CancelFunc
+	mu         sync.Mutex
+	closed     bool
+	msgStreams map[peer.ID]int // streams of one-way messages open, by sender
+	wg         sync.WaitGroup
+	slots      chan struct{}
 
 	refused atomic.Uint64
+	out     outStreams // streams of one-way messages kept open, by peer
 }
 
 // NewDirect registers the network's direct protocols on h.
@@ -117,8 +120,10 @@ func NewDirect(h host.Host, cfg DirectConfig) (*Direct, error) {
 	// Sequence numbers start from the clock so a restarted node's continue
 	// upwards.
 	d.seq.Store(uint64(cfg.Clock.Now().UnixMicro()))
-	h.SetStreamHandler(d.msgProto, d.tracked(d.serveMessages))
+	h.SetStreamHandler(d.msgProto, d.trackedPerPeer(d.serveMessages))
 	h.SetStreamHandler(d.rpcProto, d.tracked(d.serveCall))
+	d.wg.Add(1)
+	go d.closeIdleOut()
 	return d, nil
 }
 
@@ -168,16 +173,53 @@ func (d *Direct) tracked(serve func(network.Stream)) network.StreamHandler {
 	}
 }
 
+// maxMessageStreams bounds the streams of one-way messages one peer has
+// open here at once: a sender keeps one (outstream.go), two when two of
+// its Sends raced to open it. They do not count against MaxInbound, which
+// a coordinator's runners, each keeping a stream to it, would exhaust.
+const maxMessageStreams = 4
+
+// trackedPerPeer is tracked for streams of one-way messages: at most
+// maxMessageStreams of each peer at once.
+func (d *Direct) trackedPerPeer(serve func(network.Stream)) network.StreamHandler {
+	return func(s network.Stream) {
+		from := s.Conn().RemotePeer()
+		d.mu.Lock()
+		if d.closed || d.msgStreams[from] >= maxMessageStreams {
+			d.mu.Unlock()
+			s.Reset()
+			return
+		}
+		if d.msgStreams == nil {
+			d.msgStreams = map[peer.ID]int{}
+		}
+		d.msgStreams[from]++
+		d.wg.Add(1)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		defer func() {
+			d.mu.Lock()
+			if d.msgStreams[from]--; d.msgStreams[from] == 0 {
+				delete(d.msgStreams, from)
+			}
+			d.mu.Unlock()
+		}()
+		stop := context.AfterFunc(d.ctx, func() { s.Reset() })
+		defer stop()
+		serve(s)
+	}
+}
+
 // Out is one message to send: its kind and encoded data.
 type Out struct {
 	Kind string
 	Data []byte
 }
 
-// Send delivers messages to peer to in order on one stream, waiting at most
-// Timeout to open it and Timeout more (or until ctx ends) to write and
-// close it. Delivery is not acknowledged: the layer above retries what
-// matters.
+// Send delivers messages to peer to in order, on the stream kept open to
+// it (outstream.go) or a new one, waiting at most Timeout to open it and
+// Timeout more (or until ctx ends) to write them. Delivery is not
+// acknowledged: the layer above retries what matters.
 func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
 	if len(msgs) == 0 {
 		return nil
@@ -190,35 +232,7 @@ func (d *Direct) Send(ctx context.Context, to peer.ID, msgs ...Out) error {
 		}
 		frames[i] = b
 	}
-	s, err := d.open(ctx, to, d.msgProto)
-	if err != nil {
-		return err
-	}
-	// Writing and closing can block on a peer that stopped reading (a
-	// frozen process, a simulated link cut); the deadline set by open and
-	// the caller's context both end that with a reset.
-	wctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	stop := context.AfterFunc(wctx, func() { s.Reset() })
-	defer stop()
-	w := bufio.NewWriter(s)
-	for _, f := range frames {
-		if err := writeFrame(w, f); err != nil {
-			s.Reset()
-			return fmt.Errorf("gossip: sending to %s: %w", to, err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		s.Reset()
-		return fmt.Errorf("gossip: sending to %s: %w", to, err)
-	}
-	if err := s.Close(); err != nil {
-		return fmt.Errorf("gossip: sending to %s: %w", to, err)
-	}
-	if wctx.Err() != nil {
-		return fmt.Errorf("gossip: sending to %s: %w", to, wctx.Err())
-	}
-	return nil
+	return d.send(ctx, to, frames) // outstream.go
 }
 
 // Call sends a request of kind to peer to and passes each frame of the reply
@@ -260,6 +274,10 @@ func (d *Direct) Call(ctx context.Context, to peer.ID, kind string, data []byte,
 		}
 		switch m.Kind {
 		case kindEnd:
+			// Both ends are done: closing sends nothing more (the
+			// request's side is closed already), where a reset would
+			// cost the peer one more frame.
+			_ = s.Close()
 			return nil
 		case kindError:
 			return fmt.Errorf("%w from %s: %s", ErrRemote, to.ShortString(), m.Data)
@@ -296,11 +314,22 @@ func (d *Direct) encode(kind string, data []byte) ([]byte, error) {
 	})
 }
 
+// serveMessages reads a stream of one-way messages until its sender
+// closes it. Between messages it waits inIdle (the sender keeps an idle
+// stream open for outIdle, far less); a frame once begun must arrive
+// within Timeout.
 func (d *Direct) serveMessages(s network.Stream) {
 	defer s.Close()
 	from := s.Conn().RemotePeer()
 	r := bufio.NewReader(s)
 	for {
+		_ = s.SetReadDeadline(time.Now().Add(inIdle))
+		if _, err := r.Peek(1); err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.Reset() // idle for inIdle, or reset
+			}
+			return
+		}
 		_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
 		frame, err := readFrame(r, MaxDirectSize)
 		if errors.Is(err, io.EOF) {
@@ -374,13 +403,12 @@ func (d *Direct) refuse(from peer.ID, err error) {
 	d.cfg.Logger.Debug("direct frame refused", "peer", from, "err", err)
 }
 
+// writeFrame writes frame after its length in one Write: on a stream each
+// Write is a yamux frame, a TLS record and a system call at both ends.
 func writeFrame(w io.Writer, frame []byte) error {
-	var hdr [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(hdr[:], uint64(len(frame)))
-	if _, err := w.Write(hdr[:n]); err != nil {
-		return err
-	}
-	_, err := w.Write(frame)
+	buf := make([]byte, 0, binary.MaxVarintLen64+len(frame))
+	buf = binary.AppendUvarint(buf, uint64(len(frame)))
+	_, err := w.Write(append(buf, frame...))
 	return err
 }
 

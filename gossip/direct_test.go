@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -217,5 +218,108 @@ func TestBroadcastReachesSubscribersAndChecksTheSigner(t *testing.T) {
 	}
 	if err := startGossip(t, tn.addHost(), Config{}).Broadcast(context.Background(), "market", nil); err == nil {
 		t.Fatal("broadcast without OnBroadcast succeeded")
+	}
+}
+
+// A peer's one-way messages go on one stream that stays open between
+// Sends, in order; it is closed once idle for outIdle, and the receiver's
+// handler ends with it.
+func TestDirectSendKeepsOneStreamToAPeerWhileItIsUsed(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	da := startDirect(t, a, DirectConfig{})
+	var got inbox
+	db := startDirect(t, b, DirectConfig{OnMessage: got.add})
+	for i := range 50 {
+		if err := da.Send(context.Background(), b.ID(), Out{Kind: "n", Data: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "50 messages", func() bool { return len(got.all()) == 50 })
+	for i, m := range got.all() {
+		if string(m.Data) != fmt.Sprint(i) {
+			t.Fatalf("message %d is %q: out of order", i, m.Data)
+		}
+	}
+	db.mu.Lock()
+	open := db.msgStreams[a.ID()]
+	db.mu.Unlock()
+	if open != 1 {
+		t.Fatalf("%d streams of messages open from the sender after 50 Sends, want 1", open)
+	}
+	eventually(t, 3*outIdle, "the idle stream closed at both ends", func() bool {
+		da.out.mu.Lock()
+		kept := len(da.out.by)
+		da.out.mu.Unlock()
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		return kept == 0 && db.msgStreams[a.ID()] == 0
+	})
+	if err := da.Send(context.Background(), b.ID(), Out{Kind: "n", Data: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a message after the idle close", func() bool { return len(got.all()) == 51 })
+}
+
+// A kept stream that the receiver reset (here its Direct closed and
+// another took its place on the same host) is found gone by the next Send,
+// which delivers on a fresh stream.
+func TestDirectSendOpensAFreshStreamWhenItsKeptOneWasReset(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	da := startDirect(t, a, DirectConfig{})
+	var first inbox
+	db, err := NewDirect(b, DirectConfig{Network: "test", OnMessage: first.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Send(context.Background(), b.ID(), Out{Kind: "n", Data: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the first message", func() bool { return len(first.all()) == 1 })
+	db.Close() // resets the stream the sender keeps
+	var second inbox
+	startDirect(t, b, DirectConfig{OnMessage: second.add})
+	eventually(t, 5*time.Second, "a Send after the reset delivered", func() bool {
+		if err := da.Send(context.Background(), b.ID(), Out{Kind: "n", Data: []byte("2")}); err != nil {
+			t.Fatalf("Send after the receiver's stream was reset: %v", err)
+		}
+		return len(second.all()) > 0
+	})
+}
+
+// A peer may hold only maxMessageStreams streams of messages open at
+// once; one more is reset.
+func TestDirectBoundsTheMessageStreamsOfAPeer(t *testing.T) {
+	tn := newTestNet(t)
+	a, b := tn.addHost(), tn.addHost()
+	tn.connect(a, b)
+	db := startDirect(t, b, DirectConfig{Timeout: time.Minute})
+	// Each stream begins a frame (its length, 1) and stays open: the
+	// protocol is negotiated with the first bytes written.
+	for range maxMessageStreams {
+		s, err := a.NewStream(context.Background(), b.ID(), db.msgProto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "the streams served", func() bool {
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		return db.msgStreams[a.ID()] == maxMessageStreams
+	})
+	s, err := a.NewStream(context.Background(), b.ID(), db.msgProto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{1})
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := s.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("stream %d of one peer: read = %v, want it reset", maxMessageStreams+1, err)
 	}
 }
