@@ -157,8 +157,13 @@ func (d *Direct) writeOut(ctx context.Context, o *outStream, buf []byte) error {
 
 // dropOut takes o out of the pool and resets it. Its turn is held.
 func (d *Direct) dropOut(o *outStream) {
-	o.gone = true
 	o.s.Reset()
+	d.forgetOut(o)
+}
+
+// forgetOut marks o gone and takes it out of the pool. Its turn is held.
+func (d *Direct) forgetOut(o *outStream) {
+	o.gone = true
 	d.out.mu.Lock()
 	if d.out.by[o.to] == o {
 		delete(d.out.by, o.to)
@@ -199,13 +204,8 @@ func (d *Direct) closeOut(idle func(*outStream) bool) {
 			continue // a Send is writing on it
 		}
 		if !o.gone && idle(o) {
-			o.gone = true
 			o.s.Close()
-			d.out.mu.Lock()
-			if d.out.by[o.to] == o {
-				delete(d.out.by, o.to)
-			}
-			d.out.mu.Unlock()
+			d.forgetOut(o)
 		}
 		<-o.turn
 	}

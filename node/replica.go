@@ -256,9 +256,14 @@ func (n *Node) storeReplicas(from peer.ID, recs []market.JobRecord) []replicaRes
 // (jobstate.Newer) and writes it, ordered with the replicas stored
 // (storeReplicas): whatever the view holds of a job not coordinated here
 // is on disk, or on its way there ahead of any acknowledgement of it.
-func (n *Node) hold(rec market.JobRecord) {
+func (n *Node) hold(rec market.JobRecord) { n.takeAndWrite(rec, false) }
+
+// takeAndWrite takes rec into the view when it is newer than the copy
+// held, and writes it when it was, or always, ordered with the replicas
+// stored (under heldMu).
+func (n *Node) takeAndWrite(rec market.JobRecord, always bool) {
 	n.heldMu.Lock()
-	if !n.view.PutNewer(rec) {
+	if !n.view.PutNewer(rec) && !always {
 		n.heldMu.Unlock()
 		return
 	}
@@ -456,20 +461,7 @@ func (n *Node) resumeOne(rec market.JobRecord) {
 // keep stores a record learnt from another member in place of this node's
 // own, in the view and on disk, so that a later restart does not resume
 // the job either.
-func (n *Node) keep(rec market.JobRecord) {
-	n.heldMu.Lock() // ordered with the replicas stored (storeReplicas)
-	n.view.PutNewer(rec)
-	ops := []store.Op{store.Put(store.Jobs, rec.ID, rec)}
-	wait, err := n.store.Queue(ops)
-	n.heldMu.Unlock()
-	if err == nil {
-		err = wait()
-	}
-	n.noteWrite(err, len(ops))
-	if err != nil {
-		n.log.Warn("cannot store a job's record", "job", rec.ID, "err", err)
-	}
-}
+func (n *Node) keep(rec market.JobRecord) { n.takeAndWrite(rec, true) }
 
 // answered reports whether a call's error came from the peer (it is
 // reachable) rather than from trying to reach it.

@@ -119,20 +119,7 @@ func TestCheck(t *testing.T) {
 // transaction, not 20, and each finds its record on disk when Apply
 // returns. A bad Apply among them is refused alone.
 func TestConcurrentAppliesShareATransaction(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	hold, held := make(chan struct{}), make(chan struct{})
-	first := true
-	st.beforeCommit = func() {
-		if first {
-			first = false
-			close(held)
-			<-hold
-		}
-	}
+	st, hold, held := storeHoldingItsFirstCommit(t)
 	errs := make(chan error, 22)
 	go func() { errs <- st.Apply([]Op{Put(Jobs, "first", record{ID: "first"})}) }()
 	<-held
@@ -180,20 +167,7 @@ func TestConcurrentAppliesShareATransaction(t *testing.T) {
 // before it is on disk: a replica holder that found a record already
 // taken acknowledges it only then.
 func TestQueuedWritesLandInOrderBehindABarrier(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	hold, held := make(chan struct{}), make(chan struct{})
-	first := true
-	st.SetBeforeCommit(func() {
-		if first {
-			first = false
-			close(held)
-			<-hold
-		}
-	})
+	st, hold, held := storeHoldingItsFirstCommit(t)
 	put := func(v string) func() error {
 		wait, err := st.Queue([]Op{Put(Jobs, "job", record{ID: v})})
 		if err != nil {
@@ -237,4 +211,25 @@ func TestQueuedWritesLandInOrderBehindABarrier(t *testing.T) {
 	if _, err := st.Queue([]Op{Put("nosuch", "x", 1)}); err == nil || !strings.Contains(err.Error(), "unknown bucket") {
 		t.Errorf("a bad Queue: %v", err)
 	}
+}
+
+// storeHoldingItsFirstCommit opens a store whose first transaction waits,
+// once held is closed, until the test closes hold.
+func storeHoldingItsFirstCommit(t *testing.T) (st *Store, hold, held chan struct{}) {
+	t.Helper()
+	st, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	hold, held = make(chan struct{}), make(chan struct{})
+	first := true
+	st.SetBeforeCommit(func() {
+		if first {
+			first = false
+			close(held)
+			<-hold
+		}
+	})
+	return st, hold, held
 }
