@@ -44,9 +44,13 @@ type Mesh struct {
 	updateMu sync.Mutex
 
 	notifiee *network.NotifyBundle
-	addrSub  event.Subscription
-	found    chan peer.AddrInfo // peers found by mDNS, for the loop
-	joined   chan struct{}      // a join succeeded: the loop resyncs
+	// hinted holds the members whose disconnect was hinted since their
+	// last connection (disconnected).
+	hintMu  sync.Mutex
+	hinted  map[peer.ID]struct{}
+	addrSub event.Subscription
+	found   chan peer.AddrInfo // peers found by mDNS, for the loop
+	joined  chan struct{}      // a join succeeded: the loop resyncs
 	// joinFailures counts the join loop's failed attempts (for tests).
 	joinFailures atomic.Uint64
 	mdns         interface{ Close() error }
@@ -178,7 +182,7 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 	}
 	m.ml = ml
 
-	m.notifiee = &network.NotifyBundle{DisconnectedF: m.disconnected}
+	m.notifiee = &network.NotifyBundle{ConnectedF: m.connected, DisconnectedF: m.disconnected}
 	h.Network().Notify(m.notifiee)
 
 	if sub, err := h.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated)); err == nil {
@@ -327,13 +331,36 @@ func (m *Mesh) watchAddrs(sub event.Subscription) {
 	}
 }
 
-// disconnected turns libp2p's disconnect notification into an early hint.
+// disconnected turns libp2p's disconnect notification into an early hint,
+// once for the loss of a member's last connection: a crash that closes two
+// connections at once (both ends dialled) notifies twice, and both saw no
+// connection left (the project's CI saw the second hint after the
+// member's suspicion).
 func (m *Mesh) disconnected(n network.Network, c network.Conn) {
 	id := c.RemotePeer()
+	m.hintMu.Lock()
 	if n.Connectedness(id) == network.Connected || !m.table.isAlive(id) {
+		delete(m.hinted, id)
+		m.hintMu.Unlock()
 		return
 	}
+	if _, ok := m.hinted[id]; ok {
+		m.hintMu.Unlock()
+		return
+	}
+	if m.hinted == nil {
+		m.hinted = map[peer.ID]struct{}{}
+	}
+	m.hinted[id] = struct{}{}
+	m.hintMu.Unlock()
 	m.hub.publish(EventDisconnect, id, time.Now())
+}
+
+// connected lets the next loss of a member's connections be hinted again.
+func (m *Mesh) connected(_ network.Network, c network.Conn) {
+	m.hintMu.Lock()
+	delete(m.hinted, c.RemotePeer())
+	m.hintMu.Unlock()
 }
 
 // Block refuses every connection to and from a peer from now on and closes
