@@ -120,8 +120,8 @@ func NewDirect(h host.Host, cfg DirectConfig) (*Direct, error) {
 	// Sequence numbers start from the clock so a restarted node's continue
 	// upwards.
 	d.seq.Store(uint64(cfg.Clock.Now().UnixMicro()))
-	h.SetStreamHandler(d.msgProto, d.trackedPerPeer(d.serveMessages))
-	h.SetStreamHandler(d.rpcProto, d.tracked(d.serveCall))
+	h.SetStreamHandler(d.msgProto, d.tracked(d.takePeerStream, d.serveMessages))
+	h.SetStreamHandler(d.rpcProto, d.tracked(d.takeSlot, d.serveCall))
 	d.wg.Add(1)
 	go d.closeIdleOut()
 	return d, nil
@@ -147,9 +147,9 @@ func (d *Direct) Close() error {
 	return nil
 }
 
-// tracked wraps a handler so Close can wait for it and so at most
-// MaxInbound run at once.
-func (d *Direct) tracked(serve func(network.Stream)) network.StreamHandler {
+// tracked wraps a handler so Close can wait for it, and serves a stream
+// only if admit lets it in (a stream refused is reset).
+func (d *Direct) tracked(admit func(network.Stream) (release func(), ok bool), serve func(network.Stream)) network.StreamHandler {
 	return func(s network.Stream) {
 		d.mu.Lock()
 		if d.closed {
@@ -160,16 +160,25 @@ func (d *Direct) tracked(serve func(network.Stream)) network.StreamHandler {
 		d.wg.Add(1)
 		d.mu.Unlock()
 		defer d.wg.Done()
-		select {
-		case d.slots <- struct{}{}:
-			defer func() { <-d.slots }()
-		default:
+		release, ok := admit(s)
+		if !ok {
 			s.Reset()
 			return
 		}
+		defer release()
 		stop := context.AfterFunc(d.ctx, func() { s.Reset() })
 		defer stop()
 		serve(s)
+	}
+}
+
+// takeSlot admits a call while fewer than MaxInbound are served.
+func (d *Direct) takeSlot(network.Stream) (func(), bool) {
+	select {
+	case d.slots <- struct{}{}:
+		return func() { <-d.slots }, true
+	default:
+		return nil, false
 	}
 }
 
@@ -179,35 +188,26 @@ func (d *Direct) tracked(serve func(network.Stream)) network.StreamHandler {
 // a coordinator's runners, each keeping a stream to it, would exhaust.
 const maxMessageStreams = 4
 
-// trackedPerPeer is tracked for streams of one-way messages: at most
-// maxMessageStreams of each peer at once.
-func (d *Direct) trackedPerPeer(serve func(network.Stream)) network.StreamHandler {
-	return func(s network.Stream) {
-		from := s.Conn().RemotePeer()
-		d.mu.Lock()
-		if d.closed || d.msgStreams[from] >= maxMessageStreams {
-			d.mu.Unlock()
-			s.Reset()
-			return
-		}
-		if d.msgStreams == nil {
-			d.msgStreams = map[peer.ID]int{}
-		}
-		d.msgStreams[from]++
-		d.wg.Add(1)
-		d.mu.Unlock()
-		defer d.wg.Done()
-		defer func() {
-			d.mu.Lock()
-			if d.msgStreams[from]--; d.msgStreams[from] == 0 {
-				delete(d.msgStreams, from)
-			}
-			d.mu.Unlock()
-		}()
-		stop := context.AfterFunc(d.ctx, func() { s.Reset() })
-		defer stop()
-		serve(s)
+// takePeerStream admits a stream of one-way messages while its sender
+// has fewer than maxMessageStreams open here.
+func (d *Direct) takePeerStream(s network.Stream) (func(), bool) {
+	from := s.Conn().RemotePeer()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.msgStreams[from] >= maxMessageStreams {
+		return nil, false
 	}
+	if d.msgStreams == nil {
+		d.msgStreams = map[peer.ID]int{}
+	}
+	d.msgStreams[from]++
+	return func() {
+		d.mu.Lock()
+		if d.msgStreams[from]--; d.msgStreams[from] == 0 {
+			delete(d.msgStreams, from)
+		}
+		d.mu.Unlock()
+	}, true
 }
 
 // Out is one message to send: its kind and encoded data.
@@ -406,10 +406,13 @@ func (d *Direct) refuse(from peer.ID, err error) {
 // writeFrame writes frame after its length in one Write: on a stream each
 // Write is a yamux frame, a TLS record and a system call at both ends.
 func writeFrame(w io.Writer, frame []byte) error {
-	buf := make([]byte, 0, binary.MaxVarintLen64+len(frame))
-	buf = binary.AppendUvarint(buf, uint64(len(frame)))
-	_, err := w.Write(append(buf, frame...))
+	_, err := w.Write(appendFrame(make([]byte, 0, binary.MaxVarintLen64+len(frame)), frame))
 	return err
+}
+
+// appendFrame appends frame after its length to buf.
+func appendFrame(buf, frame []byte) []byte {
+	return append(binary.AppendUvarint(buf, uint64(len(frame))), frame...)
 }
 
 // readFrame reads one length-prefixed frame of at most limit bytes. A clean

@@ -61,8 +61,7 @@ func (d *Direct) send(ctx context.Context, to peer.ID, frames [][]byte) error {
 	}
 	buf := make([]byte, 0, size)
 	for _, f := range frames {
-		buf = binary.AppendUvarint(buf, uint64(len(f)))
-		buf = append(buf, f...)
+		buf = appendFrame(buf, f)
 	}
 	for {
 		o, kept, err := d.outStream(ctx, to)

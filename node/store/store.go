@@ -253,13 +253,11 @@ func (s *Store) SetBeforeCommit(fn func()) {
 // commitGroup writes the ops of every Apply of group, in order, in one
 // transaction; a group of barriers alone needs none.
 func (s *Store) commitGroup(group []*commit) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !slices.ContainsFunc(group, func(c *commit) bool { return len(c.ops) > 0 }) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		return s.lastErr // what was queued before went in the last transaction
 	}
-	s.commits++
-	s.mu.Unlock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, c := range group {
 			for i, op := range c.ops {
@@ -278,6 +276,8 @@ func (s *Store) commitGroup(group []*commit) error {
 		return nil
 	})
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commits++
 	s.lastErr = err
 	return err
 }
