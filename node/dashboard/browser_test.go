@@ -130,6 +130,17 @@ func text(t *testing.T, ctx context.Context, selector string) string {
 	return s
 }
 
+// value returns the value of the first input matching a CSS selector.
+func value(t *testing.T, ctx context.Context, selector string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+		`(document.querySelector(%q) || {value: ""}).value`, selector)))
+	if err != nil {
+		t.Fatalf("value of %s: %v", selector, err)
+	}
+	return s
+}
+
 // clickNow clicks the first element matching a CSS selector, found and
 // clicked in one step inside the page. The dashboard renders its tables
 // again on every refresh: a row that chromedp.Click has found may be
@@ -389,7 +400,17 @@ func testMeshAndEvents(t *testing.T, browser context.Context) {
 	// The owner's controls: the job is elastic (1 to 8 cards).
 	waitFor(t, ctx, "the job's controls", `!document.getElementById('job-controls').hidden && !document.getElementById('scale-box').hidden`)
 	screenshot(t, ctx, "dashboard-job.png")
-	if err := chromedp.Do(ctx, chromedp.SetValue("#scale-cards", "6"), chromedp.Click("#scale-job")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.SetValue("#scale-cards", "6")); err != nil {
+		t.Fatal(err)
+	}
+	// The page draws the job again before the owner clicks: the number typed
+	// and not yet sent stays.
+	f.emit(api.Event{Type: "reroute", Job: jobTrain, Reason: "share 1 lost: card_lost", Epoch: 5})
+	waitFor(t, ctx, "the page drawn again", `document.querySelectorAll('#job-feed li[data-type="reroute"]').length === 3`)
+	if got := value(t, ctx, "#scale-cards"); got != "6" {
+		t.Fatalf("a refresh replaced the typed number of cards with %q", got)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#scale-job")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the scale", cellIs("#control-msg", "scale: running, 6 cards"))

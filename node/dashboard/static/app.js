@@ -709,7 +709,14 @@
     if (el) {
       input.min = el.min;
       input.max = el.max;
-      if (document.activeElement !== input) input.value = rec.cards || el.min;
+      // A refresh shows the job's cards, but never over a number the owner
+      // has typed and not yet sent: only a value the page itself wrote, on
+      // this job's page, is replaced.
+      const shown = String(rec.cards || el.min);
+      const untouched = input.dataset.job !== rec.id || input.value === '' || input.value === input.dataset.shown;
+      if (document.activeElement !== input && untouched) input.value = shown;
+      input.dataset.job = rec.id;
+      input.dataset.shown = shown;
     }
     $('cancel-job').textContent = cancelArmed ? 'Cancel it: click again' : 'Cancel job';
     $('cancel-job').classList.toggle('armed', cancelArmed);
