@@ -123,7 +123,7 @@ func (n *Node) serveClaim(ctx context.Context, from peer.ID, req claimRequest) (
 	held, ok := n.view.Job(req.Job)
 	if ok {
 		reply.Record = &held
-		if jobstate.Ended(held) {
+		if jobstate.Ended(held) && !jobstate.Settling(held) {
 			return reply, nil // nothing to coordinate: the claimant keeps the end
 		}
 	}
@@ -356,8 +356,9 @@ const (
 
 // claimToAdopt claims job for this node, starting at term, and returns the
 // record to adopt and the term won. It gives up, having released its
-// claim, when the newest record shows the job ended (the record is kept,
-// so that this node never resumes the job either), when a live member
+// claim, when the newest record shows the job ended with nothing left to
+// stop (the record is kept, so that this node never resumes the job
+// either), when a live member
 // other than skip coordinates or claims the job (claimLost), or when too
 // few of the group grant the claim (claimUnreachable). own is the record
 // this node holds; skip is a lost coordinator, not asked.
@@ -377,10 +378,15 @@ func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (ma
 		if out.newest.ID != "" && jobstate.Newer(out.newest, rec) {
 			rec = out.newest
 		}
-		if jobstate.Ended(rec) {
+		if jobstate.Ended(rec) && !jobstate.Settling(rec) {
 			n.keep(rec)
 			return lost("job ended, as a member of its group holds; not taking it over", "state", rec.State, "coordinator", rec.Coordinator, "term", rec.Term)
 		}
+		// A job that ended with shares still stopping is taken over like
+		// one that runs: its coordinator tells them to stop again and
+		// settles their ends. Adopting it starts nothing (market.JobAdopted
+		// places nothing for an ended job), and without it the shares
+		// would show "stopping" for good.
 		if c := rec.Coordinator; c != own.Coordinator && c != n.self && c != skip.String() && n.claimantAlive(jobstate.BallotOf(rec)) {
 			n.hold(rec)
 			return lost("job coordinated by a live member now; not taking it over", "coordinator", c, "term", rec.Term)

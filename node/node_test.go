@@ -587,3 +587,60 @@ func TestCancelOfAnEndedJobAfterItsCoordinatorRestarted(t *testing.T) {
 		t.Errorf("cancel answered %s, want the job's end, succeeded", rec.State)
 	}
 }
+
+// A coordinator that restarts while a cancelled job's share is still
+// stopping (its process ignores SIGTERM for the grace period) takes the job
+// up again to finish the stop: the share ends, and the job shows no share
+// left stopping. (The project's CI saw such a job stay "stopping" for good:
+// the restarted coordinator refused to adopt a job that had ended, and no
+// other member would, since it still answered for the job.)
+func TestACancelledJobStillStoppingIsFinishedAfterItsCoordinatorRestarts(t *testing.T) {
+	sm := newSimMeshWith(t, func(c *Config) { c.Executor.Grace = 4 * time.Second }, "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.waitBook(coord, 1)
+	sm.neverCoordinate(runner)
+	const id = "slow-stop"
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"sh", "-c", `trap "" TERM; sleep 300`}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, id, 30*time.Second, market.JobRunning)
+	p, _ := livePlacement(rec)
+	eventually(t, 10*time.Second, "the job's process runs", func() bool { return attemptRuns(runner, id, p) })
+	if _, err := coord.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	stopping := func(r market.JobRecord) bool {
+		for _, pl := range r.Placements {
+			if pl.State == market.PlacementStopping {
+				return true
+			}
+		}
+		return false
+	}
+	rec, err := coord.Job(context.Background(), id)
+	if err != nil || rec.State != market.JobCancelled || !stopping(rec) {
+		t.Fatalf("after the cancel: %s, %s (err %v); want cancelled with its share stopping", rec.State, describePlacements(rec), err)
+	}
+	dir, cfg := coord.cfg.DataDir, coord.cfg
+	coord.Close()
+	sm.nodes[0] = nil
+	cfg.Mesh.Join = runner.Mesh().Addrs()
+	restarted, err := Start(context.Background(), Config{DataDir: dir, Sim: sm.net, Devices: []device.Backend{}, CoordinatorAfter: time.Millisecond,
+		Mesh: cfg.Mesh, Executor: cfg.Executor, Logger: cfg.Logger, Owner: testOwner(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.nodes[0] = restarted
+	eventuallyWhy(t, 30*time.Second, "the share stops and the job shows it", func() string {
+		r, err := restarted.Job(context.Background(), id)
+		if err != nil {
+			return err.Error()
+		}
+		if r.State != market.JobCancelled || len(r.Live()) > 0 {
+			return fmt.Sprintf("%s, %s", r.State, describePlacements(r))
+		}
+		return ""
+	})
+	eventually(t, 10*time.Second, "the job's process is gone", func() bool { return !attemptRuns(runner, id, p) })
+}
