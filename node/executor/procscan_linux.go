@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // procScanner finds the uids the host's processes run as, from each
@@ -19,18 +20,38 @@ type procScanner struct {
 	mu   sync.Mutex
 	open map[int]*os.File // by pid
 	buf  []byte
+
+	last   map[uint32]bool // the uids of the last scan, never changed once made
+	lastAt time.Time
+	scans  int // how many scans were made (for tests)
 }
 
 func newProcScanner() *procScanner {
 	return &procScanner{open: map[int]*os.File{}, buf: make([]byte, 4096)}
 }
 
+// uidsWithin returns the uids of the last scan when it is at most maxAge
+// old, else those of a new one; fresh tells that it scanned. The map is
+// shared: callers only read it.
+func (s *procScanner) uidsWithin(maxAge time.Duration) (uids map[uint32]bool, fresh bool) {
+	s.mu.Lock()
+	if s.last != nil && time.Since(s.lastAt) <= maxAge {
+		defer s.mu.Unlock()
+		return s.last, false
+	}
+	s.mu.Unlock()
+	return s.uids(), true
+}
+
 // uids returns the real, effective, saved and filesystem uids of every
-// process on the host.
+// process on the host, from a new scan. The map is shared: callers only
+// read it.
 func (s *procScanner) uids() map[uint32]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[uint32]bool{}
+	s.scans++
+	defer func() { s.last, s.lastAt = out, time.Now() }()
 	d, err := os.Open("/proc")
 	if err != nil {
 		return out

@@ -45,6 +45,13 @@ type sandbox struct {
 	nameservers []netip.Addr
 	runtime     string // the OCI runtime that runs images ("": none)
 	runtimeWhy  string // why no image runs ("" when runtime runs them)
+	// mountPoint is where each host-command attempt's tree is assembled
+	// and chrooted into: one empty directory under Root for them all.
+	// Each attempt mounts its tree there in a mount namespace of its own,
+	// so attempts never see each other's; and a start saves making and
+	// removing a directory on the node's disk (on a slow one, 0.3 ms and
+	// 0.2 ms).
+	mountPoint string
 }
 
 func newSandbox(cfg Config) (isolator, error) {
@@ -62,7 +69,10 @@ func newSandbox(cfg Config) (isolator, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{cfg: cfg, log: cfg.Logger, uids: uids, cg: cg, nameservers: nameservers(cfg)}
+	s := &sandbox{cfg: cfg, log: cfg.Logger, uids: uids, cg: cg, nameservers: nameservers(cfg), mountPoint: filepath.Join(cfg.Root, ".root")}
+	if err := os.Mkdir(s.mountPoint, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("sandbox mount point: %w", err)
+	}
 	if s.net, err = newEgress(cfg); err != nil {
 		s.netWhy = err.Error()
 		s.log.Warn("executor: sandbox without egress: jobs can have no network or the node's", "reason", s.netWhy)
@@ -187,7 +197,7 @@ func (s *sandbox) hostJail(r *Run) (_ jail, err error) {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	j.fs = &rootfs{
-		dir:      filepath.Join(r.Dir(), "root"),
+		dir:      s.mountPoint,
 		hide:     s.hide,
 		scratch:  s.scratch,
 		binds:    []string{r.WorkDir(), r.CheckpointDir(), r.tmpDir()},
@@ -195,9 +205,6 @@ func (s *sandbox) hostJail(r *Run) (_ jail, err error) {
 		tmpBytes: l.MemoryBytes,
 		uid:      int(uid),
 		gid:      int(uid),
-	}
-	if err := os.Mkdir(j.fs.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
 	}
 	if l.Network == NetworkEgress {
 		j.fs.resolv = filepath.Join(r.Dir(), "resolv.conf")
@@ -406,11 +413,8 @@ func (j *sandboxJail) finish() bool {
 	if j.named {
 		j.s.net.teardown(j.uidv)
 	}
-	if j.fs != nil {
-		_ = os.Remove(j.fs.dir)
-		if j.fs.resolv != "" {
-			_ = os.Remove(j.fs.resolv)
-		}
+	if j.fs != nil && j.fs.resolv != "" {
+		_ = os.Remove(j.fs.resolv)
 	}
 	// The work directory stays, out of the uid's hands, until the node has
 	// kept the outputs there and tidies it (Executor.Tidy).

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // startAs starts `sleep 60` as uid (root only), killed and reaped at the
@@ -73,4 +74,76 @@ func TestUIDPoolSkipsTheUIDsOfTheHostsProcesses(t *testing.T) {
 	}
 	p.release(got)
 	p.release(next)
+}
+
+// Attempts started one after another share one scan of the host's
+// processes while it is fresh, and a uid the scan shows in use is looked
+// at again before it is passed over: the process the scan saw (an
+// attempt's own, since ended) may be gone. A scan too old is made again.
+func TestUIDPoolScansTheHostsProcessesOncePerFreshScan(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("starting processes under other uids needs root")
+	}
+	const min = 263100
+	p, err := newUIDPool(t.TempDir(), min, min+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.scanFresh = time.Hour
+	noClean := func(uint32) {}
+
+	stop := startAs(t, min+2)
+	for i := 0; i < 3; i++ {
+		got, err := p.acquire(noClean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != min {
+			t.Fatalf("start %d acquired uid %d; want %d", i, got, min)
+		}
+		p.release(got)
+	}
+	if p.scan.scans != 1 {
+		t.Fatalf("three starts in a row scanned the host's processes %d times; want 1", p.scan.scans)
+	}
+
+	// Two held: the third uid is in use by the process the scan saw. The
+	// pool scans again, sees it, and passes it over.
+	a, _ := p.acquire(noClean)
+	b, _ := p.acquire(noClean)
+	c, err := p.acquire(noClean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != min || b != min+1 || c != min+3 {
+		t.Fatalf("acquired %d, %d, %d while a process runs as %d; want %d, %d, %d", a, b, c, min+2, min, min+1, min+3)
+	}
+	if p.scan.scans != 2 {
+		t.Fatalf("%d scans; want 2 (the uid shown in use is looked at again)", p.scan.scans)
+	}
+	p.release(c)
+
+	// Once that process is gone, the uid the scan showed in use is handed
+	// out: the pool looks again rather than trust the scan.
+	stop()
+	got, err := p.acquire(noClean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != min+2 {
+		t.Fatalf("acquired uid %d once the process of %d ended; want %d", got, min+2, min+2)
+	}
+	p.release(got)
+
+	// A scan older than scanFresh is made again.
+	p.scanFresh = 0
+	scans := p.scan.scans
+	got, _ = p.acquire(noClean)
+	p.release(got)
+	if p.scan.scans != scans+1 {
+		t.Fatalf("a stale scan was trusted (%d scans, want %d)", p.scan.scans, scans+1)
+	}
+	p.release(a)
+	p.release(b)
 }
