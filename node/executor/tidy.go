@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -94,35 +95,44 @@ var attemptNamePattern = regexp.MustCompile(`^` + jobIDExpr + `-s[0-9]+-e[0-9]+$
 
 // tidyDir removes the work and tmp directories of the attempt at dir.
 func tidyDir(dir string) error {
-	var errs []error
-	for _, d := range []string{payloadDirName, tmpDirName} {
-		if err := removeTree(filepath.Join(dir, d)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return removeTrees(filepath.Join(dir, payloadDirName), filepath.Join(dir, tmpDirName))
 }
 
 // removeTree removes dir and all it holds, unless something is mounted
 // there: removing would reach into what is mounted (a host directory a
 // runtime bound and failed to unmount).
-func removeTree(dir string) error {
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil // gone already (a sandbox's tmp goes as its attempt ends): no mount table to read
+func removeTree(dir string) error { return removeTrees(dir) }
+
+// removeTrees is removeTree for several directories, with one read of the
+// mount table for them all. Those already gone are skipped (a sandbox's
+// tmp goes as its attempt ends); when all are, no mount table is read.
+func removeTrees(dirs ...string) error {
+	var there []string
+	for _, d := range dirs {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			there = append(there, filepath.Clean(d))
+		}
+	}
+	if len(there) == 0 {
+		return nil
 	}
 	runtime.LockOSThread() // the mounts checked are those this thread sees
 	defer runtime.UnlockOSThread()
-	m, err := mountUnder(dir)
+	mounted, err := mountsUnder(there)
 	if err != nil {
-		return fmt.Errorf("executor: %s not removed: %w", dir, err)
+		return fmt.Errorf("executor: %s not removed: %w", strings.Join(there, ", "), err)
 	}
-	if m != "" {
-		return fmt.Errorf("executor: %s not removed: %s is a mount point", dir, m)
+	var errs []error
+	for i, d := range there {
+		if mounted[i] != "" {
+			errs = append(errs, fmt.Errorf("executor: %s not removed: %s is a mount point", d, mounted[i]))
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("executor: %w", err))
+		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // lastChange is when the attempt at dir last changed: the latest of its
