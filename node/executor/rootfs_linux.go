@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,10 +53,14 @@ func (fs *rootfs) build() error {
 	if err := unix.Mount("/", fs.dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding / to %s: %w", fs.dir, err)
 	}
-	if err := fs.detachCovered(); err != nil {
+	mounts, err := threadMounts() // read once: the two steps below change only what is covered
+	if err != nil {
 		return err
 	}
-	if err := fs.readOnly(); err != nil {
+	if err := fs.detachCovered(mounts); err != nil {
+		return err
+	}
+	if err := fs.readOnly(mounts); err != nil {
 		return err
 	}
 	if err := fs.proc(); err != nil {
@@ -105,12 +110,10 @@ func (fs *rootfs) build() error {
 
 // detachCovered unmounts the node's mounts at and under the places build
 // covers (/proc, /dev, hidden and scratch directories), so that none of
-// them stays in the job's namespace, not even shadowed.
-func (fs *rootfs) detachCovered() error {
-	mounts, err := threadMounts()
-	if err != nil {
-		return err
-	}
+// them stays in the job's namespace, not even shadowed. mounts is the
+// thread's mount table once the tree is bound at fs.dir.
+func (fs *rootfs) detachCovered(mounts []mountEntry) error {
+	mounts = slices.Clone(mounts)
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].point) > len(mounts[j].point) })
 	for _, m := range mounts {
 		if m.point == fs.dir || !within(m.point, fs.dir) || !fs.covered(strings.TrimPrefix(m.point, fs.dir)) {
@@ -125,15 +128,11 @@ func (fs *rootfs) detachCovered() error {
 }
 
 // readOnly remounts every mount of the bound tree read-only, nosuid and
-// nodev. A mount that refuses is an error unless something covers it
-// later.
-func (fs *rootfs) readOnly() error {
-	mounts, err := threadMounts()
-	if err != nil {
-		return err
-	}
+// nodev, from mounts, the table detachCovered was given: those it
+// detached (everything covered) are passed over.
+func (fs *rootfs) readOnly(mounts []mountEntry) error {
 	for _, m := range mounts {
-		if !within(m.point, fs.dir) {
+		if !within(m.point, fs.dir) || m.point != fs.dir && fs.covered(strings.TrimPrefix(m.point, fs.dir)) {
 			continue
 		}
 		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | roFlags)
@@ -149,7 +148,7 @@ func (fs *rootfs) readOnly() error {
 				flags |= unix.MS_RELATIME
 			}
 		}
-		if err := unix.Mount("", m.point, "", flags, ""); err != nil && !fs.covered(strings.TrimPrefix(m.point, fs.dir)) {
+		if err := unix.Mount("", m.point, "", flags, ""); err != nil {
 			return fmt.Errorf("remounting %s read-only: %w", strings.TrimPrefix(m.point, fs.dir), err)
 		}
 	}
