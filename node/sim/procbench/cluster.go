@@ -224,20 +224,20 @@ func (c *cluster) formed(ctx context.Context) (bool, string) {
 		if err := c.get(ctx, p, "/v1/peers", &peers); err != nil {
 			return false, fmt.Sprintf("%s: %v", p.name, err)
 		}
-		alive, coord := 0, 0
+		alive, coord := map[string]bool{}, map[string]bool{}
 		for _, m := range peers.Peers {
 			if m.State == "alive" {
-				alive++
+				alive[m.ID] = true
 				if m.Coordinator {
-					coord++
+					coord[m.ID] = true
 				}
 			}
 		}
-		if alive < len(c.procs) {
-			return false, fmt.Sprintf("%s sees %d of %d members alive", p.name, alive, len(c.procs))
+		if len(alive) < len(c.procs) {
+			return false, fmt.Sprintf("%s sees %d of %d members alive%s", p.name, len(alive), len(c.procs), c.missing(alive))
 		}
-		if !c.cfg.SkipCoordinatorWait && coord < len(c.procs) {
-			return false, fmt.Sprintf("%s sees %d of %d members coordinating", p.name, coord, len(c.procs))
+		if !c.cfg.SkipCoordinatorWait && len(coord) < len(c.procs) {
+			return false, fmt.Sprintf("%s sees %d of %d members coordinating%s", p.name, len(coord), len(c.procs), c.missing(coord))
 		}
 		var offers api.OfferList
 		if err := c.get(ctx, p, "/v1/offers", &offers); err != nil {
@@ -252,6 +252,24 @@ func (c *cluster) formed(ctx context.Context) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// missing names the processes whose peer IDs seen lacks (at most five),
+// as ": not node-3, node-7", for a message on why the mesh has not formed.
+func (c *cluster) missing(seen map[string]bool) string {
+	var names []string
+	for _, p := range c.procs {
+		if !seen[p.peerID] {
+			names = append(names, p.name)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return ""
+	case len(names) > 5:
+		return fmt.Sprintf(": not %s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+	}
+	return ": not " + strings.Join(names, ", ")
 }
 
 // get decodes the JSON answer of GET path on p's API, with the owner token.
