@@ -64,6 +64,10 @@ func TestStatusAndMetricsOfARealMesh(t *testing.T) {
 			if !strings.Contains(m, "gpumesh_network_received_bytes_total ") || strings.Contains(m, "gpumesh_network_received_bytes_total 0\n") {
 				t.Fatalf("%s /metrics counts no bytes received:\n%s", p.name, grepLines(m, "gpumesh_network"))
 			}
+			if !strings.Contains(m, `gpumesh_membership_packets_total{direction="received"} `) || strings.Contains(m, `gpumesh_membership_packets_total{direction="received"} 0`+"\n") ||
+				!strings.Contains(m, `gpumesh_membership_dropped_packets_total{direction="receive"} `) {
+				t.Fatalf("%s /metrics counts no membership packets received, or no drops:\n%s", p.name, grepLines(m, "gpumesh_membership"))
+			}
 		}
 		return metrics.String()
 	}

@@ -49,6 +49,7 @@ func (n *Node) newMetrics() error {
 	}
 	cfg.Gossip = n.gossip.Stats
 	cfg.Network = n.mesh.Bytes
+	cfg.Membership = n.mesh.Stats
 	m, err := metrics.New(cfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

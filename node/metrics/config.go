@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/gossip"
+	"github.com/gpumesh/gpumesh/mesh"
 )
 
 // Config configures a Metrics.
@@ -21,6 +22,10 @@ type Config struct {
 	// and sent on every protocol (libp2p's bandwidth counter). The same
 	// rules as Gossip apply. Nil leaves gpumesh_network_* out.
 	Network func() (in, out uint64)
+	// Membership, when set, returns the counters of the membership
+	// protocol's transport (mesh.Mesh.Stats). The same rules as Gossip
+	// apply. Nil leaves gpumesh_membership_* out.
+	Membership func() mesh.Stats
 	// PlacementWindow is the span of the placement-latency figures of
 	// Fill. Default 5 minutes.
 	PlacementWindow time.Duration

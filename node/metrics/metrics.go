@@ -186,6 +186,9 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Network != nil {
 		cs = append(cs, networkCollector{bytes: cfg.Network})
 	}
+	if cfg.Membership != nil {
+		cs = append(cs, membershipCollector{stats: cfg.Membership})
+	}
 	if cfg.Runtime {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpumesh/gpumesh/device"
+	"github.com/gpumesh/gpumesh/mesh"
 	"github.com/gpumesh/gpumesh/node/api"
 )
 
@@ -28,6 +29,7 @@ func newTestMetrics(t *testing.T, fg *fakeGossip) *Metrics {
 		cfg.Gossip = fg.stats
 	}
 	cfg.Network = func() (uint64, uint64) { return 5000, 7000 }
+	cfg.Membership = func() mesh.Stats { return mesh.Stats{PacketsReceived: 100, SendDrops: 1} }
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +246,29 @@ func TestGossipAndNetworkCounters(t *testing.T) {
 	wantSample(t, m, 4000, "gpumesh_gossip_received_bytes_total")
 }
 
+func TestMembershipCounters(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Runtime = false
+	st := mesh.Stats{PacketsSent: 10, PacketsReceived: 12, BytesSent: 1000, BytesReceived: 1200, StreamBytes: 5000,
+		SendDrops: 3, ReceiveDrops: 4, Malformed: 1, DialFailures: 2}
+	cfg.Membership = func() mesh.Stats { return st }
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSample(t, m, 10, "gpumesh_membership_packets_total", "direction", "sent")
+	wantSample(t, m, 12, "gpumesh_membership_packets_total", "direction", "received")
+	wantSample(t, m, 1000, "gpumesh_membership_bytes_total", "direction", "sent")
+	wantSample(t, m, 1200, "gpumesh_membership_bytes_total", "direction", "received")
+	wantSample(t, m, 5000, "gpumesh_membership_bytes_total", "direction", "stream")
+	wantSample(t, m, 3, "gpumesh_membership_dropped_packets_total", "direction", "send")
+	wantSample(t, m, 4, "gpumesh_membership_dropped_packets_total", "direction", "receive")
+	wantSample(t, m, 1, "gpumesh_membership_malformed_frames_total")
+	wantSample(t, m, 2, "gpumesh_membership_dial_failures_total")
+	st.ReceiveDrops = 9 // read at scrape time
+	wantSample(t, m, 9, "gpumesh_membership_dropped_packets_total", "direction", "receive")
+}
+
 func TestNoGossipSourceLeavesGossipOut(t *testing.T) {
 	cfg := DefaultConfig()
 	m, err := New(cfg)
@@ -251,7 +276,7 @@ func TestNoGossipSourceLeavesGossipOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := scrape(t, m)
-	for _, name := range []string{"gpumesh_gossip_", "gpumesh_network_"} {
+	for _, name := range []string{"gpumesh_gossip_", "gpumesh_network_", "gpumesh_membership_"} {
 		if strings.Contains(text, name) {
 			t.Errorf("exposition without sources has %s*", name)
 		}

@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumesh/gpumesh/mesh"
+)
+
+var (
+	membershipPacketsDesc = prometheus.NewDesc("gpumesh_membership_packets_total",
+		"Membership protocol packets (probes, acks, gossip of member state) by direction: sent, or received and handed to the protocol.",
+		[]string{"direction"}, nil)
+	membershipBytesDesc = prometheus.NewDesc("gpumesh_membership_bytes_total",
+		"Bytes of membership protocol packets by direction, and of its streams (state exchanges, fallback probes) as direction=stream.",
+		[]string{"direction"}, nil)
+	membershipDroppedDesc = prometheus.NewDesc("gpumesh_membership_dropped_packets_total",
+		"Membership packets dropped: direction=send when a peer's send queue was full or it could not be reached, direction=receive when the protocol had not taken the packets before them. A member's news that every copy of was dropped here reaches this node only at the next state exchange.",
+		[]string{"direction"}, nil)
+	membershipMalformedDesc = prometheus.NewDesc("gpumesh_membership_malformed_frames_total",
+		"Membership packet streams from peers reset for bad framing.",
+		nil, nil)
+	membershipDialFailuresDesc = prometheus.NewDesc("gpumesh_membership_dial_failures_total",
+		"Connections to members that the membership protocol failed to open.",
+		nil, nil)
+)
+
+// membershipCollector reads the membership transport's counters at scrape
+// time.
+type membershipCollector struct{ stats func() mesh.Stats }
+
+func (c membershipCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{membershipPacketsDesc, membershipBytesDesc, membershipDroppedDesc, membershipMalformedDesc, membershipDialFailuresDesc} {
+		ch <- d
+	}
+}
+
+func (c membershipCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(membershipPacketsDesc, s.PacketsSent, "sent")
+	counter(membershipPacketsDesc, s.PacketsReceived, "received")
+	counter(membershipBytesDesc, s.BytesSent, "sent")
+	counter(membershipBytesDesc, s.BytesReceived, "received")
+	counter(membershipBytesDesc, s.StreamBytes, "stream")
+	counter(membershipDroppedDesc, s.SendDrops, "send")
+	counter(membershipDroppedDesc, s.ReceiveDrops, "receive")
+	counter(membershipMalformedDesc, s.Malformed)
+	counter(membershipDialFailuresDesc, s.DialFailures)
+}
