@@ -29,22 +29,32 @@ func startAs(t *testing.T, uid uint32) (stop func()) {
 	return stop
 }
 
+// rootUIDPool is a pool of the uids min to min+10 (root only: its tests
+// start processes under them), closed at the test's end.
+func rootUIDPool(t *testing.T, min uint32) *uidPool {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("starting processes under other uids needs root")
+	}
+	p, err := newUIDPool(t.TempDir(), min, min+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+// noClean is acquire's clean for a pool no dead holder left anything in.
+func noClean(uint32) {}
+
 // The pool never hands out a uid a process of the host runs as, and the
 // scanner it asks (which keeps each process's status file open from one
 // scan to the next) sees processes come and go: a uid is free again once
 // its process is gone, and a process that starts later under another uid
 // is seen.
 func TestUIDPoolSkipsTheUIDsOfTheHostsProcesses(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("starting processes under other uids needs root")
-	}
 	const min = 263000
-	p, err := newUIDPool(t.TempDir(), min, min+10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	noClean := func(uint32) {}
+	p := rootUIDPool(t, min)
 
 	stopFirst := startAs(t, min)
 	got, err := p.acquire(noClean)
@@ -81,17 +91,9 @@ func TestUIDPoolSkipsTheUIDsOfTheHostsProcesses(t *testing.T) {
 // at again before it is passed over: the process the scan saw (an
 // attempt's own, since ended) may be gone. A scan too old is made again.
 func TestUIDPoolScansTheHostsProcessesOncePerFreshScan(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("starting processes under other uids needs root")
-	}
 	const min = 263100
-	p, err := newUIDPool(t.TempDir(), min, min+10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := rootUIDPool(t, min)
 	p.scanFresh = time.Hour
-	noClean := func(uint32) {}
 
 	stop := startAs(t, min+2)
 	for i := 0; i < 3; i++ {
