@@ -358,10 +358,10 @@ const (
 // record to adopt and the term won. It gives up, having released its
 // claim, when the newest record shows the job ended with nothing left to
 // stop (the record is kept, so that this node never resumes the job
-// either), when a live member
-// other than skip coordinates or claims the job (claimLost), or when too
-// few of the group grant the claim (claimUnreachable). own is the record
-// this node holds; skip is a lost coordinator, not asked.
+// either), when a live member other than skip coordinates or claims the
+// job (claimLost), or when too few of the group grant the claim
+// (claimUnreachable). own is the record this node holds; skip is a lost
+// coordinator, not asked.
 func (n *Node) claimToAdopt(own market.JobRecord, term uint64, skip peer.ID) (market.JobRecord, uint64, claimResult) {
 	log := n.log.With("job", own.ID)
 	lost := func(msg string, args ...any) (market.JobRecord, uint64, claimResult) {
