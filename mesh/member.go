@@ -188,6 +188,15 @@ func (t *memberTable) upsert(n *memberlist.Node, now time.Time) (peer.ID, bool) 
 	return e.id, wasAlive
 }
 
+// selfMetaIs reports whether the metadata memberlist holds for this node
+// (recorded by its join and update callbacks) is b.
+func (t *memberTable) selfMetaIs(b []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entries[t.self]
+	return e != nil && bytes.Equal(e.meta, b)
+}
+
 // markGone records n as dead, or left if memberlist says so or the member
 // announced it was leaving. It returns the state recorded.
 func (t *memberTable) markGone(n *memberlist.Node, state State, now time.Time) (peer.ID, State, bool) {

@@ -363,6 +363,47 @@ func TestSimConcurrentMetaUpdatesSettleOnTheLast(t *testing.T) {
 	})
 }
 
+// memberlist's UpdateNode picks its incarnation before it takes its lock.
+// A refutation of a suspicion that runs in between announces the node's
+// old metadata under a higher incarnation, and memberlist then drops the
+// update as stale, silently. A 40-process bench saw one member's
+// coordinator flag reach no one for good. Here memberlist drops the first
+// update the same way: it takes the old metadata under a new incarnation,
+// as that refutation does. The new metadata must still reach the other
+// member.
+func TestSimMetaUpdateThatMemberlistDroppedIsMadeAgain(t *testing.T) {
+	sim := NewSimNetwork(SimOptions{})
+	defer sim.Close()
+	nodes := simCluster(t, sim, 2, nil)
+	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
+	a, b := nodes[0], nodes[1]
+	old := a.metaBytes.Load()
+	a.updateMu.Lock()
+	real, dropped := a.updateNode, false
+	a.updateNode = func(timeout time.Duration) error { // called with updateMu held
+		if dropped {
+			return real(timeout)
+		}
+		dropped = true
+		cur := a.metaBytes.Load()
+		a.metaBytes.Store(old) // what the refutation announces
+		defer a.metaBytes.Store(cur)
+		return real(timeout)
+	}
+	a.updateMu.Unlock()
+
+	if err := a.UpdateMeta(Meta{Region: "cn-east", Coordinator: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.lostUpdates.Load(); n != 1 {
+		t.Errorf("%d dropped updates made again, want 1", n)
+	}
+	waitFor(t, 20*time.Second, "the new metadata at the other member", func() bool {
+		mem, _ := b.Member(a.ID())
+		return mem.Region == "cn-east" && mem.Coordinator
+	})
+}
+
 func TestSimUpdateMetaReachesEveryMember(t *testing.T) {
 	sim := NewSimNetwork(SimOptions{})
 	defer sim.Close()

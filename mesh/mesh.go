@@ -42,6 +42,11 @@ type Mesh struct {
 	// state without its lock while another call writes it (a data race in
 	// memberlist v0.7.0 when the driver and watchAddrs announce at once).
 	updateMu sync.Mutex
+	// updateNode is memberlist's UpdateNode (tests wrap it).
+	updateNode func(timeout time.Duration) error
+	// lostUpdates counts metadata updates memberlist dropped and that
+	// were made again (updateNodeLocked).
+	lostUpdates atomic.Uint64
 
 	notifiee *network.NotifyBundle
 	// hinted holds the members whose disconnect was hinted since their
@@ -181,6 +186,7 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
 	}
 	m.ml = ml
+	m.updateNode = ml.UpdateNode
 
 	m.notifiee = &network.NotifyBundle{ConnectedF: m.connected, DisconnectedF: m.disconnected}
 	h.Network().Notify(m.notifiee)
@@ -282,16 +288,47 @@ func (m *Mesh) announce() error {
 	default:
 	}
 	m.updateMu.Lock()
-	err := m.ml.UpdateNode(announceWait)
+	m.updateNodeLocked(announceWait)
 	m.updateMu.Unlock()
-	if err != nil {
-		m.log.Debug("mesh: metadata update queued, not yet sent", "err", err)
-	}
 	return nil
 }
 
 // announceWait is how long announce waits for the broadcast to go out.
 const announceWait = time.Millisecond
+
+// updateTries bounds how often updateNodeLocked makes an update memberlist
+// dropped.
+const updateTries = 4
+
+// updateNodeLocked has memberlist take and gossip the metadata in
+// m.metaBytes, and makes sure it took it. memberlist's UpdateNode picks
+// its incarnation before it takes its lock. A refutation of a suspicion
+// that runs in between takes a higher incarnation with the old metadata,
+// and the update is then dropped as stale, without a word: every member
+// would see the old metadata (a coordinator flag never raised) until the
+// next change, which may never come. memberlist records what it holds for
+// this node through the update callback, within UpdateNode; an update
+// dropped is seen there and made again, under a new incarnation. wait
+// bounds the waits for the broadcast to go out, all tries together (a
+// dropped update's wait runs out: nothing is broadcast), at least 1 ms a
+// try. m.updateMu is held.
+func (m *Mesh) updateNodeLocked(wait time.Duration) {
+	end := time.Now().Add(wait)
+	for try := 1; ; try++ {
+		want := *m.metaBytes.Load()
+		if err := m.updateNode(max(time.Until(end), time.Millisecond)); err != nil {
+			m.log.Debug("mesh: metadata update queued, not yet sent", "err", err)
+		}
+		if m.table.selfMetaIs(want) {
+			return
+		}
+		if try == updateTries {
+			m.log.Warn("mesh: memberlist kept this node's old metadata after repeated updates; members see it until the next change", "tries", try)
+			return
+		}
+		m.lostUpdates.Add(1)
+	}
+}
 
 // refreshMeta re-encodes the metadata with the host's current addresses.
 func (m *Mesh) refreshMeta() error {
@@ -451,7 +488,7 @@ func (m *Mesh) leave() error {
 		// timeout; either way the leave follows.
 		// (Close: the owner announces no more; watchAddrs may wait.)
 		m.updateMu.Lock()
-		_ = m.ml.UpdateNode(time.Until(deadline) / 2)
+		m.updateNodeLocked(time.Until(deadline) / 2)
 		m.updateMu.Unlock()
 	}
 	var errs []error
