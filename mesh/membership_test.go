@@ -395,7 +395,7 @@ func TestSimMetaUpdateThatMemberlistDroppedIsMadeAgain(t *testing.T) {
 	if err := a.UpdateMeta(Meta{Region: "cn-east", Coordinator: true}); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.lostUpdates.Load(); n != 1 {
+	if n := a.Stats().MetaUpdatesRedone; n != 1 {
 		t.Errorf("%d dropped updates made again, want 1", n)
 	}
 	waitFor(t, 20*time.Second, "the new metadata at the other member", func() bool {

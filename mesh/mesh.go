@@ -432,6 +432,9 @@ type Stats struct {
 	// PacketStreams and Streams count streams opened, both directions.
 	PacketStreams, Streams uint64
 	DialFailures           uint64
+	// MetaUpdatesRedone counts this node's metadata updates that
+	// memberlist dropped and that were made again.
+	MetaUpdatesRedone uint64
 }
 
 // Stats returns the transport's counters.
@@ -449,6 +452,8 @@ func (m *Mesh) Stats() Stats {
 		PacketStreams:   s.packetStreams.Load(),
 		Streams:         s.streams.Load(),
 		DialFailures:    s.dialFailures.Load(),
+
+		MetaUpdatesRedone: m.lostUpdates.Load(),
 	}
 }
 

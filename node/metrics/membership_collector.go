@@ -22,6 +22,9 @@ var (
 	membershipDialFailuresDesc = prometheus.NewDesc("gpumesh_membership_dial_failures_total",
 		"Connections to members that the membership protocol failed to open.",
 		nil, nil)
+	membershipMetaRedoneDesc = prometheus.NewDesc("gpumesh_membership_metadata_updates_redone_total",
+		"Updates of this node's metadata (cards, coordinator flag) that memberlist dropped, because a refutation took a newer incarnation with the old metadata, and that were made again.",
+		nil, nil)
 )
 
 // membershipCollector reads the membership transport's counters at scrape
@@ -29,7 +32,7 @@ var (
 type membershipCollector struct{ stats func() mesh.Stats }
 
 func (c membershipCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{membershipPacketsDesc, membershipBytesDesc, membershipDroppedDesc, membershipMalformedDesc, membershipDialFailuresDesc} {
+	for _, d := range []*prometheus.Desc{membershipPacketsDesc, membershipBytesDesc, membershipDroppedDesc, membershipMalformedDesc, membershipDialFailuresDesc, membershipMetaRedoneDesc} {
 		ch <- d
 	}
 }
@@ -48,4 +51,5 @@ func (c membershipCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(membershipDroppedDesc, s.ReceiveDrops, "receive")
 	counter(membershipMalformedDesc, s.Malformed)
 	counter(membershipDialFailuresDesc, s.DialFailures)
+	counter(membershipMetaRedoneDesc, s.MetaUpdatesRedone)
 }

@@ -250,7 +250,7 @@ func TestMembershipCounters(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Runtime = false
 	st := mesh.Stats{PacketsSent: 10, PacketsReceived: 12, BytesSent: 1000, BytesReceived: 1200, StreamBytes: 5000,
-		SendDrops: 3, ReceiveDrops: 4, Malformed: 1, DialFailures: 2}
+		SendDrops: 3, ReceiveDrops: 4, Malformed: 1, DialFailures: 2, MetaUpdatesRedone: 5}
 	cfg.Membership = func() mesh.Stats { return st }
 	m, err := New(cfg)
 	if err != nil {
@@ -265,6 +265,7 @@ func TestMembershipCounters(t *testing.T) {
 	wantSample(t, m, 4, "gpumesh_membership_dropped_packets_total", "direction", "receive")
 	wantSample(t, m, 1, "gpumesh_membership_malformed_frames_total")
 	wantSample(t, m, 2, "gpumesh_membership_dial_failures_total")
+	wantSample(t, m, 5, "gpumesh_membership_metadata_updates_redone_total")
 	st.ReceiveDrops = 9 // read at scrape time
 	wantSample(t, m, 9, "gpumesh_membership_dropped_packets_total", "direction", "receive")
 }
