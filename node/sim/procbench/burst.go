@@ -543,6 +543,26 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 	dead := changesOf(lastCancel, end, `kind="dead"`)
 	r.row(target(bench.Row{Case: "after the last cancel", Metric: "members declared dead", Value: dead, Unit: "changes",
 		Note: fmt.Sprintf("of the row above, the kind=\"dead\" changes; from the burst on: %.0f", changesOf(burstAt, end, `kind="dead"`))}, "0", dead == 0))
+	// What the membership transport dropped, and the metadata updates
+	// memberlist dropped and the nodes made again, over the whole run:
+	// news lost this way reaches a node late, or (before the nodes made
+	// dropped updates again) never.
+	if i := nearest(ticks, end); i >= 0 {
+		total := func(name string, labels ...string) (n float64) {
+			for _, s := range ticks[i].nodes {
+				if s != nil {
+					n += s.sum(name, labels...)
+				}
+			}
+			return n
+		}
+		r.row(bench.Row{Case: "the whole run", Metric: "membership packets dropped", Value: total("gpumesh_membership_dropped_packets_total"), Unit: "packets",
+			Note: fmt.Sprintf("summed over the nodes: %.0f on sending, %.0f on receiving, of %.0f received",
+				total("gpumesh_membership_dropped_packets_total", `direction="send"`), total("gpumesh_membership_dropped_packets_total", `direction="receive"`),
+				total("gpumesh_membership_packets_total", `direction="received"`))})
+		r.row(bench.Row{Case: "the whole run", Metric: "metadata updates redone", Value: total("gpumesh_membership_metadata_updates_redone_total"), Unit: "updates",
+			Note: "summed over the nodes: updates of a node's metadata that memberlist dropped (a refutation won the race) and the node made again"})
+	}
 	row = bench.Row{Case: fmt.Sprintf("a %d-card job after the watch", cfg.Probe), Clock: bench.ClockReal, Metric: "submit → running", Unit: "ms"}
 	if perr != nil {
 		row.Value = 30000
