@@ -51,13 +51,10 @@ func (c gossipCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c gossipCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	counter(gossipInDesc, s.BytesIn)
-	counter(gossipOutDesc, s.BytesOut)
-	counter(gossipDroppedDesc, s.DroppedRPCs)
-	counter(gossipSyncsDesc, s.Sync.Syncs)
+	sendCounter(ch, gossipInDesc, s.BytesIn)
+	sendCounter(ch, gossipOutDesc, s.BytesOut)
+	sendCounter(ch, gossipDroppedDesc, s.DroppedRPCs)
+	sendCounter(ch, gossipSyncsDesc, s.Sync.Syncs)
 
 	topics := newBounded(maxTopics)
 	reasons := newBounded(maxReasons)
@@ -77,7 +74,7 @@ func (c gossipCollector) Collect(ch chan<- prometheus.Metric) {
 		peers[topic] += t.MeshPeers
 	}
 	for k, n := range msgs {
-		counter(gossipMessagesDesc, n, k[0], k[1], k[2])
+		sendCounter(ch, gossipMessagesDesc, n, k[0], k[1], k[2])
 	}
 	for topic, n := range peers {
 		ch <- prometheus.MustNewConstMetric(gossipMeshPeersDesc, prometheus.GaugeValue, float64(n), topic)
@@ -94,6 +91,6 @@ func (c networkCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c networkCollector) Collect(ch chan<- prometheus.Metric) {
 	in, out := c.bytes()
-	ch <- prometheus.MustNewConstMetric(networkInDesc, prometheus.CounterValue, float64(in))
-	ch <- prometheus.MustNewConstMetric(networkOutDesc, prometheus.CounterValue, float64(out))
+	sendCounter(ch, networkInDesc, in)
+	sendCounter(ch, networkOutDesc, out)
 }

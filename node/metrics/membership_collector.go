@@ -39,17 +39,14 @@ func (c membershipCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c membershipCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	counter(membershipPacketsDesc, s.PacketsSent, "sent")
-	counter(membershipPacketsDesc, s.PacketsReceived, "received")
-	counter(membershipBytesDesc, s.BytesSent, "sent")
-	counter(membershipBytesDesc, s.BytesReceived, "received")
-	counter(membershipBytesDesc, s.StreamBytes, "stream")
-	counter(membershipDroppedDesc, s.SendDrops, "send")
-	counter(membershipDroppedDesc, s.ReceiveDrops, "receive")
-	counter(membershipMalformedDesc, s.Malformed)
-	counter(membershipDialFailuresDesc, s.DialFailures)
-	counter(membershipMetaRedoneDesc, s.MetaUpdatesRedone)
+	sendCounter(ch, membershipPacketsDesc, s.PacketsSent, "sent")
+	sendCounter(ch, membershipPacketsDesc, s.PacketsReceived, "received")
+	sendCounter(ch, membershipBytesDesc, s.BytesSent, "sent")
+	sendCounter(ch, membershipBytesDesc, s.BytesReceived, "received")
+	sendCounter(ch, membershipBytesDesc, s.StreamBytes, "stream")
+	sendCounter(ch, membershipDroppedDesc, s.SendDrops, "send")
+	sendCounter(ch, membershipDroppedDesc, s.ReceiveDrops, "receive")
+	sendCounter(ch, membershipMalformedDesc, s.Malformed)
+	sendCounter(ch, membershipDialFailuresDesc, s.DialFailures)
+	sendCounter(ch, membershipMetaRedoneDesc, s.MetaUpdatesRedone)
 }

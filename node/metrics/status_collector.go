@@ -93,14 +93,11 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(warningsDesc, float64(len(st.Warnings)))
 	if im := st.Images; im != nil {
-		counter := func(d *prometheus.Desc, v int64, labels ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-		}
-		counter(imageLayerBytesDesc, im.PeerBytes, "peer")
-		counter(imageLayerBytesDesc, im.RegistryBytes, "registry")
-		counter(imageLayersDesc, im.PeerLayers, "peer")
-		counter(imageLayersDesc, im.RegistryLayers, "registry")
-		counter(imageLayersDesc, im.CachedLayers, "cache")
+		sendCounter(ch, imageLayerBytesDesc, im.PeerBytes, "peer")
+		sendCounter(ch, imageLayerBytesDesc, im.RegistryBytes, "registry")
+		sendCounter(ch, imageLayersDesc, im.PeerLayers, "peer")
+		sendCounter(ch, imageLayersDesc, im.RegistryLayers, "registry")
+		sendCounter(ch, imageLayersDesc, im.CachedLayers, "cache")
 		gauge(imageRootfsBytesDesc, float64(im.RootfsBytes))
 	}
 
