@@ -88,3 +88,73 @@ func TestAwardTimeoutStaysForSuppliersThatAnswer(t *testing.T) {
 		t.Errorf("gave up %v after the award, want AwardTimeout %v (and its tick)", d, want)
 	}
 }
+
+// awardsTimedOut counts the placements of rec whose award was given up on
+// for want of an answer.
+func awardsTimedOut(rec market.JobRecord) int {
+	n := 0
+	for _, p := range rec.Placements {
+		if strings.Contains(p.Reason, "no answer to the award") {
+			n++
+		}
+	}
+	return n
+}
+
+// runs submits spec at coord and runs the harness until the job runs.
+func runs(t *testing.T, h *markettest.Harness, spec market.JobSpec) market.JobRecord {
+	t.Helper()
+	if err := h.SubmitAt("coord", spec); err != nil {
+		t.Fatal(err)
+	}
+	var rec market.JobRecord
+	if !h.RunUntil(func() bool {
+		rec, _ = h.Peer("coord").Node.Job(spec.ID)
+		return rec.State == market.JobRunning
+	}, 30*time.Second) {
+		t.Fatalf("%s not running 30 s after the submit: %s (%s), %d placements", spec.ID, rec.State, rec.Reason, len(rec.Placements))
+	}
+	return rec
+}
+
+// A supplier slow at every answer (its process starved of CPU): its bid
+// took longer than AwardTimeout, so its accept will too. The award waits
+// twice as long as the bid took, and the job runs on its first award
+// instead of starting twice (once on a spare, once late on the supplier,
+// which is then told to stop).
+func TestAnAwardWaitsTwiceAsLongAsTheSuppliersBidTook(t *testing.T) {
+	h := rankedMesh(t, 1, 2, func(c *market.Config) { c.BidWindow = 2 * time.Second })
+	late := market.DefaultConfig("x").AwardTimeout + 100*time.Millisecond
+	h.AddRule(&markettest.Rule{Delay: late, Match: func(m market.Message) bool {
+		switch m.Payload.(type) {
+		case *market.Bid, *market.Accept, *market.Renewal:
+			return true
+		}
+		return false
+	}})
+	rec := runs(t, h, market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}})
+	if n := awardsTimedOut(rec); n != 0 || len(rec.Placements) != 1 {
+		t.Errorf("%d placements, %d timed out; want the first award accepted\n%+v", len(rec.Placements), n, rec.Placements)
+	}
+}
+
+// A coordinator that has seen accepts come late waits as long for a
+// supplier it has not heard accept yet: the mesh is loaded, not the one
+// supplier it met first.
+func TestAnAwardToANewSupplierWaitsAsLongAsAcceptsHaveTaken(t *testing.T) {
+	h := rankedMesh(t, 1, 1, nil)
+	slowAccepts(h, market.DefaultConfig("x").AwardTimeout+200*time.Millisecond)
+	// s00's first award times out; the coordinator learns how late it is.
+	first := runs(t, h, market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}})
+	if awardsTimedOut(first) != 1 {
+		t.Fatalf("j1: %d awards timed out, want the first (the test's premise)\n%+v", awardsTimedOut(first), first.Placements)
+	}
+	// A new supplier joins; s00's only card runs j1, so j2 goes to it.
+	c := market.DefaultConfig("s01")
+	c.Cards = markettest.MustCards("s01", "a100-80g:1")
+	h.MustAdd(c)
+	rec := runs(t, h, market.JobSpec{ID: "j2", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}})
+	if n := awardsTimedOut(rec); n != 0 || len(rec.Placements) != 1 || rec.Placements[0].Node != "s01" {
+		t.Errorf("%d placements, %d timed out; want one award, to s01, accepted\n%+v", len(rec.Placements), n, rec.Placements)
+	}
+}

@@ -36,7 +36,7 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	lot := &r.lots[w.lot]
 	meta := &r.meta[w.lot]
 	meta.used = true
-	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.accepts.timeout(lot.Node, c.n.cfg.AwardTimeout)), lastHeard: c.n.now}
+	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.accepts.timeout(lot.Node, c.n.cfg.AwardTimeout, meta.bidTook)), lastHeard: c.n.now}
 	p.Share, p.Epoch, p.Node, p.Region, p.State, p.AwardedAt = share, epoch, lot.Node, lot.Region, PlacementAwarded, c.n.now
 	p.Model = shareModel(lot, w.cards)
 	for i, ci := range w.cards {

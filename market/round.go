@@ -61,6 +61,7 @@ type lotMeta struct {
 	feasible int       // cards that pass the job's checks and may form one share (usableCards)
 	held     Reason    // the node is held back whatever it bids (heldback.go)
 	heldWhy  string
+	bidTook  time.Duration // from the request to the bid; 0 for a bid to a broadcast
 }
 
 func (c *coordinator) startRound(j *job) {
@@ -122,6 +123,7 @@ func (c *coordinator) ask(j *job, r *round, asks []*ask) {
 		if r.askBy[a.node] != nil {
 			continue
 		}
+		a.sentAt = c.n.now
 		r.asks = append(r.asks, a)
 		r.askBy[a.node] = a
 		c.n.send(a.node, j.bidRequest(r.id, a.want, r.minCards()))
@@ -178,6 +180,9 @@ func (c *coordinator) onBid(from string, m *Bid) error {
 	lot := Lot{Node: from, Region: m.Region, Availability: m.Availability, Cards: m.Cards}
 	c.track.bid(from, m.Availability)
 	meta := lotMeta{lease: m.Lease, expires: c.n.now.Add(m.LeaseFor.Std() - c.n.cfg.LeaseMargin)}
+	if a != nil {
+		meta.bidTook = c.n.now.Sub(a.sentAt)
+	}
 	if why, detail := c.nodeHeld(from); why != reasonPassed {
 		meta.held, meta.heldWhy = why, detail // a broadcast reached it: it may not win
 	} else if why, detail := c.probeAdjust(j, from, lot.Cards); why != reasonPassed {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpumesh/gpumesh/internal/text"
 )
@@ -17,8 +18,9 @@ type ask struct {
 	want     int
 	score    float64 // the book's best score for the node (lower is better)
 	replied  bool
-	feasible int    // feasible cards in its bid (0 if it declined)
-	declined string // its Decline's reason
+	feasible int       // feasible cards in its bid (0 if it declined)
+	declined string    // its Decline's reason
+	sentAt   time.Time // when the request went out
 }
 
 // nodeOffer aggregates what one node offers a job in the book.
