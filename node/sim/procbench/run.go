@@ -32,8 +32,11 @@ type sample struct {
 	status int       // 201, or the status of the final refusal; 0: no answer
 	err    string
 	// From the job's record, read at the end: when it ran, as the
-	// coordinator saw it, and when the coordinator took it.
+	// coordinator saw it, and when the coordinator took it; its awards,
+	// and those rejected or not answered in time (each gave the share
+	// to another award).
 	running, submittedAt time.Time
+	awards, awardsLost   int
 }
 
 // usage is what every node process had used at one moment.
@@ -439,6 +442,12 @@ func (r *run) records(ctx context.Context, c *cluster, samples []sample) {
 			var rec market.JobRecord
 			if err := c.get(ctx, c.procs[samples[i].node], "/v1/jobs/"+samples[i].id, &rec); err == nil {
 				samples[i].running, samples[i].submittedAt = rec.RunningAt, rec.SubmittedAt
+				samples[i].awards = len(rec.Placements)
+				for _, p := range rec.Placements {
+					if p.State == market.PlacementRejected {
+						samples[i].awardsLost++
+					}
+				}
 			}
 		}()
 	}
@@ -463,6 +472,7 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 	var ack, run, atCoord []time.Duration
 	var lastAck, lastRun time.Time
 	refused := map[string]int{}
+	awards, lost := 0, 0
 	for _, s := range samples {
 		if s.status != 201 {
 			why := "no answer"
@@ -484,6 +494,8 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 			if !s.submittedAt.IsZero() {
 				atCoord = append(atCoord, s.running.Sub(s.submittedAt))
 			}
+			awards += s.awards
+			lost += s.awardsLost
 		}
 	}
 	c := "load"
@@ -535,6 +547,12 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 		r.row(bench.Row{Case: "submit → running", Clock: bench.ClockReal, Metric: "p50", Value: ms(quantile(run, 0.5)), Unit: "ms", N: len(run),
 			Note: "from the submitter's send to the coordinator's running_at (one clock: one machine)"})
 		r.row(bench.Row{Case: "submit → running", Clock: bench.ClockReal, Metric: "p99", Value: ms(quantile(run, 0.99)), Unit: "ms", N: len(run)})
+	}
+	if len(run) > 0 && awards > 0 {
+		r.row(bench.Row{Case: "awards", Metric: "per placed job", Value: float64(awards) / float64(len(run)), Unit: "awards", N: len(run),
+			Note: "from the jobs' records: 1 when every share's first award was accepted"})
+		r.row(bench.Row{Case: "awards", Metric: "rejected or not answered in time", Value: float64(lost), Unit: "awards", N: awards,
+			Note: "each gave its share to another award; one answered late starts, then stops"})
 	}
 	if len(atCoord) > 0 {
 		p50 := quantile(atCoord, 0.5)

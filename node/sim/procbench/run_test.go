@@ -67,12 +67,16 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 	}
 	got := rows(res)
 	for key, check := range map[string]func(bench.Row) bool{
-		"load/accepted":                          func(r bench.Row) bool { return r.N == 8 && r.Value > 0 },
-		"load/placed":                            func(r bench.Row) bool { return r.N == 8 && r.Value > 0 && r.Unit == "jobs/s" },
-		"load/refused":                           func(r bench.Row) bool { return r.Value == 0 && r.N == 8 },
-		"submit → acknowledged/p99":              func(r bench.Row) bool { return r.Value > 0 },
-		"submit → running/p50":                   func(r bench.Row) bool { return r.Value > 0 && r.N == 8 },
-		"CPU per placed job/node processes":      func(r bench.Row) bool { return r.Value > 0 },
+		"load/accepted":                     func(r bench.Row) bool { return r.N == 8 && r.Value > 0 },
+		"load/placed":                       func(r bench.Row) bool { return r.N == 8 && r.Value > 0 && r.Unit == "jobs/s" },
+		"load/refused":                      func(r bench.Row) bool { return r.Value == 0 && r.N == 8 },
+		"submit → acknowledged/p99":         func(r bench.Row) bool { return r.Value > 0 },
+		"submit → running/p50":              func(r bench.Row) bool { return r.Value > 0 && r.N == 8 },
+		"CPU per placed job/node processes": func(r bench.Row) bool { return r.Value > 0 },
+		"awards/per placed job":             func(r bench.Row) bool { return r.Value >= 1 && r.N == 8 },
+		"awards/rejected or not answered in time": func(r bench.Row) bool {
+			return r.Value >= 0 && r.Value <= float64(r.N)-8 && r.N == int(got["awards/per placed job"].Value*8+0.5)
+		},
 		"idle, per node/RSS mean":                func(r bench.Row) bool { return r.Value > 5 && r.N == 2 },
 		"idle, per node/CPU mean":                func(r bench.Row) bool { return r.Value >= 0 && r.N == 2 },
 		"idle after the load, per node/RSS mean": func(r bench.Row) bool { return r.Value > 5 && r.N == 2 },
