@@ -110,22 +110,33 @@ func (b *syncBuffer) String() string {
 }
 
 // freePort returns a TCP port free on loopback now.
-func freePort(t testing.TB) int {
+func freePort(t testing.TB) int { return freePorts(t, 1)[0] }
+
+// freePorts returns n distinct TCP ports free on loopback now. Each port's
+// listener stays open until all are picked: a port closed at once may be
+// handed out again by the next pick, and a node given one port for both
+// its mesh and its API refuses to start.
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // startNode starts a node process with its own data dir, API and mesh port,
 // and waits until its API answers. extra are more flags.
 func startNode(t testing.TB, name string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: freePort(t)}
-	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ports := freePorts(t, 2)
+	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: ports[0]}
+	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	p.args = append([]string{"node",
 		"--data", p.dataDir,
 		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", p.p2pPort),

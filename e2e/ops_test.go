@@ -188,8 +188,9 @@ func TestAPITokenIsRequiredOffLoopbackAndChecked(t *testing.T) {
 // startNodeToken starts a node whose API needs the token in file tok.
 func startNodeToken(t *testing.T, name, tok string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: freePort(t)}
-	p.apiAddr = "127.0.0.1:" + itoa(freePort(t))
+	ports := freePorts(t, 2)
+	p := &proc{t: t, name: name, dataDir: t.TempDir(), p2pPort: ports[0]}
+	p.apiAddr = "127.0.0.1:" + itoa(ports[1])
 	p.args = []string{"node", "--data", p.dataDir, "--listen", "/ip4/127.0.0.1/tcp/" + itoa(p.p2pPort),
 		"--api", p.apiAddr, "--api-token-file", tok, "--mdns=false", "--no-nat", "--isolation", "process"}
 	p.log = &syncBuffer{}

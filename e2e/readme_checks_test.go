@@ -48,13 +48,13 @@ func (r *readmeRun) startNode(c readmeCmd, line string) {
 	if len(words) < 2 || words[0] != "gpumesh" || words[1] != "node" {
 		r.t.Fatalf("%s: not a gpumesh node command: %q", c, words)
 	}
-	p := &proc{t: r.t, name: fmt.Sprintf("node %d (README.md:%d)", len(r.nodes)+1, c.Line), p2pPort: freePort(r.t), env: r.env(r.standIns)}
-	api := freePort(r.t)
-	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", api)
+	ports := freePorts(r.t, 2)
+	p := &proc{t: r.t, name: fmt.Sprintf("node %d (README.md:%d)", len(r.nodes)+1, c.Line), p2pPort: ports[0], env: r.env(r.standIns)}
+	p.apiAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	p.args = words[1:]
 	for _, f := range readmeNodeFlags {
 		for _, s := range f.flags {
-			p.args = append(p.args, strings.NewReplacer("{p2p}", strconv.Itoa(p.p2pPort), "{api}", strconv.Itoa(api)).Replace(s))
+			p.args = append(p.args, strings.NewReplacer("{p2p}", strconv.Itoa(p.p2pPort), "{api}", strconv.Itoa(ports[1])).Replace(s))
 		}
 	}
 	if !slices.Contains(p.args, "--sim") {

@@ -111,14 +111,21 @@ func (c *cluster) writeOwner() error {
 	return os.WriteFile(filepath.Join(c.dir, "api-token"), []byte(c.admin+"\n"), 0o600)
 }
 
-// freePort returns a TCP port free on loopback now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("no free loopback port: %w", err)
+// freePorts returns n distinct TCP ports free on loopback now. Each port's
+// listener stays open until all are picked: a port closed at once may be
+// handed out again by the next pick (a node was once given one port for
+// both its mesh and its API, and refused to start).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("no free loopback port: %w", err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // start starts node i and waits until its API names it.
@@ -128,15 +135,11 @@ func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, err
 	}
-	var err error
-	if p.p2pPort, err = freePort(); err != nil {
-		return nil, err
-	}
-	apiPort, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	p.api = "127.0.0.1:" + strconv.Itoa(apiPort)
+	p.p2pPort, p.api = ports[0], "127.0.0.1:"+strconv.Itoa(ports[1])
 	args := []string{"node",
 		"--data", filepath.Join(p.dir, "data"),
 		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", p.p2pPort),
