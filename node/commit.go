@@ -81,17 +81,33 @@ func (n *Node) commitNeeded(job string) (need jobstate.Mark, wait, superseded bo
 // committed notes that every replica acknowledged rec, and sends what
 // waited for it.
 func (n *Node) committed(rec market.JobRecord) {
-	msgs, dropped := n.gate.Commit(rec.ID, jobstate.MarkOf(rec), time.Now(), n.awardTimeout)
+	msgs, dropped := n.gate.Commit(rec.ID, jobstate.MarkOf(rec), n.awardWithdrawn)
 	if len(msgs) > 0 {
 		n.send(msgs)
 	}
 	if dropped > 0 {
-		n.log.Debug("awards that waited past the award timeout for the job's replicas dropped", "job", rec.ID, "count", dropped)
+		n.log.Debug("awards given up on while they waited for the job's replicas dropped", "job", rec.ID, "count", dropped)
 	}
 	if !jobstate.Settling(rec) {
 		n.gate.Forget(rec.ID) // the job is over here: nothing more to gate
 		n.repl.Forget(rec.ID)
 	}
+}
+
+// awardWithdrawn reports whether the coordinator has given up on award a:
+// the record it last persisted shows a's attempt no longer awarded (its
+// answer's time ran out, or the job ended), or not at all.
+func (n *Node) awardWithdrawn(a *market.Award) bool {
+	rec, ok := n.view.Job(a.Job)
+	if !ok {
+		return true
+	}
+	for _, p := range rec.Placements {
+		if p.Share == a.Share && p.Epoch == a.Epoch {
+			return p.State != market.PlacementAwarded
+		}
+	}
+	return true
 }
 
 // dropStaleHeld discards the messages that waited for a commit longer than

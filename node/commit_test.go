@@ -87,3 +87,34 @@ func TestADecisionOfAJobSupersededBeforeItLeftIsDropped(t *testing.T) {
 		t.Errorf("jobs with held messages: %v; want none (dropped, not held)", held)
 	}
 }
+
+// An award waits for its record's commit as long as its replicas take; when
+// the commit comes it leaves if its coordinator still waits for its answer,
+// however long it waited (the wait follows the supplier's answers and is
+// often longer than AwardTimeout), and is dropped if the coordinator gave
+// up on it meanwhile and gave the share to another award: its runner must
+// not start it. Under CPU load, dropping every award held past AwardTimeout
+// made awards time out that their coordinators still waited for.
+func TestAnAwardLeavesOnCommitUnlessItsCoordinatorGaveUpOnIt(t *testing.T) {
+	self, runner, spare := peer.ID("coordinator"), peer.ID("runner"), peer.ID("spare")
+	n := &Node{id: self, self: self.String(), view: jobstate.NewView(), gate: jobstate.NewGate(), log: slog.New(slog.DiscardHandler)}
+	rec := market.JobRecord{ID: "j1", Coordinator: self.String(), Term: 1, Version: 9, Placements: []market.Placement{
+		{Share: 0, Epoch: 1, Node: runner.String(), State: market.PlacementRejected, Reason: "no answer to the award within the timeout"},
+		{Share: 0, Epoch: 2, Node: spare.String(), State: market.PlacementAwarded},
+	}}
+	n.view.Put(rec)
+	mark := jobstate.MarkOf(rec)
+	givenUp := market.Message{From: self.String(), To: runner.String(), Payload: &market.Award{Job: "j1", Term: 1, Share: 0, Epoch: 1}}
+	awaited := market.Message{From: self.String(), To: spare.String(), Payload: &market.Award{Job: "j1", Term: 1, Share: 0, Epoch: 2}}
+	unknown := market.Message{From: self.String(), To: spare.String(), Payload: &market.Award{Job: "j1", Term: 1, Share: 1, Epoch: 1}}
+	long := time.Now().Add(-time.Minute)
+	for _, m := range []market.Message{givenUp, awaited, unknown} {
+		if !n.gate.Hold("j1", mark, m, long) {
+			t.Fatalf("the award to %s was not held", m.To)
+		}
+	}
+	out, dropped := n.gate.Commit("j1", mark, n.awardWithdrawn)
+	if len(out) != 1 || out[0].Payload != awaited.Payload || dropped != 2 {
+		t.Errorf("sent %v, dropped %d; want only the award still waited for sent, and the one given up on and the one the record does not know dropped", out, dropped)
+	}
+}

@@ -59,7 +59,7 @@ func (n *Node) startMarket(cards []device.Card) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.mk = mk
-	n.lostAfter, n.awardTimeout = mcfg.LostAfter, mcfg.AwardTimeout
+	n.lostAfter = mcfg.LostAfter
 	n.reserveSettle = n.cfg.ReserveSettle
 	if n.reserveSettle == 0 {
 		n.reserveSettle = mcfg.BidWindow + mcfg.AwardTimeout

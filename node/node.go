@@ -115,10 +115,7 @@ type Node struct {
 	claims  *claims         // claims granted to would-be coordinators (claim.go)
 	fences  *fences         // attempts armed with the fence keeper (fencing.go)
 	// lostAfter is the market's LostAfter: the keeper's deadlines count from it.
-	lostAfter time.Duration
-	// awardTimeout is the market's AwardTimeout: an award held longer for
-	// its record's commit is dropped (commit.go).
-	awardTimeout  time.Duration
+	lostAfter     time.Duration
 	keeper        *fence.Keeper
 	adopting      jobstate.Adopting // jobs this node is claiming now (claim.go)
 	stages        *stageClock       // where submitted jobs' time goes (stages.go)

@@ -21,9 +21,12 @@ import (
 // that waits: a Stop never overtakes the award it follows. Messages about
 // a job's other attempts go on: a renewal ack to a running share must not
 // wait for a new share's award to commit (its runner would fence). An
-// award that waited longer than the market's AwardTimeout is dropped when
-// its record commits: the coordinator has given the share to a spare
-// meanwhile, and the runner must not start it.
+// award that the coordinator gave up on while it waited (its answer's time
+// ran out, and the share went to a spare) is dropped when its record
+// commits: the runner must not start it. Only that: the time an award may
+// wait for its accept follows the supplier's answers (market/acceptwait.go)
+// and is often longer than AwardTimeout, and an award dropped while its
+// coordinator still waits for it times out for sure.
 
 // Gate holds messages and executions until their job's record commits.
 // Its methods are safe for concurrent use.
@@ -78,7 +81,7 @@ func NewGate() *Gate {
 
 // Hold queues msg behind job's commit of need, and reports false when it
 // may go now: the record is committed and no message of its attempt waits.
-// now is when it was held (Stale, and Commit's staleAward, count from it).
+// now is when it was held (Stale counts from it).
 func (g *Gate) Hold(job string, need Mark, msg market.Message, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -153,9 +156,9 @@ func (g *Gate) Awaited(job string) bool {
 // Commit records that every replica holds job's record at m, and returns
 // the messages that may go now, in the order they were held: those
 // committed, unless a message of their attempt before them still waits.
-// An award held longer than staleAward (0: none is stale) is dropped, not
-// returned; dropped counts them.
-func (g *Gate) Commit(job string, m Mark, now time.Time, staleAward time.Duration) (out []market.Message, dropped int) {
+// An award that withdrawn reports given up on (nil: none is) is dropped,
+// not returned; dropped counts them.
+func (g *Gate) Commit(job string, m Mark, withdrawn func(*market.Award) bool) (out []market.Message, dropped int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m.atLeast(g.committed[job]) {
@@ -170,7 +173,7 @@ func (g *Gate) Commit(job string, m Mark, now time.Time, staleAward time.Duratio
 			keep = append(keep, h)
 			continue
 		}
-		if _, award := h.msg.Payload.(*market.Award); award && staleAward > 0 && now.Sub(h.since) > staleAward {
+		if a, award := h.msg.Payload.(*market.Award); award && withdrawn != nil && withdrawn(a) {
 			dropped++
 			continue
 		}

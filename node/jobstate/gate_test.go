@@ -49,7 +49,7 @@ func sameMessages(got, want []market.Message) bool {
 func TestGateStopDoesNotOvertakeItsAward(t *testing.T) {
 	g := NewGate()
 	now := time.Unix(1000, 0)
-	if out, dropped := g.Commit("j", at(1, 1), now, 0); len(out) != 0 || dropped != 0 {
+	if out, dropped := g.Commit("j", at(1, 1), nil); len(out) != 0 || dropped != 0 {
 		t.Fatalf("a commit with nothing held sent %v, dropped %d", describe(out), dropped)
 	}
 	a, s := award("r1", 0), stop("r1", 0)
@@ -66,10 +66,10 @@ func TestGateStopDoesNotOvertakeItsAward(t *testing.T) {
 		t.Fatalf("a Stop whose own record is committed overtook the award held before it")
 	}
 	// A commit that does not reach the award's record lets neither go.
-	if out, _ := g.Commit("j", at(1, 1), now, 0); len(out) != 0 {
+	if out, _ := g.Commit("j", at(1, 1), nil); len(out) != 0 {
 		t.Fatalf("sent %v before the award's record committed", describe(out))
 	}
-	out, dropped := g.Commit("j", at(1, 2), now, 0)
+	out, dropped := g.Commit("j", at(1, 2), nil)
 	if !sameMessages(out, []market.Message{a, s}) || dropped != 0 {
 		t.Fatalf("sent %v (dropped %d); want the award, then the Stop", describe(out), dropped)
 	}
@@ -90,7 +90,7 @@ func TestGateStopDoesNotOvertakeItsAward(t *testing.T) {
 func TestGateOtherAttemptsOfTheJobGoOn(t *testing.T) {
 	g := NewGate()
 	now := time.Unix(1000, 0)
-	g.Commit("j", at(1, 4), now, 0)
+	g.Commit("j", at(1, 4), nil)
 	if !g.Hold("j", at(1, 5), award("r1", 0), now) {
 		t.Fatalf("an uncommitted award may go")
 	}
@@ -113,44 +113,40 @@ func TestGateOtherAttemptsOfTheJobGoOn(t *testing.T) {
 	a1, a2 := award("r1", 0), award("r1", 1)
 	g2.Hold("j", at(1, 7), a1, now)
 	g2.Hold("j", at(1, 6), a2, now)
-	if out, _ := g2.Commit("j", at(1, 6), now, 0); !sameMessages(out, []market.Message{a2}) {
+	if out, _ := g2.Commit("j", at(1, 6), nil); !sameMessages(out, []market.Message{a2}) {
 		t.Errorf("commit of version 6 sent %v; want share 1's award only", describe(out))
 	}
-	if out, _ := g2.Commit("j", at(1, 7), now, 0); !sameMessages(out, []market.Message{a1}) {
+	if out, _ := g2.Commit("j", at(1, 7), nil); !sameMessages(out, []market.Message{a1}) {
 		t.Errorf("commit of version 7 sent %v; want share 0's award", describe(out))
 	}
 }
 
-// An award that waited for its commit longer than staleAward is dropped
-// when its record commits (the coordinator gave the share to a spare
-// meanwhile), and counted; a Stop held as long still goes, as does an
-// award that waited less. staleAward 0 drops nothing.
-func TestGateDropsStaleAwardsOnCommit(t *testing.T) {
-	const staleAward = 10 * time.Second
-	held := time.Unix(1000, 0)
-	late := held.Add(staleAward + time.Second)
-
+// An award its coordinator gave up on while it waited for its commit is
+// dropped when its record commits (the share went to a spare meanwhile),
+// and counted, however long it waited; an award still waited for goes,
+// however long it waited, as does a Stop. A nil withdrawn drops nothing.
+func TestGateDropsWithdrawnAwardsOnCommit(t *testing.T) {
+	now := time.Unix(1000, 0)
 	g := NewGate()
-	old, s := award("r1", 0), stop("r2", 0)
-	g.Hold("j", at(1, 1), old, held)
-	g.Hold("j", at(1, 1), s, held)
-	fresh := award("r3", 0)
-	g.Hold("j", at(1, 1), fresh, late.Add(-time.Second))
-	out, dropped := g.Commit("j", at(1, 1), late, staleAward)
+	given, s, wanted := award("r1", 0), stop("r2", 0), award("r3", 1)
+	g.Hold("j", at(1, 1), given, now)
+	g.Hold("j", at(1, 1), s, now)
+	g.Hold("j", at(1, 1), wanted, now.Add(-time.Hour))
+	out, dropped := g.Commit("j", at(1, 1), func(a *market.Award) bool { return a.Share == 0 })
 	if dropped != 1 {
-		t.Errorf("dropped %d awards, want 1 (the one held past staleAward)", dropped)
+		t.Errorf("dropped %d awards, want 1 (the one given up on)", dropped)
 	}
-	if !sameMessages(out, []market.Message{s, fresh}) {
-		t.Errorf("sent %v; want the Stop and the fresh award, not the stale award", describe(out))
+	if !sameMessages(out, []market.Message{s, wanted}) {
+		t.Errorf("sent %v; want the Stop and the award still waited for, not the one given up on", describe(out))
 	}
 	if w := g.Waiting(); len(w) != 0 {
-		t.Errorf("the stale award is still held: %v", w)
+		t.Errorf("the award given up on is still held: %v", w)
 	}
 
 	g = NewGate()
-	g.Hold("j", at(1, 1), old, held)
-	if out, dropped := g.Commit("j", at(1, 1), late, 0); dropped != 0 || !sameMessages(out, []market.Message{old}) {
-		t.Errorf("staleAward 0: sent %v, dropped %d; want the award sent", describe(out), dropped)
+	g.Hold("j", at(1, 1), given, now)
+	if out, dropped := g.Commit("j", at(1, 1), nil); dropped != 0 || !sameMessages(out, []market.Message{given}) {
+		t.Errorf("nil withdrawn: sent %v, dropped %d; want the award sent", describe(out), dropped)
 	}
 }
 
@@ -159,7 +155,6 @@ func TestGateDropsStaleAwardsOnCommit(t *testing.T) {
 // record; one that gave up is forgotten and never hears.
 func TestGateAwait(t *testing.T) {
 	g := NewGate()
-	now := time.Unix(1000, 0)
 	closed := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -178,20 +173,20 @@ func TestGateAwait(t *testing.T) {
 	if w := g.Waiting(); !slices.Equal(w, []string{"j"}) {
 		t.Errorf("waiting %v; want the awaited job", w)
 	}
-	g.Commit("j", at(2, 2), now, 0)
+	g.Commit("j", at(2, 2), nil)
 	if closed(ch) {
 		t.Fatalf("closed by the commit of an earlier version")
 	}
-	g.Commit("j", at(1, 9), now, 0)
+	g.Commit("j", at(1, 9), nil)
 	if closed(ch) {
 		t.Fatalf("closed by the commit of a lower term")
 	}
-	g.Commit("j", at(2, 3), now, 0)
+	g.Commit("j", at(2, 3), nil)
 	if !closed(ch) || g.Awaited("j") {
 		t.Fatalf("after the commit: closed %v, awaited %v; want closed and not awaited", closed(ch), g.Awaited("j"))
 	}
 	// A lower commit after a higher one does not lower the mark.
-	g.Commit("j", at(1, 9), now, 0)
+	g.Commit("j", at(1, 9), nil)
 	if ch := g.Await("j", at(2, 3)); !closed(ch) {
 		t.Errorf("await of a committed record is not closed at once")
 	}
@@ -205,7 +200,7 @@ func TestGateAwait(t *testing.T) {
 	if g.Awaited("j") {
 		t.Fatalf("awaited once every waiter gave up")
 	}
-	g.Commit("j", at(3, 1), now, 0)
+	g.Commit("j", at(3, 1), nil)
 	if closed(gone) || closed(stays) {
 		t.Errorf("a waiter that gave up was closed by the commit")
 	}
@@ -217,13 +212,13 @@ func TestGateAwait(t *testing.T) {
 func TestGateForgetKeepsTheMarkWhileMessagesWait(t *testing.T) {
 	g := NewGate()
 	now := time.Unix(1000, 0)
-	g.Commit("j", at(1, 5), now, 0)
+	g.Commit("j", at(1, 5), nil)
 	g.Hold("j", at(1, 6), award("r1", 0), now)
 	g.Forget("j")
 	if g.Hold("j", at(1, 5), renewalAck("r2", 1), now) {
 		t.Fatalf("the commit mark was forgotten while an award was held")
 	}
-	g.Commit("j", at(1, 6), now, 0)
+	g.Commit("j", at(1, 6), nil)
 	ch := g.Await("j", at(1, 9))
 	g.Forget("j")
 	if g.Hold("j", at(1, 6), renewalAck("r2", 1), now) {
@@ -259,7 +254,7 @@ func TestGateStaleAndDrop(t *testing.T) {
 	if !slices.Equal(w, []string{"j", "k"}) {
 		t.Errorf("waiting %v; want j (its waiter) and k", w)
 	}
-	g.Commit("j", at(1, 1), t0, 0)
+	g.Commit("j", at(1, 1), nil)
 	select {
 	case <-ch:
 	default:
