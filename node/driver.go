@@ -224,7 +224,7 @@ func (n *Node) drive() {
 			n.refreshStatus(now)
 			if now.Sub(n.book.checked) > time.Second {
 				n.checkBook(now)
-				n.stages.sweep(now)
+				n.stages.Sweep(now)
 			}
 			n.step(market.Tick{Now: time.Now()})
 			n.armFences(time.Now())

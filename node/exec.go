@@ -99,7 +99,7 @@ func (n *Node) runAttempt(key attemptKey, e market.Execution, slot *runSlot, mas
 		a.Started = func(pgid int, cgroup string) { n.armStarted(key, slot, pgid, cgroup, slot.decided) }
 		startAt := time.Now()
 		run, err = n.exec.Start(a)
-		n.stages.since(metrics.StageStart, startAt)
+		n.stages.Since(metrics.StageStart, startAt)
 		if err != nil && root != nil {
 			root.Release()
 		}

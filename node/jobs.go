@@ -196,7 +196,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 		return market.JobRecord{}, err
 	}
 	defer release()
-	n.stages.received(spec.ID, time.Now())
+	n.stages.Received(spec.ID, time.Now())
 	if err := n.checkSubmission(&signed, time.Now()); err != nil {
 		return market.JobRecord{}, err
 	}
@@ -223,17 +223,17 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	}
 	var rec market.JobRecord
 	var stepErr error
-	n.stages.queued(spec.ID, time.Now())
+	n.stages.Queued(spec.ID, time.Now())
 	err = n.doDurable(ctx, func() {
 		now := time.Now()
-		n.stages.stepped(spec.ID, now)
+		n.stages.Stepped(spec.ID, now)
 		if t, gone := n.view.Dropped(spec.ID); gone { // dropped since the check above (on the driver, as here)
 			stepErr = droppedJob(t)
 			return
 		}
 		stepErr = n.mk.Step(market.JobSubmitted{Now: now, Spec: spec, Signature: &signed.Signature})
 	}, func() { // persisted before the acknowledgement leaves, with the turn's other submissions
-		n.stages.persisted(spec.ID, time.Now())
+		n.stages.Persisted(spec.ID, time.Now())
 		rec, _ = n.mk.Job(spec.ID)
 	})
 	if err != nil {
@@ -259,7 +259,7 @@ func (n *Node) submitLocal(ctx context.Context, signed market.SignedSpec) (marke
 	if err := n.durable(ctx, rec, "submission", "submit it again with the same ID"); err != nil {
 		return market.JobRecord{}, err
 	}
-	n.stages.replicated(spec.ID, time.Now())
+	n.stages.Replicated(spec.ID, time.Now())
 	n.log.Info("job accepted", "job", spec.ID, "cards", spec.Cards)
 	return rec, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/image"
 	"github.com/gpumesh/gpumesh/node/jobstate"
 	"github.com/gpumesh/gpumesh/node/layers"
+	"github.com/gpumesh/gpumesh/node/stages"
 	"github.com/gpumesh/gpumesh/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -118,7 +119,7 @@ type Node struct {
 	lostAfter     time.Duration
 	keeper        *fence.Keeper
 	adopting      jobstate.Adopting // jobs this node is claiming now (claim.go)
-	stages        *stageClock       // where submitted jobs' time goes (stages.go)
+	stages        *stages.Clock     // where submitted jobs' time goes (node/stages)
 	admitted      admission         // submissions coordinated now (admission.go)
 	ship          *shipper
 	blobs         *blob.Store                 // the content store (blobs.go)
@@ -279,7 +280,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err = n.newMetrics(); err != nil {
 		return nil, err
 	}
-	n.stages = newStageClock(n.obs.m, n.log)
+	n.stages = stages.New(n.obs.m, n.log)
 
 	if err := n.openBlobs(); err != nil {
 		return nil, err

@@ -197,7 +197,7 @@ func (n *Node) receive(m gossip.Message) {
 		return
 	}
 	if r, ok := msg.Payload.(*market.Renewal); ok {
-		n.stages.renewed(r.Job, time.Now())
+		n.stages.Renewed(r.Job, time.Now())
 	}
 	if !n.post(func() {
 		after := n.receiptsIn(&msg)

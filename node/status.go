@@ -61,7 +61,7 @@ func (n *Node) newMetrics() error {
 // observeNote records placement and reroute latencies and auction
 // outcomes from the market's notifications. It runs on the driver.
 func (n *Node) observeNote(note market.Notification) {
-	n.stages.noted(note)
+	n.stages.Noted(note)
 	o := n.obs
 	switch note.To {
 	case market.JobRerouting:

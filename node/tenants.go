@@ -96,7 +96,7 @@ func (n *Node) signAsNode(spec market.JobSpec) (market.SignedSpec, error) {
 // checkSubmission verifies a submitted spec's signature for this mesh and
 // that it was signed lately.
 func (n *Node) checkSubmission(s *market.SignedSpec, now time.Time) error {
-	defer n.stages.since(metrics.StageSignature, time.Now())
+	defer n.stages.Since(metrics.StageSignature, time.Now())
 	bad := func(format string, args ...any) error {
 		return &api.HTTPError{Status: http.StatusBadRequest, Field: "signature", Err: fmt.Errorf(format, args...)}
 	}
@@ -368,7 +368,7 @@ func (t tenantAPI) Submit(ctx context.Context, spec market.JobSpec) (market.JobR
 
 // SubmitSigned implements api.SignedSubmitter.
 func (t tenantAPI) SubmitSigned(ctx context.Context, s market.SignedSpec) (market.JobRecord, error) {
-	t.stages.apiStage(ctx)
+	t.stages.API(ctx)
 	if !s.Signed() {
 		// Nobody vouches for the spec: the caller is no owner this node
 		// holds the key of, so it is forbidden rather than malformed.

@@ -1,4 +1,6 @@
-package node
+// Package stages times where a submitted job's time goes, stage by stage,
+// at the nodes that handle it.
+package stages
 
 import (
 	"context"
@@ -40,9 +42,9 @@ type timeline struct {
 	running    time.Time // every share running
 }
 
-// stageClock keeps the timelines of the jobs this node coordinates. Its
-// methods are safe for concurrent use; a nil *stageClock does nothing.
-type stageClock struct {
+// Clock keeps the timelines of the jobs a node coordinates. Its methods
+// are safe for concurrent use; a nil *Clock does nothing.
+type Clock struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 
@@ -50,34 +52,36 @@ type stageClock struct {
 	jobs map[string]*timeline
 }
 
-func newStageClock(m *metrics.Metrics, log *slog.Logger) *stageClock {
-	return &stageClock{m: m, log: log, jobs: map[string]*timeline{}}
+// New returns a Clock that observes into m's gpumesh_job_stage_seconds
+// and logs each job's stages to log at debug level.
+func New(m *metrics.Metrics, log *slog.Logger) *Clock {
+	return &Clock{m: m, log: log, jobs: map[string]*timeline{}}
 }
 
-// observe records one stage that is not part of a coordinator's timeline
+// Observe records one stage that is not part of a coordinator's timeline
 // (api, signature, start).
-func (s *stageClock) observe(st metrics.Stage, d time.Duration) {
+func (s *Clock) Observe(st metrics.Stage, d time.Duration) {
 	if s != nil && s.m != nil {
 		s.m.ObserveStage(st, d)
 	}
 }
 
-// since observes the time from at to now as stage st, when at is set.
-func (s *stageClock) since(st metrics.Stage, at time.Time) {
+// Since observes the time from at to now as stage st, when at is set.
+func (s *Clock) Since(st metrics.Stage, at time.Time) {
 	if !at.IsZero() {
-		s.observe(st, time.Since(at))
+		s.Observe(st, time.Since(at))
 	}
 }
 
-// apiStage observes the API's part of a request: from its arrival to now.
-func (s *stageClock) apiStage(ctx context.Context) {
+// API observes the API's part of a request: from its arrival to now.
+func (s *Clock) API(ctx context.Context) {
 	if at, ok := api.ReceivedAt(ctx); ok {
-		s.since(metrics.StageAPI, at)
+		s.Since(metrics.StageAPI, at)
 	}
 }
 
 // update runs f on job's timeline, making it when create is set.
-func (s *stageClock) update(job string, create bool, f func(t *timeline)) {
+func (s *Clock) update(job string, create bool, f func(t *timeline)) {
 	if s == nil {
 		return
 	}
@@ -94,8 +98,8 @@ func (s *stageClock) update(job string, create bool, f func(t *timeline)) {
 	f(t)
 }
 
-// received starts job's timeline: a submission reached its coordinator.
-func (s *stageClock) received(job string, at time.Time) {
+// Received starts job's timeline: a submission reached its coordinator.
+func (s *Clock) Received(job string, at time.Time) {
 	s.update(job, true, func(t *timeline) {
 		if t.received.IsZero() { // a retried submission keeps the first
 			t.received = at
@@ -103,10 +107,10 @@ func (s *stageClock) received(job string, at time.Time) {
 	})
 }
 
-// queued marks the submission handed to the driver; stepped (on the
-// driver) that it was taken up, and persisted (after the turn's write)
+// Queued marks the submission handed to the driver; Stepped (on the
+// driver) that it was taken up, and Persisted (after the turn's write)
 // that its record is on disk.
-func (s *stageClock) queued(job string, at time.Time) {
+func (s *Clock) Queued(job string, at time.Time) {
 	s.update(job, false, func(t *timeline) {
 		if t.queued.IsZero() {
 			t.queued = at
@@ -114,38 +118,38 @@ func (s *stageClock) queued(job string, at time.Time) {
 	})
 }
 
-func (s *stageClock) stepped(job string, at time.Time) {
+func (s *Clock) Stepped(job string, at time.Time) {
 	s.update(job, false, func(t *timeline) {
 		if t.stepped.IsZero() && !t.queued.IsZero() {
 			t.stepped = at
-			s.observe(metrics.StageQueue, at.Sub(t.queued))
+			s.Observe(metrics.StageQueue, at.Sub(t.queued))
 		}
 	})
 }
 
-func (s *stageClock) persisted(job string, at time.Time) {
+func (s *Clock) Persisted(job string, at time.Time) {
 	s.update(job, false, func(t *timeline) {
 		if t.persisted.IsZero() && !t.stepped.IsZero() {
 			t.persisted = at
-			s.observe(metrics.StagePersist, at.Sub(t.stepped))
+			s.Observe(metrics.StagePersist, at.Sub(t.stepped))
 		}
 	})
 }
 
-// replicated marks the job's record confirmed by its replicas, and the
+// Replicated marks the job's record confirmed by its replicas, and the
 // submission acknowledged.
-func (s *stageClock) replicated(job string, at time.Time) {
+func (s *Clock) Replicated(job string, at time.Time) {
 	s.update(job, false, func(t *timeline) {
 		if t.replicated.IsZero() && !t.persisted.IsZero() {
 			t.replicated = at
-			s.observe(metrics.StageReplicate, at.Sub(t.persisted))
+			s.Observe(metrics.StageReplicate, at.Sub(t.persisted))
 		}
 	})
 }
 
-// noted follows the market's notifications of the job: its auction
+// Noted follows the market's notifications of the job: its auction
 // cleared, it runs, it ended (its timeline goes).
-func (s *stageClock) noted(note market.Notification) {
+func (s *Clock) Noted(note market.Notification) {
 	if s == nil {
 		return
 	}
@@ -158,10 +162,10 @@ func (s *stageClock) noted(note market.Notification) {
 	switch {
 	case note.To == market.JobPlacing && t.cleared.IsZero() && !t.stepped.IsZero():
 		t.cleared = note.At
-		s.observe(metrics.StageBidWindow, note.At.Sub(t.stepped))
+		s.Observe(metrics.StageBidWindow, note.At.Sub(t.stepped))
 	case note.To == market.JobRunning && t.running.IsZero() && !t.cleared.IsZero():
 		t.running = note.At
-		s.observe(metrics.StageAward, note.At.Sub(t.cleared))
+		s.Observe(metrics.StageAward, note.At.Sub(t.cleared))
 	case note.To.Terminal():
 		if t.running.IsZero() || note.To == market.JobMoved {
 			delete(s.jobs, note.Job) // no renewal will come
@@ -169,9 +173,9 @@ func (s *stageClock) noted(note market.Notification) {
 	}
 }
 
-// renewed marks a lease renewal of job received: the first ends its
+// Renewed marks a lease renewal of job received: the first ends its
 // timeline, with the log line.
-func (s *stageClock) renewed(job string, at time.Time) {
+func (s *Clock) Renewed(job string, at time.Time) {
 	if s == nil {
 		return
 	}
@@ -183,7 +187,7 @@ func (s *stageClock) renewed(job string, at time.Time) {
 	}
 	delete(s.jobs, job)
 	s.mu.Unlock()
-	s.observe(metrics.StageFirstRenewal, at.Sub(t.running))
+	s.Observe(metrics.StageFirstRenewal, at.Sub(t.running))
 	s.log.Debug("job stages", "job", job,
 		"queue_ms", msBetween(t.queued, t.stepped), "persist_ms", msBetween(t.stepped, t.persisted),
 		"replicate_ms", msBetween(t.persisted, t.replicated), "bid_window_ms", msBetween(t.stepped, t.cleared),
@@ -191,8 +195,8 @@ func (s *stageClock) renewed(job string, at time.Time) {
 		"total_ms", msBetween(t.received, at))
 }
 
-// sweep drops the timelines older than timelineTTL.
-func (s *stageClock) sweep(now time.Time) {
+// Sweep drops the timelines older than timelineTTL.
+func (s *Clock) Sweep(now time.Time) {
 	if s == nil {
 		return
 	}
