@@ -100,20 +100,19 @@ func TestTimelinesGoWhenTheyCannotEnd(t *testing.T) {
 	if got := counts(t, m); got[metrics.StageQueue] != 0 {
 		t.Errorf("a job that ended before it ran still has a timeline: %v", got)
 	}
-	c.Received("old", t0)
-	c.Sweep(t0.Add(timelineTTL - time.Second))
-	c.Sweep(t0.Add(timelineTTL + time.Second))
-	c.Queued("old", t0)
-	c.Stepped("old", t0)
-	if got := counts(t, m); got[metrics.StageQueue] != 0 {
-		t.Errorf("a timeline older than timelineTTL was kept: %v", got)
-	}
-	c.Received("young", t0)
-	c.Sweep(t0.Add(timelineTTL - time.Second))
-	c.Queued("young", t0)
-	c.Stepped("young", t0)
-	if got := counts(t, m); got[metrics.StageQueue] != 1 {
-		t.Errorf("a timeline younger than timelineTTL was swept: %v", got)
+	for _, tc := range []struct {
+		job  string
+		age  time.Duration // at the sweep
+		kept bool
+	}{{"old", timelineTTL + time.Second, false}, {"young", timelineTTL - time.Second, true}} {
+		before := counts(t, m)[metrics.StageQueue]
+		c.Received(tc.job, t0)
+		c.Sweep(t0.Add(tc.age))
+		c.Queued(tc.job, t0)
+		c.Stepped(tc.job, t0)
+		if kept := counts(t, m)[metrics.StageQueue] > before; kept != tc.kept {
+			t.Errorf("a timeline %v old at the sweep: kept %v, want %v", tc.age, kept, tc.kept)
+		}
 	}
 	var none *Clock
 	none.Received("j", t0)
