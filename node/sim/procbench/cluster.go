@@ -206,7 +206,7 @@ func (c *cluster) waitFormed(ctx context.Context, within time.Duration) error {
 		}
 		last = why
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the mesh did not form within %v: %s", within, last)
+			return fmt.Errorf("the mesh did not form within %v: %s%s", within, last, c.views(ctx))
 		}
 		select {
 		case <-ctx.Done():
@@ -255,6 +255,57 @@ func (c *cluster) formed(ctx context.Context) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// views says, for each node some member does not see alive or
+// coordinating, how many of the other members do and whether the node
+// sees itself so: a node that never raised its coordinator flag shows as
+// "itself: no", news of it that reached few members as "3 of 39". It is
+// "" when every node sees every member alive and coordinating (or the
+// config skips the coordinator wait and every one is alive).
+func (c *cluster) views(ctx context.Context) string {
+	seenBy := map[string]int{}  // peer ID → members (other than itself) that see it alive and, unless skipped, coordinating
+	itself := map[string]bool{} // peer ID → whether it sees itself so
+	asked := 0
+	for _, p := range c.procs {
+		var peers api.PeerList
+		if err := c.get(ctx, p, "/v1/peers", &peers); err != nil {
+			continue
+		}
+		asked++
+		for _, m := range peers.Peers {
+			if m.State != "alive" || !c.cfg.SkipCoordinatorWait && !m.Coordinator {
+				continue
+			}
+			if m.ID == p.peerID {
+				itself[m.ID] = true
+			} else {
+				seenBy[m.ID]++
+			}
+		}
+	}
+	var parts []string
+	for _, p := range c.procs {
+		if seenBy[p.peerID] == len(c.procs)-1 && itself[p.peerID] {
+			continue
+		}
+		self := "no"
+		if itself[p.peerID] {
+			self = "yes"
+		}
+		parts = append(parts, fmt.Sprintf("%s seen by %d of %d others, itself: %s", p.name, seenBy[p.peerID], len(c.procs)-1, self))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	what := "alive and coordinating"
+	if c.cfg.SkipCoordinatorWait {
+		what = "alive"
+	}
+	if len(parts) > 5 {
+		parts = append(parts[:5], fmt.Sprintf("%d more", len(parts)-5))
+	}
+	return fmt.Sprintf(" (asked all %d nodes whom they see %s, %d answered: %s)", len(c.procs), what, asked, strings.Join(parts, "; "))
 }
 
 // missing names the processes whose peer IDs seen lacks (at most five),
