@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,5 +476,48 @@ func TestSubscriptionOverflowCountsMissedEvents(t *testing.T) {
 	late := h.subscribe(1)
 	if _, ok := <-late.C; ok {
 		t.Fatal("subscription to a closed hub is open")
+	}
+}
+
+// A change of this node's metadata is announced once more a while after it
+// (reannounce.go): a second alive message under a new incarnation, for the
+// members the first one did not reach. A change meanwhile starts the wait
+// again; one announcement follows the last change, not one per change.
+func TestSimMetadataIsAnnouncedOnceMoreAfterTheLastChange(t *testing.T) {
+	sim := NewSimNetwork(SimOptions{})
+	defer sim.Close()
+	nodes := simCluster(t, sim, 2, nil)
+	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
+	a, b := nodes[0], nodes[1]
+	var announced atomic.Int32
+	a.updateMu.Lock()
+	a.reannounceAfter = 300 * time.Millisecond
+	real := a.updateNode
+	a.updateNode = func(timeout time.Duration) error { // called with updateMu held
+		announced.Add(1)
+		return real(timeout)
+	}
+	a.updateMu.Unlock()
+	for _, region := range []string{"cn-east", "cn-north"} {
+		if err := a.UpdateMeta(Meta{Region: region}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := announced.Load(); n != 2 {
+		t.Fatalf("%d announcements right after two changes, want 2", n)
+	}
+	waitFor(t, 5*time.Second, "the last change announced once more", func() bool { return announced.Load() == 3 })
+	mem, _ := b.Member(a.ID())
+	if mem.Region != "cn-north" {
+		t.Errorf("the other member sees region %q, want the last one", mem.Region)
+	}
+	// Nothing more comes without a change: the wait is at most 1.5 × the
+	// delay, so three delays with no fourth announcement show there is none.
+	deadline := time.Now().Add(3 * a.reannounceAfter)
+	for time.Now().Before(deadline) {
+		if n := announced.Load(); n != 3 {
+			t.Fatalf("%d announcements; want the change's two and one more", n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
 	}
 }

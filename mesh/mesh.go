@@ -47,6 +47,11 @@ type Mesh struct {
 	// lostUpdates counts metadata updates memberlist dropped and that
 	// were made again (updateNodeLocked).
 	lostUpdates atomic.Uint64
+	// changed wakes reannounceLoop after an announcement;
+	// reannounceAfter is its delay, guarded by updateMu (tests shorten it
+	// before they change the metadata).
+	changed         chan struct{}
+	reannounceAfter time.Duration
 
 	notifiee *network.NotifyBundle
 	// hinted holds the members whose disconnect was hinted since their
@@ -143,8 +148,11 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 		hub:    newHub(),
 		found:  make(chan peer.AddrInfo, 16),
 		joined: make(chan struct{}, 1),
-		done:   make(chan struct{}),
-		meta:   cfg.Meta,
+
+		changed:         make(chan struct{}, 1),
+		reannounceAfter: reannounceAfter,
+		done:            make(chan struct{}),
+		meta:            cfg.Meta,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if err := m.refreshMeta(); err != nil {
@@ -202,9 +210,10 @@ func start(cfg Config, h host.Host, owned bool, g *gater, keys meshKeys, hooks s
 			return nil, err
 		}
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.loop()
 	go m.reconnectLoop()
+	go m.reannounceLoop() // reannounce.go
 	return m, nil
 }
 
@@ -290,6 +299,7 @@ func (m *Mesh) announce() error {
 	m.updateMu.Lock()
 	m.updateNodeLocked(announceWait)
 	m.updateMu.Unlock()
+	m.noteChange() // announced once more later (reannounce.go)
 	return nil
 }
 
