@@ -510,6 +510,19 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		r.row(target(row, "≤ 60 s", row.Value <= 60))
 	}
 	end := settled
+	// The end's figures come from the last tick of the watch in which
+	// every node answered its scrape: a node that did not could hide a
+	// reserved card, and a total without it would count too little.
+	whole := -1
+	for i := len(ticks) - 1; i >= 0 && !ticks[i].at.Before(end.Add(-10*time.Second)); i-- {
+		if !ticks[i].at.After(end) && answered(ticks[i]) == len(ticks[i].nodes) {
+			whole = i
+			break
+		}
+	}
+	if whole < 0 {
+		r.note("the last 10 s of the watch had no scrape that every node answered: the end's figures (gossip, CPU, cards reserved, the whole run's totals) are not measured")
+	}
 	if mean, most, ok := rate(gossipIn, end.Add(-10*time.Second), end); ok {
 		r.row(target(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "gossip received at the end", Value: mean / 1024, Unit: "KB/s", N: cfg.Nodes,
 			Note: fmt.Sprintf("per node, the last 10 s of the %v watch; the busiest node %.2f KB/s", cfg.Settle, most/1024)}, "< 2 KB/s", mean < QuietBytes))
@@ -522,10 +535,13 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		r.row(bench.Row{Case: "after the last cancel", Clock: bench.ClockReal, Metric: "CPU at the end", Value: mean, Unit: "%", N: cfg.Nodes,
 			Note: fmt.Sprintf("per node, of one core, the last 10 s of the watch; the busiest node %.1f%%", most)})
 	}
-	if i := nearest(ticks, end); i >= 0 {
+	if i := whole; i >= 0 {
 		n := reserved(ticks[i])
 		r.row(target(bench.Row{Case: "after the last cancel", Metric: "cards reserved", Value: float64(n), Unit: "cards",
 			Note: "the most any node's book shows reserved at the end of the watch"}, "0", n == 0))
+	} else {
+		r.row(target(bench.Row{Case: "after the last cancel", Metric: "cards reserved", Unit: "cards",
+			Note: "NOT measured: no scrape that every node answered in the last 10 s of the watch"}, "0", false))
 	}
 	during := changes(burstAt, end)
 	after := changes(lastCancel, end)
@@ -547,7 +563,7 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 	// memberlist dropped and the nodes made again, over the whole run:
 	// news lost this way reaches a node late, or (before the nodes made
 	// dropped updates again) never.
-	if i := nearest(ticks, end); i >= 0 {
+	if i := whole; i >= 0 {
 		total := func(name string, labels ...string) (n float64) {
 			for _, s := range ticks[i].nodes {
 				if s != nil {
@@ -572,6 +588,17 @@ func (r *burstRun) report(ticks []tick, idleFrom, idleTo, burstAt, lastCancel, s
 		row.Value = ms(probe.took)
 		r.row(target(row, "< 1 s", probe.took < time.Second))
 	}
+}
+
+// answered is how many nodes answered t's scrape.
+func answered(t tick) int {
+	n := 0
+	for _, s := range t.nodes {
+		if s != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // nearest is the index of the tick nearest to at, or -1 when there is

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/sim/bench"
 )
 
@@ -95,5 +96,33 @@ func TestBurstOnASmallMesh(t *testing.T) {
 	}
 	if len(res.Scenarios) != 1 || res.Scenarios[0] != BurstScenario {
 		t.Errorf("scenarios %v", res.Scenarios)
+	}
+}
+
+// The end of the watch where no scrape had every node's answer: the cards
+// reserved are not measured, and the run says so, rather than a "0 ✓"
+// from a scrape that heard no node (a run here printed "cards reserved 0
+// ✓" and "membership packets dropped 0" with its end's rows missing).
+func TestBurstEndWithoutAWholeScrapeIsNotMeasured(t *testing.T) {
+	start := time.Unix(1000, 0)
+	var ticks []tick
+	for s := range 100 {
+		ticks = append(ticks, tick{at: start.Add(time.Duration(s) * time.Second), nodes: make([]series, 2), cpu: []time.Duration{-1, -1}})
+	}
+	r := &burstRun{run: run{res: &bench.Results{}}, bcfg: BurstConfig{Config: Config{Nodes: 2}, Probe: 64}}
+	r.report(ticks, start, start.Add(10*time.Second), start.Add(10*time.Second), start.Add(30*time.Second), start.Add(90*time.Second), 0, 12,
+		probeResult{took: 100 * time.Millisecond, state: market.JobRunning}, nil)
+	for _, row := range r.res.Rows {
+		switch row.Metric {
+		case "cards reserved":
+			if row.Met == nil || *row.Met || !strings.Contains(row.Note, "NOT measured") {
+				t.Errorf("cards reserved with no node heard: %+v", row)
+			}
+		case "membership packets dropped", "metadata updates redone":
+			t.Errorf("%s reported with no node heard: %+v", row.Metric, row)
+		}
+	}
+	if !strings.Contains(strings.Join(r.res.Notes, "\n"), "not measured") {
+		t.Errorf("notes %q do not say the end was not measured", r.res.Notes)
 	}
 }
