@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/portuse"
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/mesh"
@@ -112,20 +112,13 @@ func (b *syncBuffer) String() string {
 // freePort returns a TCP port free on loopback now.
 func freePort(t testing.TB) int { return freePorts(t, 1)[0] }
 
-// freePorts returns n distinct TCP ports free on loopback now. Each port's
-// listener stays open until all are picked: a port closed at once may be
-// handed out again by the next pick, and a node given one port for both
-// its mesh and its API refuses to start.
+// freePorts returns n distinct TCP ports free on loopback now
+// (portuse.FreeLoopback).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := portuse.FreeLoopback(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -75,3 +75,24 @@ func TestExplainPassesOtherErrors(t *testing.T) {
 		t.Errorf("port 0: %v", err)
 	}
 }
+
+// The ports picked together are distinct, and free: each can be listened
+// on once the call returns.
+func TestFreeLoopbackPortsAreDistinctAndFree(t *testing.T) {
+	ports, err := FreeLoopback(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d picked twice: %v", p, ports)
+		}
+		seen[p] = true
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", p, err)
+		}
+		ln.Close()
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpumesh/gpumesh/internal/portuse"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 )
@@ -111,23 +111,6 @@ func (c *cluster) writeOwner() error {
 	return os.WriteFile(filepath.Join(c.dir, "api-token"), []byte(c.admin+"\n"), 0o600)
 }
 
-// freePorts returns n distinct TCP ports free on loopback now. Each port's
-// listener stays open until all are picked: a port closed at once may be
-// handed out again by the next pick (a node was once given one port for
-// both its mesh and its API, and refused to start).
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("no free loopback port: %w", err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // start starts node i and waits until its API names it.
 func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
 	p := &proc{name: fmt.Sprintf("node-%d", i), done: make(chan struct{})}
@@ -135,7 +118,7 @@ func (c *cluster) start(ctx context.Context, i int) (*proc, error) {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := portuse.FreeLoopback(2)
 	if err != nil {
 		return nil, err
 	}
