@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,12 +488,12 @@ func TestSimMetadataIsAnnouncedOnceMoreAfterTheLastChange(t *testing.T) {
 	nodes := simCluster(t, sim, 2, nil)
 	waitFor(t, 20*time.Second, "all alive", func() bool { return allSee(nodes, StateAlive) })
 	a, b := nodes[0], nodes[1]
-	var announced atomic.Int32
+	announced := make(chan struct{}, 8)
 	a.updateMu.Lock()
 	a.reannounceAfter = 300 * time.Millisecond
 	real := a.updateNode
 	a.updateNode = func(timeout time.Duration) error { // called with updateMu held
-		announced.Add(1)
+		announced <- struct{}{}
 		return real(timeout)
 	}
 	a.updateMu.Unlock()
@@ -503,21 +502,25 @@ func TestSimMetadataIsAnnouncedOnceMoreAfterTheLastChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := announced.Load(); n != 2 {
+	if n := len(announced); n != 2 {
 		t.Fatalf("%d announcements right after two changes, want 2", n)
 	}
-	waitFor(t, 5*time.Second, "the last change announced once more", func() bool { return announced.Load() == 3 })
+	<-announced
+	<-announced
+	select {
+	case <-announced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last change was not announced once more within 5 s")
+	}
 	mem, _ := b.Member(a.ID())
 	if mem.Region != "cn-north" {
 		t.Errorf("the other member sees region %q, want the last one", mem.Region)
 	}
 	// Nothing more comes without a change: the wait is at most 1.5 × the
 	// delay, so three delays with no fourth announcement show there is none.
-	deadline := time.Now().Add(3 * a.reannounceAfter)
-	for time.Now().Before(deadline) {
-		if n := announced.Load(); n != 3 {
-			t.Fatalf("%d announcements; want the change's two and one more", n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
+	select {
+	case <-announced:
+		t.Fatal("announced again without a change; want the change's two and one more")
+	case <-time.After(3 * a.reannounceAfter):
 	}
 }

@@ -3,7 +3,6 @@ package procbench
 import (
 	"context"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +13,6 @@ import (
 // that never coordinate (--coordinator never) show as seen by none and not
 // by themselves, which tells a flag never raised from news of it lost.
 func TestAMeshThatDoesNotFormSaysWhoSeesWhom(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
 	cfg := Config{Binary: binary, Nodes: 2, Cards: 1, Model: DefaultModel, Progress: func(string) {}, nodeArgs: []string{"--coordinator", "never"}}
 	c := &cluster{cfg: cfg, dir: t.TempDir(), hc: &http.Client{Timeout: 10 * time.Second}}
 	defer c.stop(time.Second)
