@@ -73,6 +73,7 @@ type Direct struct {
 	h        host.Host
 	msgProto protocol.ID
 	rpcProto protocol.ID
+	askProto protocol.ID
 	seq      atomic.Uint64
 
 	ctx        context.Context
@@ -80,11 +81,13 @@ type Direct struct {
 	mu         sync.Mutex
 	closed     bool
 	msgStreams map[peer.ID]int // streams of one-way messages open, by sender
+	askStreams map[peer.ID]int // streams of asks open, by caller
 	wg         sync.WaitGroup
 	slots      chan struct{}
 
 	refused atomic.Uint64
 	out     outStreams // streams of one-way messages kept open, by peer
+	asks    askStreams // streams of asks kept open, by peer (ask.go)
 }
 
 // NewDirect registers the network's direct protocols on h.
@@ -113,6 +116,7 @@ func NewDirect(h host.Host, cfg DirectConfig) (*Direct, error) {
 		h:        h,
 		msgProto: protocol.ID(fmt.Sprintf("/gpumesh/%s/v%d/msg", cfg.Network, Version)),
 		rpcProto: protocol.ID(fmt.Sprintf("/gpumesh/%s/v%d/rpc", cfg.Network, Version)),
+		askProto: protocol.ID(fmt.Sprintf("/gpumesh/%s/v%d/ask", cfg.Network, Version)),
 		ctx:      ctx,
 		cancel:   cancel,
 		slots:    make(chan struct{}, cfg.MaxInbound),
@@ -120,8 +124,9 @@ func NewDirect(h host.Host, cfg DirectConfig) (*Direct, error) {
 	// Sequence numbers start from the clock so a restarted node's continue
 	// upwards.
 	d.seq.Store(uint64(cfg.Clock.Now().UnixMicro()))
-	h.SetStreamHandler(d.msgProto, d.tracked(d.takePeerStream, d.serveMessages))
+	h.SetStreamHandler(d.msgProto, d.tracked(d.peerStreams(&d.msgStreams), d.serveMessages))
 	h.SetStreamHandler(d.rpcProto, d.tracked(d.takeSlot, d.serveCall))
+	h.SetStreamHandler(d.askProto, d.tracked(d.peerStreams(&d.askStreams), d.serveAsks))
 	d.wg.Add(1)
 	go d.closeIdleOut()
 	return d, nil
@@ -142,6 +147,7 @@ func (d *Direct) Close() error {
 	d.mu.Unlock()
 	d.h.RemoveStreamHandler(d.msgProto)
 	d.h.RemoveStreamHandler(d.rpcProto)
+	d.h.RemoveStreamHandler(d.askProto)
 	d.cancel()
 	d.wg.Wait()
 	return nil
@@ -183,31 +189,34 @@ func (d *Direct) takeSlot(network.Stream) (func(), bool) {
 }
 
 // maxMessageStreams bounds the streams of one-way messages one peer has
-// open here at once: a sender keeps one (outstream.go), two when two of
-// its Sends raced to open it. They do not count against MaxInbound, which
-// a coordinator's runners, each keeping a stream to it, would exhaust.
+// open here at once, and its streams of asks: a sender keeps one of each
+// (outstream.go, ask.go), two when two of its Sends raced to open it. They
+// do not count against MaxInbound, which a coordinator's runners, each
+// keeping a stream to it, would exhaust.
 const maxMessageStreams = 4
 
-// takePeerStream admits a stream of one-way messages while its sender
-// has fewer than maxMessageStreams open here.
-func (d *Direct) takePeerStream(s network.Stream) (func(), bool) {
-	from := s.Conn().RemotePeer()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.msgStreams[from] >= maxMessageStreams {
-		return nil, false
-	}
-	if d.msgStreams == nil {
-		d.msgStreams = map[peer.ID]int{}
-	}
-	d.msgStreams[from]++
-	return func() {
+// peerStreams admits a stream while its sender has fewer than
+// maxMessageStreams open here, as counted in *open (under d.mu).
+func (d *Direct) peerStreams(open *map[peer.ID]int) func(network.Stream) (func(), bool) {
+	return func(s network.Stream) (func(), bool) {
+		from := s.Conn().RemotePeer()
 		d.mu.Lock()
-		if d.msgStreams[from]--; d.msgStreams[from] == 0 {
-			delete(d.msgStreams, from)
+		defer d.mu.Unlock()
+		if (*open)[from] >= maxMessageStreams {
+			return nil, false
 		}
-		d.mu.Unlock()
-	}, true
+		if *open == nil {
+			*open = map[peer.ID]int{}
+		}
+		(*open)[from]++
+		return func() {
+			d.mu.Lock()
+			if (*open)[from]--; (*open)[from] == 0 {
+				delete(*open, from)
+			}
+			d.mu.Unlock()
+		}, true
+	}
 }
 
 // Out is one message to send: its kind and encoded data.
@@ -309,18 +318,26 @@ func (d *Direct) open(ctx context.Context, to peer.ID, proto protocol.ID) (netwo
 }
 
 func (d *Direct) encode(kind string, data []byte) ([]byte, error) {
+	_, b, err := d.encodeSeq(kind, data)
+	return b, err
+}
+
+// encodeSeq encodes a message of kind and returns its Seq too.
+func (d *Direct) encodeSeq(kind string, data []byte) (uint64, []byte, error) {
 	now := d.cfg.Clock.Now()
 	nonce := make([]byte, NonceSize)
 	_, _ = rand.Read(nonce)
-	return EncodeMessage(Message{
+	seq := d.seq.Add(1)
+	b, err := EncodeMessage(Message{
 		Sender:    d.h.ID(),
-		Seq:       d.seq.Add(1),
+		Seq:       seq,
 		IssuedAt:  now,
 		ExpiresAt: now.Add(d.cfg.TTL),
 		Nonce:     nonce,
 		Kind:      kind,
 		Data:      data,
 	})
+	return seq, b, err
 }
 
 // serveMessages reads a stream of one-way messages until its sender

@@ -170,8 +170,8 @@ func (d *Direct) forgetOut(o *outStream) {
 	d.out.mu.Unlock()
 }
 
-// closeIdleOut closes the kept streams idle for outIdle, until the Direct
-// closes; then it closes them all.
+// closeIdleOut closes the kept streams (of messages and of asks) idle for
+// outIdle, until the Direct closes; then it closes them all.
 func (d *Direct) closeIdleOut() {
 	defer d.wg.Done()
 	tick := time.NewTicker(outIdle / 2)
@@ -180,9 +180,11 @@ func (d *Direct) closeIdleOut() {
 		select {
 		case <-d.ctx.Done():
 			d.closeOut(func(*outStream) bool { return true }) // a Send writing now resets its own
+			d.closeIdleAsks(time.Now(), true)
 			return
 		case now := <-tick.C:
 			d.closeOut(func(o *outStream) bool { return now.Sub(o.used) >= outIdle })
+			d.closeIdleAsks(now, false)
 		}
 	}
 }

@@ -273,7 +273,7 @@ func (n *Node) claim(job string, term uint64, skip peer.ID) claimOutcome {
 			n.dialable(id)
 			var r claimReply
 			got := false
-			err := n.direct.Call(ctx, id, kindClaim, data, func(m gossip.Message) error {
+			err := n.direct.Ask(ctx, id, kindClaim, data, func(m gossip.Message) error {
 				if m.Kind != kindClaimed || got {
 					return fmt.Errorf("unexpected %q frame in a claim reply", m.Kind)
 				}
@@ -325,7 +325,7 @@ func (n *Node) release(job string, term uint64, skip peer.ID) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(n.ctx, claimWait)
 			defer cancel()
-			_ = n.direct.Call(ctx, id, kindRelease, data, func(gossip.Message) error { return nil })
+			_ = n.direct.Ask(ctx, id, kindRelease, data, func(gossip.Message) error { return nil })
 		}()
 	}
 	wg.Wait()

@@ -129,7 +129,7 @@ func (n *Node) replicateBatch(ctx context.Context, t peer.ID, recs []market.JobR
 	defer cancel()
 	n.dialable(t)
 	next := 0
-	err := n.direct.Call(cctx, t, kindReplicateMany, body.Bytes(), func(m gossip.Message) error {
+	err := n.direct.Ask(cctx, t, kindReplicateMany, body.Bytes(), func(m gossip.Message) error {
 		if next >= len(batch) {
 			return fmt.Errorf("more answers than the %d records sent", len(batch))
 		}
@@ -157,7 +157,7 @@ func (n *Node) replicateOne(ctx context.Context, t peer.ID, rec market.JobRecord
 	defer cancel()
 	n.dialable(t)
 	ok := false
-	err := n.direct.Call(cctx, t, kindReplicate, data, func(m gossip.Message) error {
+	err := n.direct.Ask(cctx, t, kindReplicate, data, func(m gossip.Message) error {
 		if m.Kind != kindAck && m.Kind != kindSuperseded {
 			return fmt.Errorf("unexpected %q frame", m.Kind)
 		}

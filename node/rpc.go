@@ -115,7 +115,7 @@ func (n *Node) call(ctx context.Context, to peer.ID, kind string, req any) (mark
 	var rec market.JobRecord
 	got := false
 	n.dialable(to)
-	err = n.direct.Call(ctx, to, kind, data, func(m gossip.Message) error {
+	err = n.direct.Ask(ctx, to, kind, data, func(m gossip.Message) error {
 		if m.Kind != kindRecord || got {
 			return fmt.Errorf("unexpected %q frame in a %s reply", m.Kind, kind)
 		}
