@@ -71,6 +71,7 @@ type askReply struct {
 type askStreams struct {
 	mu          sync.Mutex
 	by          map[peer.ID]*askStream
+	opening     map[peer.ID]chan struct{} // closed once the stream being opened is kept, or failed
 	unsupported map[peer.ID]time.Time
 }
 
@@ -144,14 +145,47 @@ func (d *Direct) takesAsks(to peer.ID) bool {
 }
 
 // askStream returns the peer's kept ask stream (kept), or opens one, keeps
-// it and starts its reader.
+// it and starts its reader. One ask opens the stream while the others
+// for that peer wait for it: a burst of asks to a new peer would
+// otherwise open a stream each, and the peer resets those past
+// maxMessageStreams.
 func (d *Direct) askStream(ctx context.Context, to peer.ID) (a *askStream, kept bool, err error) {
-	d.asks.mu.Lock()
-	if a := d.asks.by[to]; a != nil {
+	for {
+		d.asks.mu.Lock()
+		if a := d.asks.by[to]; a != nil {
+			d.asks.mu.Unlock()
+			return a, true, nil
+		}
+		wait, busy := d.asks.opening[to]
+		if !busy {
+			if d.asks.opening == nil {
+				d.asks.opening = map[peer.ID]chan struct{}{}
+			}
+			d.asks.opening[to] = make(chan struct{})
+		}
 		d.asks.mu.Unlock()
-		return a, true, nil
+		if !busy {
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		if !d.takesAsks(to) {
+			return nil, false, errAskUnsupported
+		}
 	}
+	a, err = d.openAsk(ctx, to)
+	d.asks.mu.Lock()
+	close(d.asks.opening[to])
+	delete(d.asks.opening, to)
 	d.asks.mu.Unlock()
+	return a, false, err
+}
+
+// openAsk opens an ask stream to the peer, keeps it and starts its reader.
+func (d *Direct) openAsk(ctx context.Context, to peer.ID) (*askStream, error) {
 	s, err := d.open(ctx, to, d.askProto)
 	if err != nil {
 		if errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}) {
@@ -161,14 +195,12 @@ func (d *Direct) askStream(ctx context.Context, to peer.ID) (a *askStream, kept 
 			}
 			d.asks.unsupported[to] = time.Now().Add(askRetryUnsupported)
 			d.asks.mu.Unlock()
-			return nil, false, errAskUnsupported
+			return nil, errAskUnsupported
 		}
-		return nil, false, err
+		return nil, err
 	}
 	_ = s.SetWriteDeadline(time.Time{})
-	a = &askStream{to: to, s: s, turn: make(chan struct{}, 1), pending: map[uint64]*askWait{}, used: time.Now()}
-	d.asks.mu.Lock()
-	defer d.asks.mu.Unlock()
+	a := &askStream{to: to, s: s, turn: make(chan struct{}, 1), pending: map[uint64]*askWait{}, used: time.Now()}
 	d.mu.Lock()
 	closed := d.closed
 	if !closed {
@@ -177,20 +209,16 @@ func (d *Direct) askStream(ctx context.Context, to peer.ID) (a *askStream, kept 
 	d.mu.Unlock()
 	if closed {
 		s.Reset()
-		return nil, false, ErrClosed
+		return nil, ErrClosed
 	}
-	if prev := d.asks.by[to]; prev != nil {
-		// Another ask opened one meanwhile: this one goes unused.
-		d.wg.Done()
-		s.Close()
-		return prev, true, nil
-	}
+	d.asks.mu.Lock()
 	if d.asks.by == nil {
 		d.asks.by = map[peer.ID]*askStream{}
 	}
 	d.asks.by[to] = a
+	d.asks.mu.Unlock()
 	go d.readAsks(a)
-	return a, false, nil
+	return a, nil
 }
 
 // add registers w as awaiting the reply to request seq; it fails on a
@@ -391,6 +419,12 @@ func (d *Direct) serveAsks(s network.Stream) {
 	defer answering.Wait()
 	defer cancel() // first: a stream that failed ends its asks' handlers
 	answer := func(seq uint64, replies []byte, callErr error) {
+		if ctx.Err() != nil {
+			// The stream failed or this node is closing: the caller learns
+			// it from the stream, not from a handler cut short.
+			s.Reset()
+			return
+		}
 		var end []byte
 		var err error
 		if callErr != nil {
