@@ -29,6 +29,17 @@
 // RPCs are dropped unread. Stats counts messages by topic, verdict and
 // reason, and the bytes in and out.
 //
+// # Point to point
+//
+// Direct carries the layers' own traffic between two nodes on libp2p
+// streams named "/gpumesh/<network>/v1/...", every frame an envelope
+// checked against the stream's authenticated peer: "msg", one-way
+// messages on a stream kept open per peer (Send); "rpc", a call with a
+// streamed reply on a stream of its own (Call: logs, files, job lists);
+// and "ask", short calls on a stream kept open per peer, each reply in one
+// write (Ask: replication, forwarded job calls, card claims), by Call to
+// a peer of an earlier release that does not take asks.
+//
 // # Capacity
 //
 // An Advertiser turns the node's Supply (cards with their states, prices,
