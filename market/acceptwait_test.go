@@ -158,3 +158,99 @@ func TestAnAwardToANewSupplierWaitsAsLongAsAcceptsHaveTaken(t *testing.T) {
 		t.Errorf("%d placements, %d timed out; want one award, to s01, accepted\n%+v", len(rec.Placements), n, rec.Placements)
 	}
 }
+
+// An award its node holds for the job's record to reach the replicas
+// (AwardHeld), longer than the award's time for an answer, is not given
+// up on while held; its time counts from when it left (AwardSent), and the
+// supplier's accept within it places the share. Without the events the
+// same hold times the award out, and the share goes to the spare.
+func TestAnAwardsTimeForAnAnswerCountsFromWhenItLeft(t *testing.T) {
+	base := market.DefaultConfig("x").AwardTimeout
+	hold := 3 * base
+	for _, told := range []bool{false, true} {
+		h := rankedMesh(t, 1, 2, nil)
+		h.AddRule(&markettest.Rule{Delay: hold, Count: 1, Match: func(m market.Message) bool {
+			_, ok := m.Payload.(*market.Award)
+			return ok
+		}})
+		if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+		var first market.Placement
+		if !h.RunUntil(func() bool {
+			rec, _ := h.Peer("coord").Node.Job("j1")
+			if len(rec.Placements) == 0 {
+				return false
+			}
+			first = rec.Placements[0]
+			return true
+		}, 10*time.Second) {
+			t.Fatal("no award 10 s after the submit")
+		}
+		if told {
+			if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.RunFor(hold - time.Millisecond)
+		if told {
+			if err := h.Step("coord", market.AwardSent{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rec market.JobRecord
+		if !h.RunUntil(func() bool {
+			rec, _ = h.Peer("coord").Node.Job("j1")
+			return rec.State == market.JobRunning
+		}, 30*time.Second) {
+			t.Fatalf("told %v: j1 not running: %s (%s)", told, rec.State, rec.Reason)
+		}
+		switch n := awardsTimedOut(rec); {
+		case told && (n != 0 || len(rec.Placements) != 1 || rec.Placements[0].Node != first.Node):
+			t.Errorf("an award held %v and then sent: %d timed out, %d placements; want the first accepted\n%+v", hold, n, len(rec.Placements), rec.Placements)
+		case !told && n != 1:
+			t.Errorf("an award held %v, the coordinator not told: %d timed out, want 1 (the test's premise)\n%+v", hold, n, rec.Placements)
+		}
+	}
+}
+
+// A held award that never leaves is given up on after MaxAwardHold, and
+// the share is awarded again.
+func TestAHeldAwardThatNeverLeavesIsGivenUpOn(t *testing.T) {
+	h := rankedMesh(t, 1, 2, nil)
+	h.AddRule(&markettest.Rule{Drop: true, Count: 1, Match: func(m market.Message) bool {
+		_, ok := m.Payload.(*market.Award)
+		return ok
+	}})
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	var first market.Placement
+	if !h.RunUntil(func() bool {
+		rec, _ := h.Peer("coord").Node.Job("j1")
+		if len(rec.Placements) == 0 {
+			return false
+		}
+		first = rec.Placements[0]
+		return true
+	}, 10*time.Second) {
+		t.Fatal("no award 10 s after the submit")
+	}
+	if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	h.RunFor(market.MaxAwardHold - time.Second)
+	if rec, _ := h.Peer("coord").Node.Job("j1"); len(rec.Placements) != 1 {
+		t.Fatalf("a held award was given up on before MaxAwardHold: %+v", rec.Placements)
+	}
+	var rec market.JobRecord
+	if !h.RunUntil(func() bool {
+		rec, _ = h.Peer("coord").Node.Job("j1")
+		return rec.State == market.JobRunning
+	}, 30*time.Second) {
+		t.Fatalf("j1 not running after its held award was given up on: %s (%s)", rec.State, rec.Reason)
+	}
+	if n := awardsTimedOut(rec); n != 1 || rec.Placements[0].EndedAt.Sub(first.AwardedAt) < market.MaxAwardHold {
+		t.Errorf("%d awards timed out, want the held one, after MaxAwardHold\n%+v", n, rec.Placements)
+	}
+}

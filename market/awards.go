@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Awards: the winners of a round are awarded their shares; an award that
@@ -36,7 +37,8 @@ func (c *coordinator) award(j *job, r *round, w winner, share int, epoch uint64)
 	lot := &r.lots[w.lot]
 	meta := &r.meta[w.lot]
 	meta.used = true
-	p := &placement{round: r, lease: meta.lease, deadline: c.n.now.Add(c.accepts.timeout(lot.Node, c.n.cfg.AwardTimeout, meta.bidTook)), lastHeard: c.n.now}
+	wait := c.accepts.timeout(lot.Node, c.n.cfg.AwardTimeout, meta.bidTook)
+	p := &placement{round: r, lease: meta.lease, wait: wait, deadline: c.n.now.Add(wait), lastHeard: c.n.now}
 	p.Share, p.Epoch, p.Node, p.Region, p.State, p.AwardedAt = share, epoch, lot.Node, lot.Region, PlacementAwarded, c.n.now
 	p.Model = shareModel(lot, w.cards)
 	for i, ci := range w.cards {
@@ -92,13 +94,13 @@ func (c *coordinator) onAccept(from string, m *Accept) error {
 	}
 	switch p.State {
 	case PlacementAwarded:
-		c.accepts.observe(from, c.n.now.Sub(p.AwardedAt))
+		c.accepts.observe(from, c.n.now.Sub(p.answerFrom()))
 	case PlacementAccepted, PlacementRunning:
 		return nil // a duplicate
 	default: // given up on meanwhile: the node must let the cards go
 		// Late or not, it is how long this supplier takes to answer: an
 		// award timed out waits longer next time.
-		c.accepts.observe(from, c.n.now.Sub(p.AwardedAt))
+		c.accepts.observe(from, c.n.now.Sub(p.answerFrom()))
 		c.n.send(from, &Stop{Job: j.spec.ID, Term: j.term, Share: p.Share, Epoch: p.Epoch, Reason: "the award was withdrawn"})
 		return fmt.Errorf("%w: accept for %s share %d epoch %d, which is %s", ErrStale, m.Job, m.Share, m.Epoch, p.State)
 	}
@@ -188,6 +190,34 @@ func (c *coordinator) fillFromSpares(j *job, r *round) {
 			Score: w.cost / float64(len(w.cards)), Detail: fmt.Sprintf("a spare, after an award failed; paid %.2f CNY per card-hour", p.PriceCNY)})
 	}
 	r.unfilled, r.unfilledIDs = Need{}, nil
+}
+
+// MaxAwardHold bounds how long an award held for its record's commit
+// (AwardHeld) is waited for before it counts as unanswered. A node drops
+// a message held longer than this.
+const MaxAwardHold = 30 * time.Second
+
+// awardGated moves the deadline of the award of job's share under epoch,
+// still awaiting its answer: held, it waits up to MaxAwardHold from the
+// award; sent (no longer held), its time for an answer counts from now.
+func (c *coordinator) awardGated(job string, share int, epoch uint64, held bool) {
+	j := c.jobs[job]
+	if j == nil {
+		return
+	}
+	for _, p := range j.placements {
+		if p.Share != share || p.Epoch != epoch || p.State != PlacementAwarded {
+			continue
+		}
+		if held && p.sentAt.IsZero() {
+			if d := p.AwardedAt.Add(MaxAwardHold); d.After(p.deadline) {
+				p.deadline = d
+			}
+		} else if !held {
+			p.sentAt, p.deadline = c.n.now, c.n.now.Add(p.wait)
+		}
+		return
+	}
 }
 
 // awardTimeouts treats awards not answered within AwardTimeout as

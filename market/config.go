@@ -98,7 +98,9 @@ type Config struct {
 	// AwardTimeout is how long a coordinator waits for an Accept before it
 	// gives the share to a spare, for a supplier that answers within it;
 	// for one that has answered late, twice its smoothed answer time, at
-	// most 4 × AwardTimeout (acceptwait.go). Default 500ms.
+	// most 4 × AwardTimeout (acceptwait.go). It counts from when the award
+	// left: an award its node holds for the job's record to reach the
+	// replicas (AwardHeld) waits up to MaxAwardHold. Default 500ms.
 	AwardTimeout time.Duration
 	// LeaseMargin is subtracted from a bid's lease when the coordinator
 	// judges whether it can still award it (the supplier's clock started

@@ -105,7 +105,9 @@ type placement struct {
 	Placement
 	round        *round
 	lease        string
-	deadline     time.Time // of the award
+	wait         time.Duration // for the award's answer, from when it left
+	sentAt       time.Time     // when the award left, if it was held (AwardSent)
+	deadline     time.Time     // of the award
 	lastHeard    time.Time
 	suspectSince time.Time
 	gang         *GangInfo // the roster sent in its Start
@@ -114,6 +116,15 @@ type placement struct {
 	// watched: this coordinator saw the attempt accept or renew, so its
 	// end counts in its node's track record.
 	watched bool
+}
+
+// answerFrom is when the placement's award left: when it was made,
+// unless it was held for its record's commit (AwardSent).
+func (p *placement) answerFrom() time.Time {
+	if p.sentAt.IsZero() {
+		return p.AwardedAt
+	}
+	return p.sentAt
 }
 
 func (j *job) flexible() bool {

@@ -62,6 +62,28 @@ type (
 		Reason string // optional, recorded
 	}
 
+	// AwardHeld tells the coordinator that its award of the job's share
+	// under Epoch waits for the job's record to reach its replicas before
+	// it leaves (a node holds every award so), and AwardSent that it left
+	// at Now. An award's time for an answer counts from when it left: under
+	// load the hold alone took longer than AwardTimeout, and awards timed
+	// out before they had left, their shares given to spares whose awards
+	// waited the same way. A held award is given up on only after
+	// MaxAwardHold. Either event for an attempt no longer awaiting its
+	// answer changes nothing.
+	AwardHeld struct {
+		Now   time.Time
+		Job   string
+		Share int
+		Epoch uint64
+	}
+	AwardSent struct {
+		Now   time.Time
+		Job   string
+		Share int
+		Epoch uint64
+	}
+
 	// ScaleJob changes the card count of a running elastic job within its
 	// spec's range: up by an incremental auction, down by stopping whole
 	// shares and starting nothing (shrink.go). A scale-down that whole
@@ -162,6 +184,8 @@ func (e JobSubmitted) at() time.Time     { return e.Now }
 func (e JobAdopted) at() time.Time       { return e.Now }
 func (e JobEnded) at() time.Time         { return e.Now }
 func (e CancelJob) at() time.Time        { return e.Now }
+func (e AwardHeld) at() time.Time        { return e.Now }
+func (e AwardSent) at() time.Time        { return e.Now }
 func (e ScaleJob) at() time.Time         { return e.Now }
 func (e MessageReceived) at() time.Time  { return e.Now }
 func (e PeerLost) at() time.Time         { return e.Now }

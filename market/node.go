@@ -99,6 +99,10 @@ func (n *Node) Step(ev Event) error {
 		err = n.coord.endAs(e.Record)
 	case CancelJob:
 		err = n.coord.cancel(e.Job, e.Reason)
+	case AwardHeld:
+		n.coord.awardGated(e.Job, e.Share, e.Epoch, true)
+	case AwardSent:
+		n.coord.awardGated(e.Job, e.Share, e.Epoch, false)
 	case ScaleJob:
 		err = n.coord.scale(e.Job, e.Cards)
 	case MessageReceived:
@@ -142,6 +146,10 @@ func validateEvent(ev Event) error {
 		}
 		return e.Message.Payload.validate()
 	case CancelJob:
+		return checkEventJob(e.Job)
+	case AwardHeld:
+		return checkEventJob(e.Job)
+	case AwardSent:
 		return checkEventJob(e.Job)
 	case JobEnded:
 		if err := checkEventJob(e.Record.ID); err != nil {

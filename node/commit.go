@@ -51,6 +51,7 @@ func (n *Node) gateOut(msgs []market.Message, now time.Time) []market.Message {
 				continue
 			}
 			if wait && n.gate.Hold(job, need, m, now) {
+				n.noteAward(m, true)
 				continue
 			}
 		}
@@ -84,6 +85,9 @@ func (n *Node) committed(rec market.JobRecord) {
 	msgs, dropped := n.gate.Commit(rec.ID, jobstate.MarkOf(rec), n.awardWithdrawn)
 	if len(msgs) > 0 {
 		n.send(msgs)
+		for _, m := range msgs {
+			n.noteAward(m, false)
+		}
 	}
 	if dropped > 0 {
 		n.log.Debug("awards given up on while they waited for the job's replicas dropped", "job", rec.ID, "count", dropped)
@@ -92,6 +96,26 @@ func (n *Node) committed(rec market.JobRecord) {
 		n.gate.Forget(rec.ID) // the job is over here: nothing more to gate
 		n.repl.Forget(rec.ID)
 	}
+}
+
+// noteAward tells the market that m, if an award, is held for its
+// record's commit (held) or has left after it: its time for an answer
+// counts from when it left (market.AwardHeld). The news goes to the
+// driver if it has room; without it, the award's time counts from when
+// it was made, as the market alone knows.
+func (n *Node) noteAward(m market.Message, held bool) {
+	a, ok := m.Payload.(*market.Award)
+	if !ok {
+		return
+	}
+	job, share, epoch := a.Job, a.Share, a.Epoch
+	n.post(func() {
+		if held {
+			n.step(market.AwardHeld{Now: time.Now(), Job: job, Share: share, Epoch: epoch})
+		} else {
+			n.step(market.AwardSent{Now: time.Now(), Job: job, Share: share, Epoch: epoch})
+		}
+	})
 }
 
 // awardWithdrawn reports whether the coordinator has given up on award a:
