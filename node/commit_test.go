@@ -118,3 +118,29 @@ func TestAnAwardLeavesOnCommitUnlessItsCoordinatorGaveUpOnIt(t *testing.T) {
 		t.Errorf("sent %v, dropped %d; want only the award still waited for sent, and the one given up on and the one the record does not know dropped", out, dropped)
 	}
 }
+
+// A job whose replica is far from its coordinator (400 ms each way) is
+// placed by its first award: the award waits in the commit gate for the
+// record to reach the replica, longer than AwardTimeout, and its time for
+// an answer counts from when it left (market.AwardHeld, AwardSent). While
+// that time ran from the award, every award timed out in the gate, before
+// it left, and the job was awarded again and again without running.
+func TestAFarReplicaDoesNotTimeOutTheAwards(t *testing.T) {
+	sm := newSimMesh(t, "", "", "a100-80g:1")
+	runner := sm.nodes[2]
+	sm.neverCoordinate(runner)
+	for _, n := range sm.nodes[:2] {
+		sm.waitBook(n, 1)
+	}
+	id := "far-replica"
+	order := market.Coordinators(id, peerIDs(sm.nodes[:2]), 3)
+	coord, replica := sm.byID(order[0]), sm.byID(order[1])
+	sm.net.SetLatency(coord.ID(), replica.ID(), 400*time.Millisecond)
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, id, 30*time.Second, market.JobRunning)
+	if len(rec.Placements) != 1 {
+		t.Errorf("%d awards before the job ran, want the first accepted: %s", len(rec.Placements), describePlacements(rec))
+	}
+}
