@@ -457,18 +457,8 @@ func (d *Direct) serveAsks(s network.Stream) {
 			return
 		}
 		_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
-		frame, err := readFrame(r, MaxDirectSize)
-		if err == nil && frame == nil {
-			err = errors.New("empty frame")
-		}
+		req, err := d.readRequest(r, from)
 		if err != nil {
-			d.refuse(from, err)
-			s.Reset()
-			return
-		}
-		req, err := DecodeMessage(frame, from, d.cfg.Clock.Now(), MaxDirectSize)
-		if err != nil {
-			d.refuse(from, err)
 			s.Reset()
 			return
 		}

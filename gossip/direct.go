@@ -380,15 +380,8 @@ func (d *Direct) serveMessages(s network.Stream) {
 func (d *Direct) serveCall(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
-	frame, err := readFrame(bufio.NewReader(s), MaxDirectSize)
+	req, err := d.readRequest(bufio.NewReader(s), from)
 	if err != nil {
-		d.refuse(from, err)
-		s.Reset()
-		return
-	}
-	req, err := DecodeMessage(frame, from, d.cfg.Clock.Now(), MaxDirectSize)
-	if err != nil {
-		d.refuse(from, err)
 		s.Reset()
 		return
 	}
@@ -412,6 +405,23 @@ func (d *Direct) serveCall(s network.Stream) {
 		_ = d.writeReply(s, kindEnd, nil)
 	}
 	s.Close()
+}
+
+// readRequest reads and checks a call's request frame from r; one that
+// fails its checks counts as refused.
+func (d *Direct) readRequest(r *bufio.Reader, from peer.ID) (Message, error) {
+	frame, err := readFrame(r, MaxDirectSize)
+	if err == nil && frame == nil {
+		err = errors.New("empty frame")
+	}
+	if err == nil {
+		var req Message
+		if req, err = DecodeMessage(frame, from, d.cfg.Clock.Now(), MaxDirectSize); err == nil {
+			return req, nil
+		}
+	}
+	d.refuse(from, err)
+	return Message{}, err
 }
 
 func (d *Direct) writeReply(s network.Stream, kind string, data []byte) error {

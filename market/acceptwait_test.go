@@ -173,20 +173,7 @@ func TestAnAwardsTimeForAnAnswerCountsFromWhenItLeft(t *testing.T) {
 			_, ok := m.Payload.(*market.Award)
 			return ok
 		}})
-		if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
-			t.Fatal(err)
-		}
-		var first market.Placement
-		if !h.RunUntil(func() bool {
-			rec, _ := h.Peer("coord").Node.Job("j1")
-			if len(rec.Placements) == 0 {
-				return false
-			}
-			first = rec.Placements[0]
-			return true
-		}, 10*time.Second) {
-			t.Fatal("no award 10 s after the submit")
-		}
+		first := awardJ1(t, h)
 		if told {
 			if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
 				t.Fatal(err)
@@ -222,20 +209,7 @@ func TestAHeldAwardThatNeverLeavesIsGivenUpOn(t *testing.T) {
 		_, ok := m.Payload.(*market.Award)
 		return ok
 	}})
-	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
-		t.Fatal(err)
-	}
-	var first market.Placement
-	if !h.RunUntil(func() bool {
-		rec, _ := h.Peer("coord").Node.Job("j1")
-		if len(rec.Placements) == 0 {
-			return false
-		}
-		first = rec.Placements[0]
-		return true
-	}, 10*time.Second) {
-		t.Fatal("no award 10 s after the submit")
-	}
+	first := awardJ1(t, h)
 	if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,4 +227,25 @@ func TestAHeldAwardThatNeverLeavesIsGivenUpOn(t *testing.T) {
 	if n := awardsTimedOut(rec); n != 1 || rec.Placements[0].EndedAt.Sub(first.AwardedAt) < market.MaxAwardHold {
 		t.Errorf("%d awards timed out, want the held one, after MaxAwardHold\n%+v", n, rec.Placements)
 	}
+}
+
+// awardJ1 submits a 1-card job j1 at coord and runs the harness until
+// its first award is made.
+func awardJ1(t *testing.T, h *markettest.Harness) market.Placement {
+	t.Helper()
+	if err := h.SubmitAt("coord", market.JobSpec{ID: "j1", Cards: 1, MaxPriceCNY: 40, Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	var first market.Placement
+	if !h.RunUntil(func() bool {
+		rec, _ := h.Peer("coord").Node.Job("j1")
+		if len(rec.Placements) == 0 {
+			return false
+		}
+		first = rec.Placements[0]
+		return true
+	}, 10*time.Second) {
+		t.Fatal("no award 10 s after the submit")
+	}
+	return first
 }
