@@ -489,12 +489,7 @@ func (d *Direct) serveAsks(s network.Stream) {
 				replies = appendFrame(replies, b)
 				return nil
 			}
-			var callErr error
-			if d.cfg.OnCall == nil {
-				callErr = fmt.Errorf("this node serves no calls")
-			} else {
-				callErr = d.cfg.OnCall(ctx, req, reply)
-			}
+			callErr := d.onCall(ctx, req, reply)
 			if callErr != nil {
 				replies = nil
 			}

@@ -393,18 +393,21 @@ func (d *Direct) serveCall(s network.Stream) {
 		}
 		return d.writeReply(s, kind, data)
 	}
-	var callErr error
-	if d.cfg.OnCall == nil {
-		callErr = fmt.Errorf("this node serves no calls")
-	} else {
-		callErr = d.cfg.OnCall(ctx, req, reply)
-	}
+	callErr := d.onCall(ctx, req, reply)
 	if callErr != nil {
 		_ = d.writeReply(s, kindError, []byte(callErr.Error()))
 	} else {
 		_ = d.writeReply(s, kindEnd, nil)
 	}
 	s.Close()
+}
+
+// onCall serves req with OnCall, or refuses it when there is none.
+func (d *Direct) onCall(ctx context.Context, req Message, reply func(string, []byte) error) error {
+	if d.cfg.OnCall == nil {
+		return fmt.Errorf("this node serves no calls")
+	}
+	return d.cfg.OnCall(ctx, req, reply)
 }
 
 // readRequest reads and checks a call's request frame from r; one that
