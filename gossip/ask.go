@@ -189,11 +189,17 @@ func (d *Direct) openAsk(ctx context.Context, to peer.ID) (*askStream, error) {
 	s, err := d.open(ctx, to, d.askProto)
 	if err != nil {
 		if errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}) {
+			now := time.Now()
 			d.asks.mu.Lock()
 			if d.asks.unsupported == nil {
 				d.asks.unsupported = map[peer.ID]time.Time{}
 			}
-			d.asks.unsupported[to] = time.Now().Add(askRetryUnsupported)
+			for p, until := range d.asks.unsupported {
+				if now.After(until) { // peers not asked again since
+					delete(d.asks.unsupported, p)
+				}
+			}
+			d.asks.unsupported[to] = now.Add(askRetryUnsupported)
 			d.asks.mu.Unlock()
 			return nil, errAskUnsupported
 		}
