@@ -19,6 +19,11 @@ func acceptOrRenewal(m market.Message) bool {
 	return false
 }
 
+func isAward(m market.Message) bool {
+	_, ok := m.Payload.(*market.Award)
+	return ok
+}
+
 // slowAccepts makes every supplier's Accept and renewals arrive d late
 // (its disk takes that long to write the attempt).
 func slowAccepts(h *markettest.Harness, d time.Duration) {
@@ -107,12 +112,18 @@ func runs(t *testing.T, h *markettest.Harness, spec market.JobSpec) market.JobRe
 	if err := h.SubmitAt("coord", spec); err != nil {
 		t.Fatal(err)
 	}
+	return runningAtCoord(t, h, spec.ID)
+}
+
+// runningAtCoord runs the harness until job runs at coord, at most 30 s.
+func runningAtCoord(t *testing.T, h *markettest.Harness, job string) market.JobRecord {
+	t.Helper()
 	var rec market.JobRecord
 	if !h.RunUntil(func() bool {
-		rec, _ = h.Peer("coord").Node.Job(spec.ID)
+		rec, _ = h.Peer("coord").Node.Job(job)
 		return rec.State == market.JobRunning
 	}, 30*time.Second) {
-		t.Fatalf("%s not running 30 s after the submit: %s (%s), %d placements", spec.ID, rec.State, rec.Reason, len(rec.Placements))
+		t.Fatalf("%s not running after 30 s: %s (%s), %d placements", job, rec.State, rec.Reason, len(rec.Placements))
 	}
 	return rec
 }
@@ -169,10 +180,7 @@ func TestAnAwardsTimeForAnAnswerCountsFromWhenItLeft(t *testing.T) {
 	hold := 3 * base
 	for _, told := range []bool{false, true} {
 		h := rankedMesh(t, 1, 2, nil)
-		h.AddRule(&markettest.Rule{Delay: hold, Count: 1, Match: func(m market.Message) bool {
-			_, ok := m.Payload.(*market.Award)
-			return ok
-		}})
+		h.AddRule(&markettest.Rule{Delay: hold, Count: 1, Match: isAward})
 		first := awardJ1(t, h)
 		if told {
 			if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
@@ -185,13 +193,7 @@ func TestAnAwardsTimeForAnAnswerCountsFromWhenItLeft(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var rec market.JobRecord
-		if !h.RunUntil(func() bool {
-			rec, _ = h.Peer("coord").Node.Job("j1")
-			return rec.State == market.JobRunning
-		}, 30*time.Second) {
-			t.Fatalf("told %v: j1 not running: %s (%s)", told, rec.State, rec.Reason)
-		}
+		rec := runningAtCoord(t, h, "j1")
 		switch n := awardsTimedOut(rec); {
 		case told && (n != 0 || len(rec.Placements) != 1 || rec.Placements[0].Node != first.Node):
 			t.Errorf("an award held %v and then sent: %d timed out, %d placements; want the first accepted\n%+v", hold, n, len(rec.Placements), rec.Placements)
@@ -205,10 +207,7 @@ func TestAnAwardsTimeForAnAnswerCountsFromWhenItLeft(t *testing.T) {
 // the share is awarded again.
 func TestAHeldAwardThatNeverLeavesIsGivenUpOn(t *testing.T) {
 	h := rankedMesh(t, 1, 2, nil)
-	h.AddRule(&markettest.Rule{Drop: true, Count: 1, Match: func(m market.Message) bool {
-		_, ok := m.Payload.(*market.Award)
-		return ok
-	}})
+	h.AddRule(&markettest.Rule{Drop: true, Count: 1, Match: isAward})
 	first := awardJ1(t, h)
 	if err := h.Step("coord", market.AwardHeld{Now: h.Now, Job: "j1", Share: first.Share, Epoch: first.Epoch}); err != nil {
 		t.Fatal(err)
@@ -217,13 +216,7 @@ func TestAHeldAwardThatNeverLeavesIsGivenUpOn(t *testing.T) {
 	if rec, _ := h.Peer("coord").Node.Job("j1"); len(rec.Placements) != 1 {
 		t.Fatalf("a held award was given up on before MaxAwardHold: %+v", rec.Placements)
 	}
-	var rec market.JobRecord
-	if !h.RunUntil(func() bool {
-		rec, _ = h.Peer("coord").Node.Job("j1")
-		return rec.State == market.JobRunning
-	}, 30*time.Second) {
-		t.Fatalf("j1 not running after its held award was given up on: %s (%s)", rec.State, rec.Reason)
-	}
+	rec := runningAtCoord(t, h, "j1")
 	if n := awardsTimedOut(rec); n != 1 || rec.Placements[0].EndedAt.Sub(first.AwardedAt) < market.MaxAwardHold {
 		t.Errorf("%d awards timed out, want the held one, after MaxAwardHold\n%+v", n, rec.Placements)
 	}
