@@ -240,22 +240,20 @@ func (a *askStream) add(seq uint64, w *askWait) bool {
 	return true
 }
 
-// remove gives up waiting for the reply to request seq.
-func (a *askStream) remove(seq uint64) {
+// remove takes the ask awaiting the reply to request seq off the stream,
+// and returns it (nil when none waits).
+func (a *askStream) remove(seq uint64) *askWait {
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.pending[seq]
 	delete(a.pending, seq)
 	a.used = time.Now()
-	a.mu.Unlock()
+	return w
 }
 
 // deliver hands the reply to request seq to its ask, if it still waits.
 func (a *askStream) deliver(seq uint64, r askReply) {
-	a.mu.Lock()
-	w := a.pending[seq]
-	delete(a.pending, seq)
-	a.used = time.Now()
-	a.mu.Unlock()
-	if w != nil {
+	if w := a.remove(seq); w != nil {
 		w.reply <- r
 	}
 }
@@ -299,31 +297,27 @@ func (d *Direct) writeAsk(ctx context.Context, a *askStream, buf []byte) error {
 	}
 	defer func() { <-a.turn }()
 	if a.s.Conn().IsClosed() {
-		if a.stop(errors.New("its connection closed")) {
-			d.forgetAsk(a)
-		}
-		a.s.Reset()
-		return goneError{errors.New("its connection closed")}
+		err := errors.New("its connection closed")
+		d.dropAsk(a, err)
+		return goneError{err}
 	}
-	wctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	_ = a.s.SetWriteDeadline(time.Now().Add(d.cfg.Timeout))
-	stop := context.AfterFunc(wctx, func() { a.s.Reset() })
-	n, err := a.s.Write(buf)
-	if !stop() && err == nil {
-		err = wctx.Err() // reset as the write ended
-	}
-	if err != nil {
-		if a.stop(err) { // what is pending fails, and no ask waits on it
-			d.forgetAsk(a)
-		}
-		a.s.Reset()
-		if n == 0 && wctx.Err() == nil {
+	if unused, err := d.writeWithin(ctx, a.s, buf); err != nil {
+		d.dropAsk(a, err) // what is pending fails, and no ask waits on it
+		if unused {
 			return goneError{err}
 		}
 		return err
 	}
 	return nil
+}
+
+// dropAsk stops a for err (failing what is pending), takes it out of the
+// pool and resets it.
+func (d *Direct) dropAsk(a *askStream, err error) {
+	if a.stop(err) {
+		d.forgetAsk(a)
+	}
+	a.s.Reset()
 }
 
 // readAsks reads the replies on a's stream and hands each to its ask,
@@ -335,21 +329,18 @@ func (d *Direct) readAsks(a *askStream) {
 	r := bufio.NewReader(a.s)
 	var frames []Message
 	size := 0
-	fail := func(err error) {
-		if a.stop(err) {
-			d.forgetAsk(a)
-		}
-	}
 	for {
 		frame, err := readFrame(r, MaxDirectSize)
 		if errors.Is(err, io.EOF) {
-			a.s.Close() // both sides closed: the peer answered all it read
-			fail(errors.New("the peer closed the stream"))
+			// Both sides closed: the peer answered all it read.
+			if a.stop(errors.New("the peer closed the stream")) {
+				d.forgetAsk(a)
+			}
+			a.s.Close()
 			return
 		}
 		if err != nil {
-			a.s.Reset()
-			fail(err)
+			d.dropAsk(a, err)
 			return
 		}
 		m, err := DecodeMessage(frame, a.to, d.cfg.Clock.Now(), MaxDirectSize)
@@ -367,8 +358,7 @@ func (d *Direct) readAsks(a *askStream) {
 		}
 		if err != nil {
 			d.refuse(a.to, err)
-			a.s.Reset()
-			fail(err)
+			d.dropAsk(a, err)
 			return
 		}
 		switch m.Kind {
@@ -452,8 +442,7 @@ func (d *Direct) serveAsks(s network.Stream) {
 	}
 	r := bufio.NewReader(s)
 	for {
-		_ = s.SetReadDeadline(time.Now().Add(inIdle))
-		if _, err := r.Peek(1); err != nil {
+		if err := d.nextFrame(s, r); err != nil {
 			if errors.Is(err, io.EOF) {
 				answering.Wait()
 				s.Close()
@@ -462,17 +451,13 @@ func (d *Direct) serveAsks(s network.Stream) {
 			}
 			return
 		}
-		_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
 		req, err := d.readRequest(r, from)
 		if err != nil {
 			s.Reset()
 			return
 		}
-		var release func()
-		select {
-		case d.slots <- struct{}{}:
-			release = func() { <-d.slots }
-		default:
+		release, ok := d.takeSlot(s)
+		if !ok {
 			answer(req.Seq, nil, fmt.Errorf("busy: %d calls being served", cap(d.slots)))
 			continue
 		}
@@ -482,8 +467,8 @@ func (d *Direct) serveAsks(s network.Stream) {
 			defer release()
 			var replies []byte
 			reply := func(kind string, data []byte) error {
-				if kind == kindEnd || kind == kindError {
-					return fmt.Errorf("gossip: reply kind %q is reserved", kind)
+				if err := checkReplyKind(kind); err != nil {
+					return err
 				}
 				b, err := d.encode(kind, data)
 				if err != nil {

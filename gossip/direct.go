@@ -349,14 +349,12 @@ func (d *Direct) serveMessages(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	r := bufio.NewReader(s)
 	for {
-		_ = s.SetReadDeadline(time.Now().Add(inIdle))
-		if _, err := r.Peek(1); err != nil {
+		if err := d.nextFrame(s, r); err != nil {
 			if !errors.Is(err, io.EOF) {
 				s.Reset() // idle for inIdle, or reset
 			}
 			return
 		}
-		_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
 		frame, err := readFrame(r, MaxDirectSize)
 		if errors.Is(err, io.EOF) {
 			return
@@ -377,6 +375,27 @@ func (d *Direct) serveMessages(s network.Stream) {
 	}
 }
 
+// nextFrame waits inIdle for the next frame on a kept stream to begin
+// (io.EOF when its sender closed it), then gives the frame Timeout to
+// arrive.
+func (d *Direct) nextFrame(s network.Stream, r *bufio.Reader) error {
+	_ = s.SetReadDeadline(time.Now().Add(inIdle))
+	if _, err := r.Peek(1); err != nil {
+		return err
+	}
+	_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
+	return nil
+}
+
+// checkReplyKind refuses the kinds that end a call's reply, which only
+// Direct writes.
+func checkReplyKind(kind string) error {
+	if kind == kindEnd || kind == kindError {
+		return fmt.Errorf("gossip: reply kind %q is reserved", kind)
+	}
+	return nil
+}
+
 func (d *Direct) serveCall(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	_ = s.SetReadDeadline(time.Now().Add(d.cfg.Timeout))
@@ -388,8 +407,8 @@ func (d *Direct) serveCall(s network.Stream) {
 	ctx, cancel := context.WithCancel(d.ctx)
 	defer cancel()
 	reply := func(kind string, data []byte) error {
-		if kind == kindEnd || kind == kindError {
-			return fmt.Errorf("gossip: reply kind %q is reserved", kind)
+		if err := checkReplyKind(kind); err != nil {
+			return err
 		}
 		return d.writeReply(s, kind, data)
 	}

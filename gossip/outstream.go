@@ -132,26 +132,33 @@ func (d *Direct) writeOut(ctx context.Context, o *outStream, buf []byte) error {
 		d.dropOut(o)
 		return goneError{errors.New("its connection closed")}
 	}
-	// Writing can block on a peer that stopped reading (a frozen process,
-	// a link cut); the deadline and the caller's context both end that
-	// with a reset.
-	wctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	_ = o.s.SetWriteDeadline(time.Now().Add(d.cfg.Timeout))
-	stop := context.AfterFunc(wctx, func() { o.s.Reset() })
-	n, err := o.s.Write(buf)
-	if !stop() && err == nil {
-		err = wctx.Err() // reset as the write ended
-	}
-	if err != nil {
+	if unused, err := d.writeWithin(ctx, o.s, buf); err != nil {
 		d.dropOut(o)
-		if n == 0 && wctx.Err() == nil {
+		if unused {
 			return goneError{err}
 		}
 		return fmt.Errorf("gossip: sending to %s: %w", o.to, err)
 	}
 	o.used = time.Now()
 	return nil
+}
+
+// writeWithin writes buf on a kept stream within Timeout, or until ctx
+// ends. Writing can block on a peer that stopped reading (a frozen
+// process, a link cut); the deadline and the context both end that with a
+// reset. A failed write reports unused when nothing was written and
+// neither ended it: the stream itself was gone, and a fresh one may take
+// buf.
+func (d *Direct) writeWithin(ctx context.Context, s network.Stream, buf []byte) (unused bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	_ = s.SetWriteDeadline(time.Now().Add(d.cfg.Timeout))
+	stop := context.AfterFunc(wctx, func() { s.Reset() })
+	n, err := s.Write(buf)
+	if !stop() && err == nil {
+		err = wctx.Err() // reset as the write ended
+	}
+	return err != nil && n == 0 && wctx.Err() == nil, err
 }
 
 // dropOut takes o out of the pool and resets it. Its turn is held.
