@@ -17,8 +17,9 @@ import (
 
 // heldTTL bounds how long a message waits for its record's commit: a
 // coordinator that cannot reach its replicas for that long has lost the
-// job to a successor, or will.
-const heldTTL = 30 * time.Second
+// job to a successor, or will. It is the market's MaxAwardHold, the
+// longest a coordinator waits for an award it was told is held.
+const heldTTL = market.MaxAwardHold
 
 // sendCommitted sends msgs, holding those that must wait for their job's
 // record to reach every replica (and those of the same job behind them).
