@@ -21,6 +21,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/blob"
 	"github.com/gpumesh/gpumesh/node/blob/transfer"
 	"github.com/gpumesh/gpumesh/node/cardedit"
+	"github.com/gpumesh/gpumesh/node/datadir"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	"github.com/gpumesh/gpumesh/node/gangnet"
@@ -161,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// Nothing is written before every check that can fail for the
 	// user's input or another process in the way has passed: a start
 	// refused leaves the data dir as it was.
-	if err := CheckDataDir(cfg.DataDir); err != nil {
+	if err := datadir.Check(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{

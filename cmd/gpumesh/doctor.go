@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpumesh/gpumesh/device"
 	"github.com/gpumesh/gpumesh/mesh"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/cardedit"
+	"github.com/gpumesh/gpumesh/node/datadir"
 	"github.com/gpumesh/gpumesh/node/doctor"
 )
 
@@ -99,7 +99,7 @@ on the machine. Exit status 0 when nothing failed, 1 otherwise.`,
 
 // doctorConfig turns the node's flags into what doctor checks.
 func (f nodeFlags) doctorConfig(e env, probe time.Duration) (doctor.Config, error) {
-	cfg := doctor.Config{CheckDataDir: node.CheckDataDir, CardPaths: func(cards []device.Card) []cardedit.Path {
+	cfg := doctor.Config{CheckDataDir: datadir.Check, CardPaths: func(cards []device.Card) []cardedit.Path {
 		ed, err := cardedit.New(cardedit.Config{})
 		if err != nil {
 			return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/dashboard"
+	"github.com/gpumesh/gpumesh/node/datadir"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/fence"
 	ma "github.com/multiformats/go-multiaddr"
@@ -419,8 +420,8 @@ func dataDir(flag string, e env) (string, error) {
 	if err != nil {
 		return "", usagef("--data %s: %v", flag, err)
 	}
-	var dde *node.DataDirError
-	if err := node.CheckDataDir(dir); errors.As(err, &dde) {
+	var dde *datadir.Error
+	if err := datadir.Check(dir); errors.As(err, &dde) {
 		return "", usagef("--data %s: %s", dir, dde.Why)
 	} else if err != nil {
 		return "", usagef("--data %s: %v", dir, err)
@@ -455,7 +456,7 @@ func resolvePath(p string, e env) (string, error) {
 // nodeStartError makes start-up failures that the user can fix usage
 // errors with the reason in front.
 func nodeStartError(err error) error {
-	var dde *node.DataDirError
+	var dde *datadir.Error
 	if errors.Is(err, api.ErrTokenRequired) || errors.As(err, &dde) {
 		return usageError{err}
 	}

@@ -44,7 +44,7 @@ type Config struct {
 	System System
 	// DataDir is the node's data dir (required for the disk checks).
 	DataDir string
-	// CheckDataDir says why DataDir cannot be the data dir (node.CheckDataDir);
+	// CheckDataDir says why DataDir cannot be the data dir (datadir.Check);
 	// nil: not checked.
 	CheckDataDir func(dir string) error
 	// ListenAddrs are the node's listen addresses (default: the mesh's).

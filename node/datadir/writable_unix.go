@@ -1,6 +1,6 @@
 //go:build unix
 
-package node
+package datadir
 
 import "golang.org/x/sys/unix"
 

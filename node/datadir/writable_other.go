@@ -1,6 +1,6 @@
 //go:build !unix
 
-package node
+package datadir
 
 // writable cannot tell without writing here: the first write will say.
 func writable(string) error { return nil }

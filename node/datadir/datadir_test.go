@@ -1,4 +1,4 @@
-package node
+package datadir
 
 import (
 	"errors"
@@ -22,13 +22,13 @@ func TestCheckDataDir(t *testing.T) {
 		{filepath.Join(file, "sub", "deeper"), file + " is a file, not a directory"},
 		{"", "none given"},
 	} {
-		err := CheckDataDir(tc.dir)
-		var dde *DataDirError
+		err := Check(tc.dir)
+		var dde *Error
 		switch {
 		case tc.why == "" && err != nil:
 			t.Errorf("%q: %v", tc.dir, err)
 		case tc.why != "" && (!errors.As(err, &dde) || dde.Why != tc.why || !strings.Contains(err.Error(), "data directory "+tc.dir+": ")):
-			t.Errorf("%q: %v; want a DataDirError saying %q", tc.dir, err, tc.why)
+			t.Errorf("%q: %v; want a Error saying %q", tc.dir, err, tc.why)
 		}
 	}
 	// Nothing was written.
@@ -40,10 +40,10 @@ func TestCheckDataDir(t *testing.T) {
 		if err := os.Mkdir(ro, 0o500); err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckDataDir(ro); err == nil || !strings.Contains(err.Error(), "cannot write in it") {
+		if err := Check(ro); err == nil || !strings.Contains(err.Error(), "cannot write in it") {
 			t.Errorf("a read-only dir: %v", err)
 		}
-		if err := CheckDataDir(filepath.Join(ro, "new")); err == nil || !strings.Contains(err.Error(), "cannot create it in "+ro) {
+		if err := Check(filepath.Join(ro, "new")); err == nil || !strings.Contains(err.Error(), "cannot create it in "+ro) {
 			t.Errorf("under a read-only dir: %v", err)
 		}
 	}

@@ -1,4 +1,6 @@
-package node
+// Package datadir checks that a path can be a node's data directory
+// before anything is written there.
+package datadir
 
 import (
 	"errors"
@@ -9,25 +11,25 @@ import (
 	"syscall"
 )
 
-// DataDirError is a data directory the node cannot use. CheckDataDir
-// returns it, and Start before it writes anything.
-type DataDirError struct {
+// Error is a data directory the node cannot use. Check returns it; the
+// node calls Check in Start, before it writes anything.
+type Error struct {
 	Dir string // as given
 	Why string // "is a file, not a directory", ...
 }
 
-func (e *DataDirError) Error() string { return "data directory " + e.Dir + ": " + e.Why }
+func (e *Error) Error() string { return "data directory " + e.Dir + ": " + e.Why }
 
-// CheckDataDir reports whether dir can be a node's data directory, writing
+// Check reports whether dir can be a node's data directory, writing
 // nothing: it must be a directory this process may write in, or a path
 // that does not exist yet whose nearest existing parent is such a
 // directory (Start creates it, mode 0700). A file in its place or in place
-// of a parent, or a directory that cannot be written, is a *DataDirError
+// of a parent, or a directory that cannot be written, is a *Error
 // naming the path. Where the system cannot say whether a directory is
 // writable (Windows), a directory passes.
-func CheckDataDir(dir string) error {
+func Check(dir string) error {
 	bad := func(format string, args ...any) error {
-		return &DataDirError{Dir: dir, Why: fmt.Sprintf(format, args...)}
+		return &Error{Dir: dir, Why: fmt.Sprintf(format, args...)}
 	}
 	if dir == "" {
 		return bad("none given")
