@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/node/cardedit"
 	"github.com/gpumesh/gpumesh/node/executor"
 	"github.com/gpumesh/gpumesh/node/image"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 	"github.com/gpumesh/gpumesh/node/probe"
 )
 
@@ -298,4 +299,19 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// nodeOwnerKey is Config.Owner, else the key in the data dir.
+func nodeOwnerKey(cfg Config) (owner.Key, error) {
+	if cfg.Owner != nil {
+		if !cfg.Owner.Valid() {
+			return owner.Key{}, errors.New("node: Config.Owner is the zero key")
+		}
+		return *cfg.Owner, nil
+	}
+	k, err := ownerkey.LoadOrCreate(cfg.DataDir)
+	if err != nil {
+		return owner.Key{}, fmt.Errorf("node: %w", err)
+	}
+	return k, nil
 }

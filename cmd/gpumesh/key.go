@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumesh/gpumesh/market/owner"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 )
 
 // envKey names the owner key file when --key is not given.
@@ -31,9 +31,9 @@ func (f *keyFlag) path(e env) (path, from string, explicit bool, err error) {
 	case e.getenv(envKey) != "":
 		return e.getenv(envKey), envKey, true, nil
 	case e.getenv("XDG_CONFIG_HOME") != "":
-		return filepath.Join(e.getenv("XDG_CONFIG_HOME"), "gpumesh", node.OwnerKeyFile), "the default key", false, nil
+		return filepath.Join(e.getenv("XDG_CONFIG_HOME"), "gpumesh", ownerkey.FileName), "the default key", false, nil
 	case e.getenv("HOME") != "":
-		return filepath.Join(e.getenv("HOME"), ".config", "gpumesh", node.OwnerKeyFile), "the default key", false, nil
+		return filepath.Join(e.getenv("HOME"), ".config", "gpumesh", ownerkey.FileName), "the default key", false, nil
 	}
 	return "", "", false, usagef("no home directory to keep the owner key in: give --key FILE or $%s", envKey)
 }
@@ -49,7 +49,7 @@ func (f *keyFlag) load(e env, optional bool) (*owner.Key, string, error) {
 		}
 		return nil, "", err
 	}
-	k, err := node.LoadOwnerKey(path)
+	k, err := ownerkey.Load(path)
 	switch {
 	case err == nil:
 		return &k, path, nil
@@ -88,8 +88,8 @@ be reached again.`,
 			if err != nil {
 				return err
 			}
-			k, err := node.CreateOwnerKey(path)
-			if errors.Is(err, node.ErrKeyExists) {
+			k, err := ownerkey.Create(path)
+			if errors.Is(err, ownerkey.ErrExists) {
 				return usagef("%s: an owner key exists there already and stays as it was (`gpumesh key show` prints its ID)", path)
 			}
 			if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/market/owner"
-	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 )
 
 // testKeyFile makes an owner key in a temporary directory for the
@@ -16,7 +16,7 @@ import (
 func testKeyFile(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "owner.key")
-	if _, err := node.CreateOwnerKey(path); err != nil {
+	if _, err := ownerkey.Create(path); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -98,7 +98,7 @@ func TestKeyShowRefusesWhatIsNotAUsableKey(t *testing.T) {
 
 	if runtime.GOOS != "windows" {
 		open := filepath.Join(dir, "open.key")
-		if _, err := node.CreateOwnerKey(open); err != nil {
+		if _, err := ownerkey.Create(open); err != nil {
 			t.Fatal(err)
 		}
 		os.Chmod(open, 0o644)

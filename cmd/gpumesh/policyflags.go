@@ -15,6 +15,7 @@ import (
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 )
 
 // policyFlags are the flags of `gpumesh node` that say which jobs the
@@ -178,7 +179,7 @@ func loadOwnerTokens(path string) (map[string]owner.Key, error) {
 		if !filepath.IsAbs(file) {
 			file = filepath.Join(filepath.Dir(path), file)
 		}
-		k, err := node.LoadOwnerKey(file)
+		k, err := ownerkey.Load(file)
 		if err != nil {
 			return nil, fmt.Errorf("%s line %d: %w", path, l.line, err)
 		}

@@ -15,13 +15,14 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/executor"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 	"github.com/spf13/pflag"
 )
 
 func newOwnerKey(t *testing.T, dir string) (owner.Key, string) {
 	t.Helper()
 	path := filepath.Join(dir, "k-"+strings.ReplaceAll(t.Name(), "/", "-")+time.Now().Format("150405.000000000"))
-	k, err := node.CreateOwnerKey(path)
+	k, err := ownerkey.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/gpumesh/gpumesh/market"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
 	"github.com/gpumesh/gpumesh/node/api/client"
 	"github.com/gpumesh/gpumesh/node/api/client/clienttest"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 )
 
 var jobIDPattern = regexp.MustCompile(`^j[0-9a-z]{16}$`)
@@ -36,7 +36,7 @@ func TestSubmitPrintsTheJobID(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d submits", len(got))
 	}
-	key, err := node.LoadOwnerKey(n.env[envKey])
+	key, err := ownerkey.Load(n.env[envKey])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 //
 // The usage loop of a job owner:
 //
-//	key, err := node.LoadOwnerKey(path)          // gpumesh key create made it
+//	key, err := ownerkey.Load(path)          // gpumesh key create made it
 //	c, err := client.New("127.0.0.1:7070", client.WithToken(token), client.WithOwnerKey(key))
 //	up, err := c.UploadPayload(ctx, "./train") // sends only the chunks the node lacks
 //	spec.Payload = &up.Ref

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/gpumesh/gpumesh/internal/portuse"
-	"github.com/gpumesh/gpumesh/node"
 	"github.com/gpumesh/gpumesh/node/api"
+	"github.com/gpumesh/gpumesh/node/ownerkey"
 )
 
 // proc is one `gpumesh node` process on loopback.
@@ -93,7 +93,7 @@ func startCluster(ctx context.Context, cfg Config, dir string) (_ *cluster, err 
 // file that maps the token to it.
 func (c *cluster) writeOwner() error {
 	keyPath := filepath.Join(c.dir, "owner.key")
-	if _, err := node.CreateOwnerKey(keyPath); err != nil {
+	if _, err := ownerkey.Create(keyPath); err != nil {
 		return err
 	}
 	b := make([]byte, 16)

@@ -1,4 +1,6 @@
-package node
+// Package ownerkey keeps an owner's signing key in a file: made once,
+// never overwritten, mode 0600, and refused when others may read it.
+package ownerkey
 
 import (
 	"crypto/rand"
@@ -11,18 +13,18 @@ import (
 	"github.com/gpumesh/gpumesh/market/owner"
 )
 
-// OwnerKeyFile is the name of the node's own owner key in its data dir:
-// the key that signs specs submitted, and requests made, through the Go API
-// in-process (Config.Owner overrides it).
-const OwnerKeyFile = "owner.key"
+// FileName is the name an owner key has in a directory: a node's own key in
+// its data dir (the key that signs what is submitted through the Go API
+// in-process), and a user's default key in ~/.config/gpumesh.
+const FileName = "owner.key"
 
-// ErrKeyExists is returned by CreateOwnerKey for a path that exists.
-var ErrKeyExists = errors.New("an owner key exists there already")
+// ErrExists is returned by Create for a path that exists.
+var ErrExists = errors.New("an owner key exists there already")
 
-// CreateOwnerKey makes a new owner key and writes it to path, mode 0600, in
+// Create makes a new owner key and writes it to path, mode 0600, in
 // a directory made 0700 if missing. It never overwrites: a path that exists
-// is ErrKeyExists.
-func CreateOwnerKey(path string) (owner.Key, error) {
+// is ErrExists.
+func Create(path string) (owner.Key, error) {
 	k, err := owner.NewKey(rand.Reader)
 	if err != nil {
 		return owner.Key{}, err
@@ -36,7 +38,7 @@ func CreateOwnerKey(path string) (owner.Key, error) {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return owner.Key{}, fmt.Errorf("%s: %w", path, ErrKeyExists)
+		return owner.Key{}, fmt.Errorf("%s: %w", path, ErrExists)
 	}
 	if err != nil {
 		return owner.Key{}, fmt.Errorf("owner key: %w", err)
@@ -57,9 +59,9 @@ func CreateOwnerKey(path string) (owner.Key, error) {
 	return k, nil
 }
 
-// LoadOwnerKey reads the owner key at path. It refuses a key file that
+// Load reads the owner key at path. It refuses a key file that
 // others may read (mode beyond 0600 on Unix), as ssh does.
-func LoadOwnerKey(path string) (owner.Key, error) {
+func Load(path string) (owner.Key, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return owner.Key{}, fmt.Errorf("owner key: %w", err)
@@ -78,27 +80,13 @@ func LoadOwnerKey(path string) (owner.Key, error) {
 	return k, nil
 }
 
-// loadOrCreateOwnerKey is the node's own key: read from dir, or made there.
-func loadOrCreateOwnerKey(dir string) (owner.Key, error) {
-	path := filepath.Join(dir, OwnerKeyFile)
-	k, err := CreateOwnerKey(path)
-	if errors.Is(err, ErrKeyExists) {
-		return LoadOwnerKey(path)
+// LoadOrCreate is the key named FileName in dir: read, or made there if
+// there is none.
+func LoadOrCreate(dir string) (owner.Key, error) {
+	path := filepath.Join(dir, FileName)
+	k, err := Create(path)
+	if errors.Is(err, ErrExists) {
+		return Load(path)
 	}
 	return k, err
-}
-
-// nodeOwnerKey is Config.Owner, else the key in the data dir.
-func nodeOwnerKey(cfg Config) (owner.Key, error) {
-	if cfg.Owner != nil {
-		if !cfg.Owner.Valid() {
-			return owner.Key{}, errors.New("node: Config.Owner is the zero key")
-		}
-		return *cfg.Owner, nil
-	}
-	k, err := loadOrCreateOwnerKey(cfg.DataDir)
-	if err != nil {
-		return owner.Key{}, fmt.Errorf("node: %w", err)
-	}
-	return k, nil
 }

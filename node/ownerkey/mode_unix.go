@@ -1,6 +1,6 @@
 //go:build !windows
 
-package node
+package ownerkey
 
 import (
 	"fmt"
