@@ -323,6 +323,7 @@ func (n *Node) effects(rd market.Ready) {
 		n.view.Put(rec) // the API shows what is on disk
 		n.decided.Written(rec)
 		if rec.Coordinator != n.self {
+			n.forgetBill(rec.ID)
 			continue
 		}
 		n.repl.Enqueue(rec) // its replicas get what this node holds

@@ -86,9 +86,21 @@ func (n *Node) observeNote(note market.Notification) {
 }
 
 // observeBill counts what a record's bill grew by since the last time.
+// A job it sees first with a bill already (one this node took over from a
+// coordinator that was lost, was handed, or held before this node
+// restarted) counts from there: what it was billed before was counted by
+// the coordinator of the time. Counting it again made the mesh's charged
+// counters add up to many times what owners were billed after the
+// takeovers of a burst.
 func (n *Node) observeBill(rec market.JobRecord) {
 	o := n.obs
-	old := o.billed[rec.ID]
+	old, seen := o.billed[rec.ID]
+	if !seen {
+		if !rec.State.Terminal() {
+			o.billed[rec.ID] = billed{rec.CardSeconds, rec.CostCNY}
+		}
+		return
+	}
 	if d := rec.CostCNY - old.cny; d > 0 {
 		_ = o.m.AddBilling(metrics.SideCharged, max(0, rec.CardSeconds-old.cardSeconds), d)
 		o.billed[rec.ID] = billed{rec.CardSeconds, rec.CostCNY}
@@ -97,6 +109,11 @@ func (n *Node) observeBill(rec market.JobRecord) {
 		delete(o.billed, rec.ID)
 	}
 }
+
+// forgetBill drops what observeBill counted of a job another node now
+// coordinates: if this node coordinates it again later, it counts from
+// then, not from what it saw last (the other node counted between).
+func (n *Node) forgetBill(job string) { delete(n.obs.billed, job) }
 
 // refreshStatus rebuilds the status on the driver when it is older than
 // statusEvery.
