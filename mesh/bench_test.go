@@ -32,11 +32,12 @@ func benchEnvInt(name string, def int) int {
 // benchProfiles are the profile measured and its baseline.
 func benchProfiles() []Profile { return []Profile{FastProfile(), LANProfile()} }
 
-// fastMult2 is FastProfile with the suspicion multiplier it had before
-// (2: no confirmation expected), the baseline crash detection compares with.
-func fastMult2() Profile {
+// fastMult3 is FastProfile with the suspicion multiplier it had before
+// (3: one confirmation expected), the baseline crash detection compares
+// with.
+func fastMult3() Profile {
 	p := FastProfile()
-	p.Name, p.SuspicionMult = "fast-mult2", 2
+	p.Name, p.SuspicionMult = "fast-mult3", 3
 	return p
 }
 
@@ -129,12 +130,13 @@ func pushPullInterval(base time.Duration, n int) time.Duration {
 // BenchmarkCrashDetection kills nodes of a converged 100-node mesh one at a
 // time (GPUMESH_BENCH_KILLS of them) and reports the median and 90th
 // percentile of the time until every survivor sees the killed node dead
-// (goal: median < 2 s with the fast profile), with memberlist's LAN profile
-// as the baseline.
+// (the fast profile's goal was a median under 2 s; with its suspicion
+// multiplier of 5 it is about 2.8 s, see FastProfile), with memberlist's
+// LAN profile and the fast profile's earlier multiplier as baselines.
 func BenchmarkCrashDetection(b *testing.B) {
 	const n = 100
 	kills := benchEnvInt("GPUMESH_BENCH_KILLS", 10)
-	for _, p := range append(benchProfiles(), fastMult2()) {
+	for _, p := range append(benchProfiles(), fastMult3()) {
 		b.Run(fmt.Sprintf("%s/nodes=%d", p.Name, n), func(b *testing.B) {
 			for b.Loop() {
 				sm := buildSimMesh(b, n, p, 5*time.Minute)

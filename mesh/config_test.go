@@ -58,7 +58,7 @@ func TestProfilesValidateAndFastIsFaster(t *testing.T) {
 		}
 	}
 	fast, lan := FastProfile(), LANProfile()
-	if fast.ProbeInterval != 200*time.Millisecond || fast.ProbeTimeout != 100*time.Millisecond || fast.SuspicionMult != 3 || fast.GossipInterval != 100*time.Millisecond {
+	if fast.ProbeInterval != 200*time.Millisecond || fast.ProbeTimeout != 100*time.Millisecond || fast.SuspicionMult != 5 || fast.GossipInterval != 100*time.Millisecond {
 		t.Errorf("fast profile timings changed: %+v", fast)
 	}
 	if lan.ProbeInterval != time.Second || lan.SuspicionMult != 4 {

@@ -74,8 +74,8 @@
 //
 // Config.Profile holds memberlist's timing. FastProfile, the default,
 // probes every 200 ms with a 100 ms timeout and a suspicion multiplier of
-// 3 (a suspect needs a second member's confirmation to be declared dead
-// quickly), gossips news every 100 ms, Lifeguard on; see FastProfile for
+// 5 (a suspect needs three other members' confirmations to be declared
+// dead quickly), gossips news every 100 ms, Lifeguard on; see FastProfile for
 // the figures against memberlist's LAN defaults (LANProfile).
 // Its 100 ms probe timeout suits members that answer within 100 ms; for
 // members far apart use LANProfile or WANProfile.

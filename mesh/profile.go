@@ -76,35 +76,46 @@ type Profile struct {
 // FastProfile is the default: failure detection tuned for a mesh whose
 // members answer within 100 ms, with Lifeguard on. Measured here on an
 // in-memory mesh of 100 nodes sharing two cores, a crashed node is seen
-// dead by all others in 1.6 s median (memberlist's LAN defaults: 10 s in
-// the same run; `GPUMESH_BENCH_KILLS=8 go test -run '^$' -bench
-// CrashDetection -benchtime 1x ./mesh/`).
+// dead by all others in 2.8 s median, p90 3.2 s (in the same run:
+// memberlist's LAN defaults 10.9 s; the suspicion multiplier of 3 this
+// profile had before, 1.7 s; `GPUMESH_BENCH_KILLS=8 go test -run '^$'
+// -bench CrashDetection -benchtime 1x ./mesh/`).
 //
 // Its timings: probe every 200 ms, probe timeout 100 ms, 3 indirect checks,
-// suspicion multiplier 3: a member that one prober suspects has 6× the
-// base suspicion time to refute (5.8 s at 40 members), and a confirmation
-// from a second member that suspects it brings that down to the base (1 s
-// at 40 members, 1.2 s at 100). A crashed member is suspected by every
-// member that probes it, so the confirmation comes within a probe round or
-// two; a member slow to answer one prober (its machine or the prober's
-// starved of CPU) is not declared dead for that alone. With a multiplier
-// of 2 memberlist expects no confirmation and declares a suspect dead
-// after the base time whoever suspected it: on 2 cores shared by 40 node
-// processes a burst of placements made members flap by the hundreds, and
-// the flapping fed the load. Gossip news every 100 ms to 3 members (a suspicion
-// reaches 100 members in about half a second), news retransmitted 4 ×
-// log10(N+1) times, full state exchange every 60 s (stretched with size:
-// 6 min at 1000 members; each carries the whole member list, so it
-// dominates idle traffic in large meshes), 16 KiB packets, no compression.
-// Gossip rounds with no news send nothing, so the shorter gossip interval
-// costs only when something happens.
+// suspicion multiplier 5. memberlist expects SuspicionMult − 2
+// confirmations, so a suspect is declared dead at the base suspicion time
+// (5 × log10(N+1) × 200 ms: 1.6 s at 40 members, 2 s at 100) only once
+// three other members suspect it too, and has up to 6× that to refute
+// while fewer do. A crashed member is suspected by every member that
+// probes it, so the confirmations come within a few probe rounds; a member
+// slow to answer some probers (its machine or theirs starved of CPU) is
+// not declared dead for that alone.
+//
+// The multiplier was 2, then 3. With 2 memberlist expects no confirmation:
+// on 2 cores shared by 40 node processes a burst of placements made members
+// flap by the hundreds, and the flapping fed the load. With 3, one
+// confirmation brought a suspect to the 1 s base time, and under the same
+// burst (`gpumesh bench --scenario burst`) 24–567 members were still
+// declared dead from the burst on, 1–70 of them after the last cancel, in
+// four runs; each such death moves the jobs that member coordinates. With
+// 5: 0–46 from the burst on, and none after the last cancel, in five runs
+// interleaved with those (with 4: 5–353, and none after the last cancel,
+// in four).
+//
+// Gossip news every 100 ms to 3 members (a suspicion reaches 100 members in
+// about half a second), news retransmitted 4 × log10(N+1) times, full state
+// exchange every 60 s (stretched with size: 6 min at 1000 members; each
+// carries the whole member list, so it dominates idle traffic in large
+// meshes), 16 KiB packets, no compression. Gossip rounds with no news send
+// nothing, so the shorter gossip interval costs only when something
+// happens.
 func FastProfile() Profile {
 	return Profile{
 		Name:                    "fast",
 		ProbeInterval:           200 * time.Millisecond,
 		ProbeTimeout:            100 * time.Millisecond,
 		IndirectChecks:          3,
-		SuspicionMult:           3,
+		SuspicionMult:           5,
 		SuspicionMaxTimeoutMult: 6,
 		AwarenessMaxMultiplier:  8,
 		GossipInterval:          100 * time.Millisecond,
