@@ -164,3 +164,80 @@ func counterValue(t *testing.T, n *Node, reason string) float64 {
 	}
 	return v
 }
+
+// An attempt's end is reported until it is acknowledged, and under load a
+// report goes again before its acknowledgement comes. The repeat carries
+// the receipt the coordinator accepted: it is countersigned again but not
+// counted as accepted again, and the runner, which took the
+// countersignature the first time, counts the repeat as no_pending, not
+// as a bad signature. (A burst of cancels on 40 nodes counted 250 bad
+// signatures, every one of them such a repeat.)
+func TestARepeatedEndReportIsNeitherAcceptedTwiceNorABadSignature(t *testing.T) {
+	sm := newSimMesh(t, "", "a100-80g:1")
+	coord, runner := sm.nodes[0], sm.nodes[1]
+	sm.neverCoordinate(runner)
+	sm.waitBook(coord, 1)
+	ctx := context.Background()
+	spec := market.JobSpec{AllowSimulated: true, ID: "repeat", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
+	if _, err := coord.Submit(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, coord, spec.ID, 20*time.Second, market.JobRunning)
+	if _, err := coord.Cancel(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	var final market.Placement
+	eventually(t, 20*time.Second, "the attempt's end is billed", func() bool {
+		r, _ := coord.Job(ctx, spec.ID)
+		for _, p := range r.Placements {
+			if p.State == market.PlacementStopped && len(p.Receipt) > 0 {
+				rr, err := receipts.Unmarshal(p.Receipt)
+				final = p
+				return err == nil && rr.Final
+			}
+		}
+		return false
+	})
+	eventually(t, 10*time.Second, "the runner holds its final receipt countersigned", func() bool {
+		got, err := runner.trust.receipts.store.Issued(runner.id.String(), time.Time{})
+		return err == nil && len(got) == 1 && got[0].Accepted.Final
+	})
+	r, err := receipts.Unmarshal(final.Receipt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := receiptCount(t, coord, "coordinator", "accepted")
+	bad, noPending := counterValue(t, runner, "bad_signature"), counterValue(t, runner, "no_pending")
+
+	data, err := market.EncodeMessage(market.Message{From: runner.id.String(), To: coord.id.String(),
+		Payload: &market.AttemptEnded{Job: spec.ID, Share: final.Share, Epoch: final.Epoch, Cause: market.CauseStopped,
+			CardSeconds: r.CardSeconds, Receipt: final.Receipt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord.receive(gossip.Message{Sender: runner.id, Kind: kindMarket, Data: data})
+	eventually(t, 10*time.Second, "the runner got the repeated countersignature", func() bool {
+		return counterValue(t, runner, "no_pending") == noPending+1
+	})
+	if got := counterValue(t, runner, "bad_signature"); got != bad {
+		t.Errorf("the runner counted %v bad signatures, was %v", got, bad)
+	}
+	if got := receiptCount(t, coord, "coordinator", "accepted"); got != accepted {
+		t.Errorf("the coordinator counted %v receipts accepted after the repeat, %v before", got, accepted)
+	}
+}
+
+// receiptCount reads gpumesh_receipts_total{role, result} of n.
+func receiptCount(t *testing.T, n *Node, role, result string) float64 {
+	t.Helper()
+	var v float64
+	if err := n.do(context.Background(), func() {
+		var m dto.Metric
+		if err := n.trust.receipts.counts.WithLabelValues(role, result).Write(&m); err == nil {
+			v = m.GetCounter().GetValue()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

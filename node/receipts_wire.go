@@ -59,13 +59,13 @@ func (n *Node) startReceipts() *receiptState {
 		}, []string{"role", "result"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpumesh_receipts_rejected_total",
-			Help: "Usage receipts and countersignatures refused, by reason (malformed, bad_signature, mismatch).",
+			Help: "Usage receipts and countersignatures refused, by reason (malformed, bad_signature, mismatch, no_pending: a countersignature for no receipt waiting, most often a repeat, as an attempt's end is acknowledged once for each time it was reported).",
 		}, []string{"reason"}),
 	}
 	for _, l := range [][2]string{{"runner", "issued"}, {"runner", "countersigned"}, {"coordinator", "accepted"}} {
 		rs.counts.WithLabelValues(l[0], l[1])
 	}
-	for _, r := range []string{"malformed", "bad_signature", "mismatch"} {
+	for _, r := range []string{"malformed", "bad_signature", "mismatch", "no_pending"} {
 		rs.rejected.WithLabelValues(r)
 	}
 	if n.obs != nil && n.obs.m != nil {
@@ -81,8 +81,10 @@ func (rs *receiptState) reject(n *Node, err error, from string, what string) {
 	switch {
 	case errors.Is(err, receipts.ErrMalformed):
 		reason = "malformed"
-	case errors.Is(err, receipts.ErrBadSignature), errors.Is(err, receipts.ErrNoPending):
+	case errors.Is(err, receipts.ErrBadSignature):
 		reason = "bad_signature"
+	case errors.Is(err, receipts.ErrNoPending):
+		reason = "no_pending"
 	}
 	rs.rejected.WithLabelValues(reason).Inc()
 	n.log.Info("usage receipt refused", "what", what, "from", from, "err", err)
@@ -229,12 +231,16 @@ func (n *Node) checkReceipt(runner string, b *[]byte, e receipts.Expect) func() 
 		if !ok || !bytes.Equal(pl.Receipt, signed) {
 			return // not billed (a stale attempt, usage over what the cards could run)
 		}
-		n.turn.ops = append(n.turn.ops, receipts.Ops(r)...) // before the acknowledgement leaves
-		rs.acceptor.Accepted(r)
 		if len(rs.cosigs) >= 4096 {
 			clear(rs.cosigs) // acknowledgements that never went (stale attempts)
 		}
+		// A repeat (the report came again: its acknowledgement was lost
+		// or is late) is countersigned again and written nowhere.
 		rs.cosigs[e.Attempt] = r.CoordSig
+		if !rs.acceptor.Accepted(r) {
+			return
+		}
+		n.turn.ops = append(n.turn.ops, receipts.Ops(r)...) // before the acknowledgement leaves
 		rs.counts.WithLabelValues("coordinator", "accepted").Inc()
 	}
 }

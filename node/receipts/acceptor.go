@@ -97,13 +97,20 @@ func (ac *Acceptor) Check(b []byte, e Expect) (Receipt, error) {
 }
 
 // Accepted records r as the newest receipt of its attempt accepted into
-// the bill.
-func (ac *Acceptor) Accepted(r Receipt) {
+// the bill. It reports whether r is new: false for a repeat of the receipt
+// accepted last (a report sent again, its acknowledgement not yet come),
+// which Check lets through so that the runner gets its countersignature
+// again.
+func (ac *Acceptor) Accepted(r Receipt) (fresh bool) {
 	a := Attempt{r.Job, r.Share, r.Epoch}
+	if prev, ok := ac.newest(a); ok && prev.Seq == r.Seq && prev.Hash() == r.Hash() {
+		return false
+	}
 	if len(ac.accepted) > 1<<16 {
 		clear(ac.accepted) // reread from disk as needed
 	}
 	ac.accepted[a] = r
+	return true
 }
 
 func (ac *Acceptor) newest(a Attempt) (Receipt, bool) {

@@ -232,3 +232,37 @@ func TestTheCoordinatorRefusesBadReceipts(t *testing.T) {
 }
 
 func isMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
+
+// A report sent again carries the receipt the coordinator accepted last:
+// it is countersigned again (the runner may not have the first
+// countersignature) but is not new; the runner takes the countersignature
+// once, and a repeat finds no receipt waiting.
+func TestARepeatedReceiptIsCountersignedAgainButNotNew(t *testing.T) {
+	r1, coord := newParty(t, 1), newParty(t, 2)
+	is := NewIssuer("lab", r1.id, r1.key, 5*time.Second, nil)
+	acc := NewAcceptor("lab", coord.id, coord.key, nil)
+	a := Attempt{Job: "j", Share: 0, Epoch: 1}
+	terms := Terms{Owner: "owner", Coordinator: coord.id, Term: 1, Cards: 1, PriceCNY: 2}
+	e := Expect{Attempt: a, Runner: r1.id, CardSeconds: 5, Final: true, Owner: "owner", Cards: 1, PriceCNY: 2}
+	r := is.Issue(a, terms, 5, true, time.Unix(1000, 0))
+	first, err := acc.Check(r.Marshal(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !acc.Accepted(first) {
+		t.Fatal("the first acceptance is not new")
+	}
+	again, err := acc.Check(r.Marshal(), e)
+	if err != nil {
+		t.Fatalf("the repeated report's receipt: %v", err)
+	}
+	if acc.Accepted(again) {
+		t.Error("the repeated receipt was taken as new")
+	}
+	if _, err := is.Countersigned(a, coord.id, first.CoordSig); err != nil {
+		t.Fatalf("the countersignature: %v", err)
+	}
+	if _, err := is.Countersigned(a, coord.id, again.CoordSig); !errors.Is(err, ErrNoPending) {
+		t.Errorf("the repeated countersignature: %v, want ErrNoPending", err)
+	}
+}
