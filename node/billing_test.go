@@ -44,20 +44,7 @@ func chargedCardSeconds(t *testing.T, n *Node) float64 {
 func TestATakenOverJobsEarlierBillIsNotChargedAgain(t *testing.T) {
 	sm := newSimMesh(t, "", "", "a100-80g:1")
 	runner := sm.nodes[2]
-	sm.neverCoordinate(runner)
-	sm.waitBook(sm.nodes[0], 1)
-	sm.waitBook(sm.nodes[1], 1)
-	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "billed", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
-		t.Fatal(err)
-	}
-	rec := waitState(t, runner, "billed", 20*time.Second, market.JobRunning)
-	old := sm.byID(rec.Coordinator)
-	var successor *Node
-	for _, n := range sm.nodes[:2] {
-		if n != old {
-			successor = n
-		}
-	}
+	rec, old, successor := runOnTheRunner(t, sm, "billed")
 	// The successor's replica shows a bill before the crash.
 	var before float64
 	eventually(t, 30*time.Second, "the successor's replica shows a bill of at least 2 card-seconds", func() bool {

@@ -513,20 +513,7 @@ func TestRunnerCrashMovesTheShare(t *testing.T) {
 func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
 	sm := newSimMesh(t, "", "", "a100-80g:1")
 	runner := sm.nodes[2]
-	sm.neverCoordinate(runner)
-	sm.waitBook(sm.nodes[0], 1)
-	sm.waitBook(sm.nodes[1], 1)
-	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "orphan", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
-		t.Fatal(err)
-	}
-	rec := waitState(t, runner, "orphan", 20*time.Second, market.JobRunning)
-	old := sm.byID(rec.Coordinator)
-	var successor *Node
-	for _, n := range sm.nodes[:2] {
-		if n != old {
-			successor = n
-		}
-	}
+	rec, old, successor := runOnTheRunner(t, sm, "orphan")
 	eventually(t, 10*time.Second, "the other coordinator holds a replica", func() bool {
 		r, ok := successor.view.Job("orphan")
 		return ok && r.State == market.JobRunning
@@ -554,6 +541,31 @@ func TestCoordinatorCrashSuccessorTakesOver(t *testing.T) {
 		t.Errorf("cancel answered by %s", cancelled.Coordinator)
 	}
 	waitState(t, runner, "orphan", 10*time.Second, market.JobCancelled)
+}
+
+// runOnTheRunner has the last node of sm, which never coordinates, submit
+// a 1-card sleeping job and waits until it runs there. It returns the
+// job's record, its coordinator and another of the coordinators (the
+// nodes before the runner), nil if there is only one.
+func runOnTheRunner(t *testing.T, sm *simMesh, id string) (rec market.JobRecord, coord, other *Node) {
+	t.Helper()
+	runner := sm.nodes[len(sm.nodes)-1]
+	coords := sm.nodes[:len(sm.nodes)-1]
+	sm.neverCoordinate(runner)
+	for _, n := range coords {
+		sm.waitBook(n, 1)
+	}
+	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: id, Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec = waitState(t, runner, id, 20*time.Second, market.JobRunning)
+	coord = sm.byID(rec.Coordinator)
+	for _, n := range coords {
+		if n != coord {
+			return rec, coord, n
+		}
+	}
+	return rec, coord, nil
 }
 
 // Cancelling a job that has ended is answered with its record, also once

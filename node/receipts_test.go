@@ -174,21 +174,16 @@ func counterValue(t *testing.T, n *Node, reason string) float64 {
 // signatures, every one of them such a repeat.)
 func TestARepeatedEndReportIsNeitherAcceptedTwiceNorABadSignature(t *testing.T) {
 	sm := newSimMesh(t, "", "a100-80g:1")
-	coord, runner := sm.nodes[0], sm.nodes[1]
-	sm.neverCoordinate(runner)
-	sm.waitBook(coord, 1)
+	runner := sm.nodes[1]
 	ctx := context.Background()
-	spec := market.JobSpec{AllowSimulated: true, ID: "repeat", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}
-	if _, err := coord.Submit(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, coord, spec.ID, 20*time.Second, market.JobRunning)
-	if _, err := coord.Cancel(ctx, spec.ID); err != nil {
+	const id = "repeat"
+	_, coord, _ := runOnTheRunner(t, sm, id)
+	if _, err := coord.Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	var final market.Placement
 	eventually(t, 20*time.Second, "the attempt's end is billed", func() bool {
-		r, _ := coord.Job(ctx, spec.ID)
+		r, _ := coord.Job(ctx, id)
 		for _, p := range r.Placements {
 			if p.State == market.PlacementStopped && len(p.Receipt) > 0 {
 				rr, err := receipts.Unmarshal(p.Receipt)
@@ -210,7 +205,7 @@ func TestARepeatedEndReportIsNeitherAcceptedTwiceNorABadSignature(t *testing.T) 
 	bad, noPending := counterValue(t, runner, "bad_signature"), counterValue(t, runner, "no_pending")
 
 	data, err := market.EncodeMessage(market.Message{From: runner.id.String(), To: coord.id.String(),
-		Payload: &market.AttemptEnded{Job: spec.ID, Share: final.Share, Epoch: final.Epoch, Cause: market.CauseStopped,
+		Payload: &market.AttemptEnded{Job: id, Share: final.Share, Epoch: final.Epoch, Cause: market.CauseStopped,
 			CardSeconds: r.CardSeconds, Receipt: final.Receipt}})
 	if err != nil {
 		t.Fatal(err)

@@ -237,22 +237,7 @@ func TestRunnerCutOffAloneWithAReplicaFencesItself(t *testing.T) {
 func TestOrphanedJobIsTakenOverByItsGroup(t *testing.T) {
 	sm := newSimMesh(t, "", "", "", "a100-80g:1")
 	runner := sm.nodes[3]
-	sm.neverCoordinate(runner)
-	for _, n := range sm.nodes[:3] {
-		sm.waitBook(n, 1)
-	}
-	if _, err := runner.Submit(context.Background(), market.JobSpec{AllowSimulated: true, ID: "orphan-me", Cards: 1, MaxPriceCNY: 20, Command: []string{"sleep", "300"}}); err != nil {
-		t.Fatal(err)
-	}
-	rec := waitState(t, runner, "orphan-me", 20*time.Second, market.JobRunning)
-	coord := sm.byID(rec.Coordinator)
-	var other *Node
-	for _, n := range sm.nodes[:3] {
-		if n != coord {
-			other = n
-			break
-		}
-	}
+	_, coord, other := runOnTheRunner(t, sm, "orphan-me")
 	eventually(t, 10*time.Second, "the others hold a replica", func() bool {
 		r, ok := other.view.Job("orphan-me")
 		return ok && r.State == market.JobRunning
