@@ -77,7 +77,8 @@ type Side string
 // The billing sides.
 const (
 	// SideCharged: usage of jobs this node coordinates, billed to their
-	// owners.
+	// owners while it coordinates them (a job taken over counts from the
+	// takeover), so that the sum over the mesh is what owners were billed.
 	SideCharged Side = "charged"
 	// SideEarned: usage of this node's cards, paid to this node.
 	SideEarned Side = "earned"
