@@ -84,7 +84,7 @@ func (ac *Acceptor) Check(b []byte, e Expect) (Receipt, error) {
 	}
 	if prev, ok := ac.newest(e.Attempt); ok {
 		switch {
-		case r.Seq <= prev.Seq && !(r.Seq == prev.Seq && r.Hash() == prev.Hash()):
+		case r.Seq <= prev.Seq && !r.Repeats(&prev):
 			return Receipt{}, fmt.Errorf("%w: receipt %d after receipt %d was accepted", ErrMismatch, r.Seq, prev.Seq)
 		case r.Seq == prev.Seq+1 && r.Prev != prev.Hash():
 			return Receipt{}, fmt.Errorf("%w: receipt %d does not follow the receipt %d accepted", ErrMismatch, r.Seq, prev.Seq)
@@ -103,7 +103,7 @@ func (ac *Acceptor) Check(b []byte, e Expect) (Receipt, error) {
 // again.
 func (ac *Acceptor) Accepted(r Receipt) (fresh bool) {
 	a := Attempt{r.Job, r.Share, r.Epoch}
-	if prev, ok := ac.newest(a); ok && prev.Seq == r.Seq && prev.Hash() == r.Hash() {
+	if prev, ok := ac.newest(a); ok && r.Repeats(&prev) {
 		return false
 	}
 	if len(ac.accepted) > 1<<16 {

@@ -109,6 +109,10 @@ func (r *Receipt) Body() []byte {
 // as Prev.
 func (r *Receipt) Hash() [32]byte { return sha256.Sum256(r.Body()) }
 
+// Repeats reports whether r is prev sent again: the same place in the
+// attempt's chain and the same body.
+func (r *Receipt) Repeats(prev *Receipt) bool { return r.Seq == prev.Seq && r.Hash() == prev.Hash() }
+
 // acceptMessage is what the coordinator signs.
 func (r *Receipt) acceptMessage() []byte {
 	m := append([]byte(acceptDomain), r.Body()...)
