@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -115,6 +116,37 @@ func (m *Manager) Cards() []Card {
 		out[i] = c
 	}
 	return out
+}
+
+// Model returns the model of the card with the given ID, copying no card
+// (Cards copies them all).
+func (m *Manager) Model(id string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.cards {
+		if m.cards[i].ID == id {
+			return m.cards[i].Model, true
+		}
+	}
+	return "", false
+}
+
+// Healthy counts the healthy cards and lists their models, each once, in
+// card order, copying no card (Cards copies them all).
+func (m *Manager) Healthy() (cards int, models []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.cards {
+		c := &m.cards[i]
+		if !m.healthLocked(c.ID).Healthy {
+			continue
+		}
+		cards++
+		if !slices.Contains(models, c.Model) {
+			models = append(models, c.Model)
+		}
+	}
+	return cards, models
 }
 
 // Statuses returns each backend's state after the last discovery, in

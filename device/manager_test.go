@@ -95,6 +95,16 @@ func TestManagerHealthEvents(t *testing.T) {
 	if c := findCard(m.Cards(), ids[1]); c.Health.Healthy {
 		t.Errorf("card still healthy in inventory: %+v", c)
 	}
+	// The summaries that copy no card say the same as Cards.
+	if n, models := m.Healthy(); n != 3 || len(models) != 1 || models[0] != "h100-sxm-80g" {
+		t.Errorf("Healthy() = %d, %q; want 3 cards of h100-sxm-80g", n, models)
+	}
+	if model, ok := m.Model(ids[1]); !ok || model != "h100-sxm-80g" {
+		t.Errorf("Model(%s) = %q, %v; want h100-sxm-80g of the unhealthy card too", ids[1], model, ok)
+	}
+	if model, ok := m.Model("no-such-card"); ok {
+		t.Errorf("Model of a card that is not there = %q, true", model)
+	}
 	// The same health again is no change: no event. Then a removal, which
 	// must be the next event out.
 	if err := sim.SetHealth(ids[1], Unhealthy("injected fault")); err != nil {

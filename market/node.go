@@ -394,6 +394,24 @@ func (n *Node) EachCardState(fn func(id string, state CardState)) {
 	}
 }
 
+// NumCards is how many cards Cards lists.
+func (n *Node) NumCards() int { return len(n.sup.cards) }
+
+// EachCard calls fn with each of this node's cards and its state, in the
+// order Cards lists them, without the rest of a CardStatus: what an ad of
+// the node's supply needs, with no slice of every card's status made. fn
+// must neither keep nor change card.
+func (n *Node) EachCard(fn func(card *device.Card, state CardState)) {
+	for _, c := range n.sup.cards {
+		fn(&c.card, c.state())
+	}
+}
+
+// CardsVersion changes whenever CardsChanged replaces this node's cards
+// (a card's identity, health or evidence); between two equal versions,
+// what Cards reports of each card but its state and work is unchanged.
+func (n *Node) CardsVersion() uint64 { return n.sup.cardsVersion }
+
 // Ad returns this node's current capacity ad (what Ready.Ad last carried,
 // or would carry now).
 func (n *Node) Ad() Ad {

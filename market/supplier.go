@@ -35,8 +35,11 @@ type supplier struct {
 	expiry   []attemptKey
 	order    []attemptKey // tick's scratch: the attempts in key order
 	leaseSeq uint64
-	leaving  bool      // draining: nothing is offered any more
-	lastTick time.Time // the previous Tick: a long gap means the node was frozen
+	// cardsVersion counts the changes of the card set (setCards): what
+	// a card is, its health and evidence change only there.
+	cardsVersion uint64
+	leaving      bool      // draining: nothing is offered any more
+	lastTick     time.Time // the previous Tick: a long gap means the node was frozen
 }
 
 type roundKey struct {
@@ -714,6 +717,7 @@ func (s *supplier) setCards(cards []device.Card) {
 		}
 		c.card, c.present = card, true
 	}
+	s.cardsVersion++
 	for _, c := range slices.Clone(s.cards) {
 		if !seen[c.card.ID] {
 			c.present = false

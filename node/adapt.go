@@ -2,11 +2,10 @@ package node
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"reflect"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpumesh/gpumesh/device"
@@ -60,11 +59,12 @@ func (n *Node) supply() gossip.Supply {
 		Since:  n.started,
 		MTBF:   time.Duration(n.cfg.Availability.MTBF),
 	}
-	for _, st := range n.mk.Cards() {
-		if state, offered := gossipState(st.State); offered {
-			s.Cards = append(s.Cards, gossip.SupplyCard{Card: st.Card, State: state})
+	s.Cards = make([]gossip.SupplyCard, 0, n.mk.NumCards())
+	n.mk.EachCard(func(card *device.Card, st market.CardState) {
+		if state, offered := gossipState(st); offered {
+			s.Cards = append(s.Cards, gossip.SupplyCard{Card: *card, State: state})
 		}
-	}
+	})
 	return s
 }
 
@@ -104,20 +104,20 @@ func (n *Node) advertise(ad market.Ad) {
 // the market's ad does not show (reserved → running: neither is free) is
 // still published (supplyChanged).
 func (n *Node) publishSupply() {
-	s := n.supply()
-	if n.adv != nil && onlyReservations(n.publishedStates, s) {
+	// Read from the market's states alone: most calls publish nothing,
+	// and the supply copies every card.
+	if n.adv != nil && onlyReservations(n.publishedStates, n.cardStates()) {
 		if n.settleAt.IsZero() {
 			n.settleAt = time.Now().Add(n.reserveSettle)
 		}
 		return
 	}
-	n.publishNow(s)
+	n.publishNow(n.supply())
 }
 
 // publishNow hands s to the advertiser at once.
 func (n *Node) publishNow(s gossip.Supply) {
 	n.settleAt = time.Time{}
-	n.published = supplyKey(s)
 	n.publishedStates = statesOf(s)
 	if n.adv == nil {
 		return // still starting: the advertiser starts from n.supply()
@@ -136,32 +136,73 @@ func (n *Node) settleSupply(now time.Time) {
 	if n.settleAt.IsZero() || now.Before(n.settleAt) {
 		return
 	}
-	s := n.supply()
-	if supplyKey(s) == n.published {
+	if sameStates(n.publishedStates, n.cardStates()) {
 		n.settleAt = time.Time{}
 		return
 	}
-	n.publishNow(s)
+	n.publishNow(n.supply())
 }
 
-// onlyReservations reports whether s differs from the card states last
-// published at most by cards turned from free to reserved or back.
-func onlyReservations(published map[string]gossip.CardState, s gossip.Supply) bool {
-	if published == nil || len(published) != len(s.Cards) {
+// onlyReservations reports whether cards (by ID, as advertised) differ
+// from the card states last published at most by cards turned from free
+// to reserved or back.
+func onlyReservations(published map[string]gossip.CardState, cards iter.Seq2[string, gossip.CardState]) bool {
+	if published == nil {
 		return false
 	}
-	for _, c := range s.Cards {
-		was, ok := published[c.Card.ID]
+	seen := 0
+	for id, st := range cards {
+		seen++
+		was, ok := published[id]
 		switch {
 		case !ok:
 			return false
-		case was == c.State:
-		case (was == gossip.CardFree || was == gossip.CardReserved) && (c.State == gossip.CardFree || c.State == gossip.CardReserved):
+		case was == st:
+		case (was == gossip.CardFree || was == gossip.CardReserved) && (st == gossip.CardFree || st == gossip.CardReserved):
 		default:
 			return false
 		}
 	}
-	return true
+	return seen == len(published)
+}
+
+// sameStates reports whether cards (by ID, as advertised) are the card
+// states last published; nothing published is as no card.
+func sameStates(published map[string]gossip.CardState, cards iter.Seq2[string, gossip.CardState]) bool {
+	seen := 0
+	for id, st := range cards {
+		seen++
+		if was, ok := published[id]; !ok || was != st {
+			return false
+		}
+	}
+	return seen == len(published)
+}
+
+// cardStates yields the ID and advertised state of each card the market
+// offers (gone and unhealthy ones are not), copying nothing: what the
+// driver compares with the states last published on every turn. Driver
+// only.
+func (n *Node) cardStates() iter.Seq2[string, gossip.CardState] {
+	return func(yield func(string, gossip.CardState) bool) {
+		stopped := false
+		n.mk.EachCardState(func(id string, st market.CardState) {
+			if state, offered := gossipState(st); offered && !stopped {
+				stopped = !yield(id, state)
+			}
+		})
+	}
+}
+
+// supplyStates yields the ID and state of each card of s.
+func supplyStates(s gossip.Supply) iter.Seq2[string, gossip.CardState] {
+	return func(yield func(string, gossip.CardState) bool) {
+		for _, c := range s.Cards {
+			if !yield(c.Card.ID, c.State) {
+				return
+			}
+		}
+	}
 }
 
 // statesOf is the state of every card of s by card ID.
@@ -175,35 +216,8 @@ func statesOf(s gossip.Supply) map[string]gossip.CardState {
 
 // supplyChanged reports whether the cards' states differ from what was
 // last published. It runs on every driver turn that changed no ad, so it
-// reads the states alone (market.Node.EachCardState) rather than copying
-// every card as supply does.
-func (n *Node) supplyChanged() bool {
-	var b strings.Builder
-	b.Grow(len(n.published))
-	n.mk.EachCardState(func(id string, st market.CardState) {
-		if state, offered := gossipState(st); offered {
-			writeCardKey(&b, id, state)
-		}
-	})
-	return b.String() != n.published
-}
-
-// supplyKey is the state of every card of a supply, in one string.
-func supplyKey(s gossip.Supply) string {
-	var b strings.Builder
-	for _, c := range s.Cards {
-		writeCardKey(&b, c.Card.ID, c.State)
-	}
-	return b.String()
-}
-
-// writeCardKey is one card's part of a supply's key.
-func writeCardKey(b *strings.Builder, id string, state gossip.CardState) {
-	b.WriteString(id)
-	b.WriteByte('=')
-	b.WriteString(strconv.Itoa(int(state)))
-	b.WriteByte(';')
-}
+// reads the states alone rather than copying every card as supply does.
+func (n *Node) supplyChanged() bool { return !sameStates(n.publishedStates, n.cardStates()) }
 
 // sameSummary reports whether a and b differ at most in their free-card
 // count (Addrs and Leaving are the mesh's, not the node's).
@@ -214,27 +228,28 @@ func sameSummary(a, b mesh.Meta) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// metaOf is the short capacity summary memberlist carries.
-func metaOf(region string, cards []device.Card, statuses []market.CardStatus, coordinator, standby bool) mesh.Meta {
-	m := mesh.Meta{Region: region, Coordinator: coordinator, Standby: standby}
-	for _, c := range cards {
-		if !c.Health.Healthy {
-			continue
-		}
-		m.Cards++
-		if !slices.Contains(m.Models, c.Model) && len(m.Models) < mesh.MaxModels {
-			m.Models = append(m.Models, c.Model)
-		}
-	}
-	if statuses == nil {
-		m.FreeCards = m.Cards
-	}
-	for _, st := range statuses {
-		if st.State == market.CardFree {
-			m.FreeCards++
-		}
-	}
-	m.FreeCards = min(m.FreeCards, m.Cards)
+// metaOf is the short capacity summary memberlist carries: healthy cards
+// of the given models (device.Manager.Healthy), free of them (free < 0:
+// the market is not running yet, and every healthy card is).
+func metaOf(region string, healthy int, models []string, free int, coordinator, standby bool) mesh.Meta {
+	m := mesh.Meta{Region: region, Coordinator: coordinator, Standby: standby, Cards: healthy}
+	m.Models = slices.Clone(models[:min(len(models), mesh.MaxModels)])
 	slices.Sort(m.Models)
+	if free < 0 {
+		free = healthy
+	}
+	m.FreeCards = min(free, healthy)
 	return m
+}
+
+// freeCards counts the cards the market has free, copying none. Driver
+// only.
+func (n *Node) freeCards() int {
+	free := 0
+	n.mk.EachCardState(func(_ string, st market.CardState) {
+		if st == market.CardFree {
+			free++
+		}
+	})
+	return free
 }

@@ -21,28 +21,37 @@ func TestOnlyReservations(t *testing.T) {
 	}
 	free, res, busy := gossip.CardFree, gossip.CardReserved, gossip.CardBusy
 	published := statesOf(supply(free, free, busy))
+	other := supply(free, free, busy)
+	other.Cards[2].Card.ID = "z"
 	for _, c := range []struct {
-		name string
-		now  gossip.Supply
-		want bool
+		name       string
+		now        gossip.Supply
+		only, same bool
 	}{
-		{"nothing changed", supply(free, free, busy), true},
-		{"a card reserved for a bid", supply(res, free, busy), true},
-		{"both reserved", supply(res, res, busy), true},
-		{"a reserved card runs", supply(busy, free, busy), false},
-		{"a busy card freed", supply(free, free, free), false},
-		{"a card gone (unhealthy)", supply(free, free), false},
-		{"a card added", supply(free, free, busy, free), false},
+		{"nothing changed", supply(free, free, busy), true, true},
+		{"a card reserved for a bid", supply(res, free, busy), true, false},
+		{"both reserved", supply(res, res, busy), true, false},
+		{"a reserved card runs", supply(busy, free, busy), false, false},
+		{"a busy card freed", supply(free, free, free), false, false},
+		{"a card gone (unhealthy)", supply(free, free), false, false},
+		{"a card added", supply(free, free, busy, free), false, false},
+		{"a card replaced by another", other, false, false},
 	} {
-		if got := onlyReservations(published, c.now); got != c.want {
-			t.Errorf("%s: onlyReservations = %v, want %v", c.name, got, c.want)
+		if got := onlyReservations(published, supplyStates(c.now)); got != c.only {
+			t.Errorf("%s: onlyReservations = %v, want %v", c.name, got, c.only)
+		}
+		if got := sameStates(published, supplyStates(c.now)); got != c.same {
+			t.Errorf("%s: sameStates = %v, want %v", c.name, got, c.same)
 		}
 	}
-	if onlyReservations(nil, supply(free)) {
+	if onlyReservations(nil, supplyStates(supply(free))) {
 		t.Error("nothing published yet: a first ad must not wait")
 	}
+	if sameStates(nil, supplyStates(supply(free))) || !sameStates(nil, supplyStates(supply())) {
+		t.Error("nothing published yet is the same as no card, and only that")
+	}
 	back := statesOf(supply(res, free, busy))
-	if !onlyReservations(back, supply(free, free, busy)) {
+	if !onlyReservations(back, supplyStates(supply(free, free, busy))) {
 		t.Error("a released reservation is a reservation change")
 	}
 }

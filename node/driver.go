@@ -608,11 +608,12 @@ func (n *Node) updateCoordinatorFlag() {
 // limit each placement would start a membership wave from every supplier
 // it touches. Driver only.
 func (n *Node) updateMeta() {
-	var statuses []market.CardStatus
+	free := -1
 	if n.mk != nil {
-		statuses = n.mk.Cards()
+		free = n.freeCards()
 	}
-	meta := metaOf(n.cfg.Region, n.devices.Cards(), statuses, n.coordNow.Load(), n.standby.Load())
+	healthy, models := n.devices.Healthy()
+	meta := metaOf(n.cfg.Region, healthy, models, free, n.coordNow.Load(), n.standby.Load())
 	if !n.metaSentAt.IsZero() && sameSummary(meta, n.metaSent) {
 		if meta.FreeCards == n.metaSent.FreeCards {
 			n.metaHeld = false

@@ -261,10 +261,8 @@ func (n *Node) modelOf(cards []string) string {
 	if len(cards) == 0 {
 		return "unknown"
 	}
-	for _, c := range n.devices.Cards() {
-		if c.ID == cards[0] {
-			return c.Model
-		}
+	if m, ok := n.devices.Model(cards[0]); ok {
+		return m
 	}
 	return "unknown"
 }

@@ -49,11 +49,11 @@ type Node struct {
 	ownerKey owner.Key // signs in-process submissions and calls (tenants.go)
 	// versions records peers whose messages are of a newer wire version
 	// (versions.go); status warns of them.
-	versions  *gossip.Versions
-	published string // the card states last handed to the advertiser (supplyKey); driver only
-	// publishedStates are those states by card; settleAt, when set, is when
-	// a held-back reservation change is published (publishSupply);
-	// reserveSettle is Config.ReserveSettle or its default. Driver only.
+	versions *gossip.Versions
+	// publishedStates are the card states last handed to the advertiser,
+	// by card; settleAt, when set, is when a held-back reservation change
+	// is published (publishSupply); reserveSettle is Config.ReserveSettle
+	// or its default. Driver only.
 	publishedStates map[string]gossip.CardState
 	settleAt        time.Time
 	reserveSettle   time.Duration
@@ -246,7 +246,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	mcfg := cfg.Mesh
 	n.standby.Store(cfg.Coordinator == CoordinatorAuto)
-	mcfg.Meta = metaOf(cfg.Region, cards, nil, false, n.standby.Load())
+	healthy, models := n.devices.Healthy()
+	mcfg.Meta = metaOf(cfg.Region, healthy, models, -1, false, n.standby.Load())
 	if cfg.Sim != nil && mcfg.Identity == nil {
 		// A simulated node keeps its identity across restarts too.
 		if mcfg.Identity, _, err = mesh.LoadIdentity(cfg.DataDir); err != nil {

@@ -20,6 +20,12 @@ import (
 type trust struct {
 	receipts *receiptState // nil: usage is billed from renewals alone
 	probes   *probeState
+	// ownClaims are what this node's cards claim, as of the market's
+	// cards at ownClaimsAt (market.Node.CardsVersion): every capacity ad
+	// of this node asks for them, and they change only with its cards.
+	// Driver only.
+	ownClaims   []string
+	ownClaimsAt uint64
 }
 
 // trustMarket returns the market configuration hook that sets what these
@@ -52,14 +58,10 @@ func (n *Node) wireTrust() {
 // cards, or a peer's signed evidence as gossip holds it. Driver only.
 func (n *Node) claimsOf(node string) []string {
 	if node == n.self {
-		own := n.mk.Cards()
-		cards := make([]device.Card, 0, len(own))
-		for _, st := range own {
-			if st.State != market.CardGone {
-				cards = append(cards, st.Card)
-			}
+		if v := n.mk.CardsVersion(); n.trust.ownClaims == nil || v != n.trust.ownClaimsAt {
+			n.trust.ownClaims, n.trust.ownClaimsAt = n.ownClaims(), v
 		}
-		return gossip.CardClaims(cards)
+		return n.trust.ownClaims
 	}
 	p, err := peer.Decode(node)
 	if err != nil {
@@ -70,4 +72,19 @@ func (n *Node) claimsOf(node string) []string {
 		return nil
 	}
 	return ad.Claims()
+}
+
+// ownClaims is what this node's cards claim (never nil). Driver only.
+func (n *Node) ownClaims() []string {
+	own := n.mk.Cards()
+	cards := make([]device.Card, 0, len(own))
+	for _, st := range own {
+		if st.State != market.CardGone {
+			cards = append(cards, st.Card)
+		}
+	}
+	if claims := gossip.CardClaims(cards); claims != nil {
+		return claims
+	}
+	return []string{}
 }
