@@ -47,7 +47,11 @@
 // is found out when read, since the store hashes every object it did not
 // write since it opened before a restore copies it. The index of objects
 // (size and age) is rebuilt from the directories at Open, so it cannot
-// disagree with them.
+// disagree with them. A lease is on disk when SetLease, AddToLease or
+// DeleteLease returns. The SetLease and AddToLease calls that come while
+// another commits go together in the next transaction, with one sync for
+// all: many attempts that end together keep their outputs at the cost of
+// one. Collection deletes all the expired leases in one transaction.
 //
 // # Chunking
 //

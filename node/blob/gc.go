@@ -176,15 +176,18 @@ type candidate struct {
 func (s *Store) collectLocked(need int64, all bool) GCStats {
 	var st GCStats
 	now := s.now()
+	var expired []string
 	for id, l := range s.leases {
-		if !l.expired(now) {
-			continue
+		if l.expired(now) {
+			expired = append(expired, id)
 		}
-		if err := s.deleteLeaseLocked(id); err != nil {
-			s.log.Error("blob: expired lease not deleted", "lease", id, "err", err)
-			continue
-		}
-		st.ExpiredLeases++
+	}
+	// In one transaction: a sweep after a day of short jobs finds
+	// thousands.
+	if err := s.deleteLeasesLocked(expired); err != nil {
+		s.log.Error("blob: expired leases not deleted", "leases", len(expired), "err", err)
+	} else {
+		st.ExpiredLeases = len(expired)
 	}
 	kept := s.keptLocked(now)
 	var cands []candidate

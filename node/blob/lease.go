@@ -172,34 +172,32 @@ func (s *Store) SetLease(l Lease) error {
 	if err := addDigests(mem.chunks, l.Chunks); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		all := tx.Bucket(bucketLeases)
-		if all.Bucket([]byte(l.ID)) != nil {
-			if err := all.DeleteBucket([]byte(l.ID)); err != nil {
+	err := s.writeLease(&leaseWrite{
+		check: func() error { return nil },
+		apply: func(tx *bolt.Tx) error {
+			all := tx.Bucket(bucketLeases)
+			if all.Bucket([]byte(l.ID)) != nil {
+				if err := all.DeleteBucket([]byte(l.ID)); err != nil {
+					return err
+				}
+			}
+			b, err := all.CreateBucket([]byte(l.ID))
+			if err != nil {
 				return err
 			}
-		}
-		b, err := all.CreateBucket([]byte(l.ID))
-		if err != nil {
-			return err
-		}
-		if mem.expires != 0 {
-			if err := b.Put(keyExpires, binary.BigEndian.AppendUint64(nil, uint64(mem.expires))); err != nil {
-				return err
+			if mem.expires != 0 {
+				if err := b.Put(keyExpires, binary.BigEndian.AppendUint64(nil, uint64(mem.expires))); err != nil {
+					return err
+				}
 			}
-		}
-		return putDigests(b, l.Manifests, l.Chunks)
+			return putDigests(b, l.Manifests, l.Chunks)
+		},
+		after: func() { s.leases[l.ID] = mem },
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrClosed) {
 		return fmt.Errorf("blob: lease %q: %w", l.ID, err)
 	}
-	s.leases[l.ID] = mem
-	return nil
+	return err
 }
 
 // AddToLease adds manifests and chunks to an existing lease; it fails
@@ -212,28 +210,31 @@ func (s *Store) AddToLease(id string, manifests, chunks []Digest) error {
 	if err := addDigests(probe, chunks); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	l, ok := s.leases[id]
-	if !ok {
-		return fmt.Errorf("%w: lease %q", ErrNotFound, clip(id))
-	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		return putDigests(tx.Bucket(bucketLeases).Bucket([]byte(id)), manifests, chunks)
+	var l *lease
+	err := s.writeLease(&leaseWrite{
+		check: func() error {
+			var ok bool
+			if l, ok = s.leases[id]; !ok {
+				return fmt.Errorf("%w: lease %q", ErrNotFound, clip(id))
+			}
+			return nil
+		},
+		apply: func(tx *bolt.Tx) error {
+			return putDigests(tx.Bucket(bucketLeases).Bucket([]byte(id)), manifests, chunks)
+		},
+		after: func() {
+			for _, d := range manifests {
+				l.manifests[d] = struct{}{}
+			}
+			for _, d := range chunks {
+				l.chunks[d] = struct{}{}
+			}
+		},
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("blob: lease %q: %w", id, err)
 	}
-	for _, d := range manifests {
-		l.manifests[d] = struct{}{}
-	}
-	for _, d := range chunks {
-		l.chunks[d] = struct{}{}
-	}
-	return nil
+	return err
 }
 
 func addDigests(set map[Digest]struct{}, ds []Digest) error {
@@ -275,17 +276,29 @@ func (s *Store) DeleteLease(id string) error {
 	if _, ok := s.leases[id]; !ok {
 		return fmt.Errorf("%w: lease %q", ErrNotFound, clip(id))
 	}
-	return s.deleteLeaseLocked(id)
+	return s.deleteLeasesLocked([]string{id})
 }
 
-func (s *Store) deleteLeaseLocked(id string) error {
+// deleteLeasesLocked deletes leases that exist, in one transaction. The
+// caller holds s.mu.
+func (s *Store) deleteLeasesLocked(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketLeases).DeleteBucket([]byte(id))
+		for _, id := range ids {
+			if err := tx.Bucket(bucketLeases).DeleteBucket([]byte(id)); err != nil {
+				return fmt.Errorf("lease %q: %w", clip(id), err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("blob: deleting lease %q: %w", id, err)
+		return fmt.Errorf("blob: deleting %d leases: %w", len(ids), err)
 	}
-	delete(s.leases, id)
+	for _, id := range ids {
+		delete(s.leases, id)
+	}
 	return nil
 }
 

@@ -88,6 +88,13 @@ type Store struct {
 	holds    map[*hold]struct{}
 	chunksOf map[Digest][]Digest // decoded manifests' chunks, for collection
 
+	// lw queues the lease changes to commit together (leasewrite.go);
+	// its own lock, taken without mu.
+	lw struct {
+		sync.Mutex
+		leaseWrites
+	}
+
 	// fanned[k][b] says the directory of objects of kind k whose digest
 	// starts with byte b exists.
 	fanned [3][256]atomic.Bool
@@ -97,6 +104,9 @@ type Store struct {
 
 	// afterChunk, when set (tests), runs after Put stored each chunk.
 	afterChunk func()
+	// beforeLeaseCommit, when set (tests), runs before each group of
+	// lease changes is committed, without any lock held: a slow disk.
+	beforeLeaseCommit func()
 }
 
 // object is the index's record of a stored object.
