@@ -32,6 +32,8 @@ type benchFlags struct {
 	jobs       int
 	profile    string
 	keep       string
+	baseline   string
+	runs       int
 	hold       time.Duration
 	settle     time.Duration
 	maxStart   time.Duration
@@ -80,7 +82,11 @@ mesh for 10 s, then has --submitters (default 32) clients submit --jobs
 owner token. It reports jobs accepted and placed per second, submit →
 acknowledged and submit → running (p50, p99), refusals by status after the
 client's retries, the CPU of all node processes per placed job (Linux
-/proc), and idle CPU and memory per node.
+/proc), and idle CPU and memory per node. With --baseline FILE, another
+gpumesh binary (a build of the code before a change), it runs the scenario
+--runs times (default 3) with each binary, interleaved, and prints each
+figure's median for this binary, for the baseline, and their ratio; the
+JSON and CSV give every run's figure in the row's note.
 
 The burst scenario starts --nodes (default 40) node processes with --cards
 (default 8) simulated cards each, watches them idle for 10 s, submits ten
@@ -134,6 +140,8 @@ that returns to idle within the watch meets the targets it prints.`,
 	fl.IntVar(&f.jobs, "jobs", procbench.DefaultJobs, "processes: 1-card jobs submitted")
 	fl.StringVar(&f.profile, "profile", "", "processes: write each node's CPU profile and execution trace of the load's first 10 s to `DIR`")
 	fl.StringVar(&f.keep, "keep", "", "processes, burst: keep the nodes' data and logs in `DIR` (made if missing; otherwise they go unless the run fails)")
+	fl.StringVar(&f.baseline, "baseline", "", "processes: compare with this other gpumesh binary, `FILE`, in interleaved runs")
+	fl.IntVar(&f.runs, "runs", procbench.DefaultRuns, "processes, with --baseline: runs of each binary")
 	fl.DurationVar(&f.hold, "hold", procbench.DefaultHold, "burst: how long the burst's jobs run before they are cancelled")
 	fl.DurationVar(&f.settle, "settle", procbench.DefaultSettle, "burst: how long the mesh is watched after the last cancel")
 	f.flags = fl
@@ -151,7 +159,7 @@ func (f benchFlags) config(e env) (bench.Config, func(), error) {
 		}
 		return bench.Config{}, noop, usagef("--scenario: %v", err)
 	}
-	for _, name := range []string{"cards", "submitters", "jobs", "profile", "keep", "hold", "settle"} {
+	for _, name := range []string{"cards", "submitters", "jobs", "profile", "keep", "hold", "settle", "baseline", "runs"} {
 		if f.flags != nil && f.flags.Changed(name) {
 			return bench.Config{}, noop, usagef("--%s applies to --scenario %s only", name, procOnly[name])
 		}
@@ -249,6 +257,7 @@ func writeBenchHeader(w io.Writer, res *bench.Results) error {
 var procOnly = map[string]string{
 	"cards": procbench.Scenario + " or " + procbench.BurstScenario, "submitters": procbench.Scenario, "jobs": procbench.Scenario,
 	"profile": procbench.Scenario, "keep": procbench.Scenario + " or " + procbench.BurstScenario, "hold": procbench.BurstScenario, "settle": procbench.BurstScenario,
+	"baseline": procbench.Scenario, "runs": procbench.Scenario,
 }
 
 // processes returns the scenario of node processes that --scenario names
@@ -280,7 +289,7 @@ func (f benchFlags) processes() (string, error) {
 			}
 		}
 	} else {
-		for _, name := range []string{"submitters", "jobs", "profile"} {
+		for _, name := range []string{"submitters", "jobs", "profile", "baseline", "runs"} {
 			if f.flags != nil && f.flags.Changed(name) {
 				return "", usagef("--%s applies to --scenario %s only", name, procbench.Scenario)
 			}
@@ -362,7 +371,17 @@ func (f benchFlags) runProcesses(ctx context.Context, e env) error {
 	}
 	cfg := procbench.Config{Binary: bin, Nodes: nodes, Cards: f.cards, Submitters: f.submitters, Jobs: f.jobs, ProfileDir: f.profile, Progress: progress,
 		Dir: f.keep, KeepDir: f.keep != ""}
-	return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.Run(ctx, cfg) })
+	if f.baseline == "" {
+		if f.flags != nil && f.flags.Changed("runs") {
+			return usagef("--runs applies with --baseline only: one run is one run")
+		}
+		return f.procRun(e, cfg.Validate, func() (*bench.Results, error) { return procbench.Run(ctx, cfg) })
+	}
+	if f.runs < 1 {
+		return usagef("--runs %d: want at least 1 run of each binary", f.runs)
+	}
+	cmp := procbench.CompareConfig{Config: cfg, Baseline: f.baseline, Runs: f.runs}
+	return f.procRun(e, cmp.Validate, func() (*bench.Results, error) { return procbench.Compare(ctx, cmp) })
 }
 
 // runBurst runs the burst scenario with this binary as the nodes.
