@@ -93,13 +93,13 @@ rounds:
 			}
 			res, err := Run(ctx, c)
 			if res != nil {
-				<-res.Stopped()
 				*sd.runs = append(*sd.runs, res)
 			}
-			if err != nil || ctx.Err() != nil || (res != nil && res.Interrupted) {
+			if res == nil || err != nil || ctx.Err() != nil || res.Interrupted {
 				runErr = err
-				break rounds
+				break rounds // after Ctrl-C the nodes stop in the background
 			}
+			<-res.Stopped() // every node of this run is gone before the next starts
 		}
 	}
 	if len(mine) == 0 {
