@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +117,52 @@ func slicesHasPrefix(lines []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// Ctrl-C during the first run: Compare is back within 2 s with what that
+// run measured, and runs no more.
+func TestCompareStopsWithinTwoSecondsWhenInterrupted(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	submitting := make(chan struct{})
+	var starts []string
+	var mu sync.Mutex
+	cfg := CompareConfig{Baseline: binary, Runs: 2, Config: Config{Binary: binary, Nodes: 2, Cards: 1, Submitters: 2, Jobs: 100000,
+		Idle: time.Millisecond, SkipCoordinatorWait: true,
+		Progress: func(s string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.HasSuffix(s, ")") && strings.Contains(s, " of 2 (") {
+				starts = append(starts, s)
+			}
+			if strings.HasSuffix(s, "jobs accepted") && !strings.Contains(s, ": 0 of") {
+				once.Do(func() { close(submitting) })
+			}
+		}}}
+	stoppedc := make(chan time.Time, 1)
+	go func() {
+		<-submitting
+		stoppedc <- time.Now()
+		cancel()
+	}()
+	res, err := Compare(ctx, cfg)
+	took := time.Since(<-stoppedc)
+	if !errors.Is(err, context.Canceled) || res == nil || !res.Interrupted {
+		t.Fatalf("err %v, results %+v", err, res)
+	}
+	if took > 2*time.Second {
+		t.Errorf("Compare returned %v after the interrupt, want within 2 s", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) != 1 {
+		t.Errorf("runs started: %q, want the first alone", starts)
+	}
+	if r, ok := rows(res)["load/accepted"]; !ok || r.N != 1 || r.Value <= 0 {
+		t.Errorf("what the first run accepted is not reported: %+v", res.Rows)
+	}
 }
