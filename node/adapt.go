@@ -194,17 +194,6 @@ func (n *Node) cardStates() iter.Seq2[string, gossip.CardState] {
 	}
 }
 
-// supplyStates yields the ID and state of each card of s.
-func supplyStates(s gossip.Supply) iter.Seq2[string, gossip.CardState] {
-	return func(yield func(string, gossip.CardState) bool) {
-		for _, c := range s.Cards {
-			if !yield(c.Card.ID, c.State) {
-				return
-			}
-		}
-	}
-}
-
 // statesOf is the state of every card of s by card ID.
 func statesOf(s gossip.Supply) map[string]gossip.CardState {
 	out := make(map[string]gossip.CardState, len(s.Cards))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"iter"
 	"testing"
 	"time"
 
@@ -123,6 +124,17 @@ func TestSameSummaryDiffersInAllButTheFreeCount(t *testing.T) {
 		change(&m)
 		if sameSummary(base, m) {
 			t.Errorf("a change of %s is taken for the same summary: it would be held back", name)
+		}
+	}
+}
+
+// supplyStates yields the ID and state of each card of s.
+func supplyStates(s gossip.Supply) iter.Seq2[string, gossip.CardState] {
+	return func(yield func(string, gossip.CardState) bool) {
+		for _, c := range s.Cards {
+			if !yield(c.Card.ID, c.State) {
+				return
+			}
 		}
 	}
 }
