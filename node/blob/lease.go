@@ -172,8 +172,7 @@ func (s *Store) SetLease(l Lease) error {
 	if err := addDigests(mem.chunks, l.Chunks); err != nil {
 		return err
 	}
-	err := s.writeLease(&leaseWrite{
-		check: func() error { return nil },
+	err := s.lw.Do(&leaseWrite{
 		apply: func(tx *bolt.Tx) error {
 			all := tx.Bucket(bucketLeases)
 			if all.Bucket([]byte(l.ID)) != nil {
@@ -211,7 +210,7 @@ func (s *Store) AddToLease(id string, manifests, chunks []Digest) error {
 		return err
 	}
 	var l *lease
-	err := s.writeLease(&leaseWrite{
+	err := s.lw.Do(&leaseWrite{
 		check: func() error {
 			var ok bool
 			if l, ok = s.leases[id]; !ok {

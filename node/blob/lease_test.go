@@ -100,11 +100,7 @@ func TestLeasesSetTogetherShareOneCommitAndAllPersist(t *testing.T) {
 	for i := 1; i <= later; i++ {
 		go func() { errs <- s.SetLease(lease(i)) }()
 	}
-	queued := func() int {
-		s.lw.Lock()
-		defer s.lw.Unlock()
-		return len(s.lw.queue)
-	}
+	queued := s.lw.Len
 	for deadline := time.Now().Add(10 * time.Second); queued() < later; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d leases queued behind the first", queued(), later)
@@ -152,9 +148,7 @@ func TestARefusedLeaseChangeDoesNotSinkItsGroup(t *testing.T) {
 	go func() { defer wg.Done(); missing = s.AddToLease("nope", []Digest{Sum([]byte("m"))}, nil) }()
 	go func() { defer wg.Done(); other = s.SetLease(Lease{ID: "b", Expires: c.Now().Add(time.Hour)}) }()
 	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
-		s.lw.Lock()
-		n := len(s.lw.queue)
-		s.lw.Unlock()
+		n := s.lw.Len()
 		if n == 2 {
 			break
 		}

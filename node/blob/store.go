@@ -13,6 +13,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/gpumesh/gpumesh/internal/groupcommit"
 )
 
 // Kind says whether an object is a chunk or a manifest. The two live in
@@ -88,12 +90,8 @@ type Store struct {
 	holds    map[*hold]struct{}
 	chunksOf map[Digest][]Digest // decoded manifests' chunks, for collection
 
-	// lw queues the lease changes to commit together (leasewrite.go);
-	// its own lock, taken without mu.
-	lw struct {
-		sync.Mutex
-		leaseWrites
-	}
+	// lw queues the lease changes to commit together (leasewrite.go).
+	lw *groupcommit.Queue[*leaseWrite]
 
 	// fanned[k][b] says the directory of objects of kind k whose digest
 	// starts with byte b exists.
@@ -172,6 +170,7 @@ func Open(cfg Config) (*Store, error) {
 		holds:    make(map[*hold]struct{}),
 		chunksOf: make(map[Digest][]Digest),
 	}
+	s.lw = groupcommit.New(s.commitLeases)
 	db, err := openLeases(filepath.Join(cfg.Dir, leasesFile))
 	if err != nil {
 		return nil, err

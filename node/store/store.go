@@ -25,6 +25,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/gpumesh/gpumesh/internal/groupcommit"
 )
 
 // Bucket names a kind of record.
@@ -72,11 +74,13 @@ type Store struct {
 	db   *bolt.DB
 	path string
 
-	mu         sync.Mutex
-	queue      []*commit // Applies waiting for the next transaction
-	committing bool      // a goroutine is committing; it takes the queue next
-	commits    int       // transactions written by Apply (tests)
-	lastErr    error     // the outcome of the last transaction
+	// queue holds the Applies waiting for the next transaction
+	// (internal/groupcommit).
+	queue *groupcommit.Queue[*commit]
+
+	mu      sync.Mutex
+	commits int   // transactions written by Apply (tests)
+	lastErr error // the outcome of the last transaction
 	// beforeCommit, when set, runs before each group's transaction
 	// (tests hold a commit with it).
 	beforeCommit func()
@@ -86,8 +90,6 @@ type Store struct {
 type commit struct {
 	ops     []Op
 	encoded [][]byte
-	done    chan error
-	taken   bool // in a group being committed, or committed; under Store.mu
 }
 
 // Open opens or creates the state file at path (mode 0600). It fails with
@@ -123,7 +125,9 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	s := &Store{db: db, path: path}
+	s.queue = groupcommit.New(s.commitGroup)
+	return s, nil
 }
 
 // Close closes the file.
@@ -188,7 +192,7 @@ func (s *Store) Apply(ops []Op) error {
 // with the error of the transaction that held the last of it. wait must
 // be called.
 func (s *Store) Queue(ops []Op) (wait func() error, err error) {
-	c := &commit{ops: ops, encoded: make([][]byte, len(ops)), done: make(chan error, 1)}
+	c := &commit{ops: ops, encoded: make([][]byte, len(ops))}
 	for i, op := range ops {
 		if !slices.Contains(buckets, op.bucket) {
 			return nil, fmt.Errorf("store: unknown bucket %q", op.bucket)
@@ -205,41 +209,7 @@ func (s *Store) Queue(ops []Op) (wait func() error, err error) {
 		}
 		c.encoded[i] = b
 	}
-	s.mu.Lock()
-	s.queue = append(s.queue, c)
-	s.mu.Unlock()
-	return func() error { return s.await(c) }, nil
-}
-
-// await commits what is queued, unless a goroutine is at it or c was
-// committed already, and returns c's outcome.
-func (s *Store) await(c *commit) error {
-	s.mu.Lock()
-	if s.committing || c.taken {
-		s.mu.Unlock()
-		return <-c.done
-	}
-	s.committing = true
-	for len(s.queue) > 0 {
-		group := s.queue
-		s.queue = nil
-		for _, g := range group {
-			g.taken = true
-		}
-		hook := s.beforeCommit
-		s.mu.Unlock()
-		if hook != nil {
-			hook()
-		}
-		err := s.commitGroup(group)
-		for _, g := range group {
-			g.done <- err
-		}
-		s.mu.Lock()
-	}
-	s.committing = false
-	s.mu.Unlock()
-	return <-c.done
+	return s.queue.Add(c), nil
 }
 
 // SetBeforeCommit sets fn to run before each group's transaction; tests
@@ -251,8 +221,25 @@ func (s *Store) SetBeforeCommit(fn func()) {
 }
 
 // commitGroup writes the ops of every Apply of group, in order, in one
-// transaction; a group of barriers alone needs none.
-func (s *Store) commitGroup(group []*commit) error {
+// transaction, whose outcome is each one's; a group of barriers alone
+// needs none.
+func (s *Store) commitGroup(group []*commit) []error {
+	s.mu.Lock()
+	hook := s.beforeCommit
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	err := s.writeGroup(group)
+	errs := make([]error, len(group))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// writeGroup is commitGroup's transaction.
+func (s *Store) writeGroup(group []*commit) error {
 	if !slices.ContainsFunc(group, func(c *commit) bool { return len(c.ops) > 0 }) {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -132,10 +132,7 @@ func TestConcurrentAppliesShareATransaction(t *testing.T) {
 		t.Errorf("a bad Apply: %v", bad)
 	}
 	for {
-		st.mu.Lock()
-		queued := len(st.queue)
-		st.mu.Unlock()
-		if queued == writers {
+		if st.queue.Len() == writers {
 			break
 		}
 		time.Sleep(time.Millisecond) // polling for the writers to queue
