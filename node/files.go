@@ -67,13 +67,19 @@ func outputsLease(job string, share int, epoch uint64) string {
 
 // keepOutputs stores an ended attempt's working directory and returns its
 // manifest's digest, "" when it could not (the store is full: the job's
-// end is reported all the same).
+// end is reported all the same). An empty working directory is
+// blob.EmptyTree, which needs neither storing nor a lease: it is kept
+// by every node for ever, at no cost.
 func (n *Node) keepOutputs(log *slog.Logger, e market.Execution, dir string) string {
 	start := time.Now()
 	st, err := n.blobs.PutUnder(n.ctx, dir, blob.Lease{ID: outputsLease(e.Job, e.Share, e.Epoch), Expires: start.Add(n.cfg.KeepOutputs)})
 	if err != nil {
 		log.Warn("outputs not kept", "err", err)
 		return ""
+	}
+	if st.Manifest == blob.EmptyTree() {
+		log.Debug("outputs: the working directory was left empty")
+		return st.Manifest.String()
 	}
 	log.Info("outputs kept", "manifest", st.Manifest.Short(), "files", st.Files, "new_bytes", st.NewBytes, "for", n.cfg.KeepOutputs,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -130,6 +136,19 @@ func (t tenantAPI) Files(ctx context.Context, req api.FilesRequest, w io.Writer)
 	if !ok {
 		return &api.HTTPError{Status: http.StatusNotFound, Field: "share",
 			Err: fmt.Errorf("job %s share %d: no attempt runs, and none that ended left its working directory kept", req.Job, req.Share)}
+	}
+	if p.State != market.PlacementRunning && p.Outputs == blob.EmptyTree().String() {
+		// Nothing was left to keep: no need to ask the runner, which
+		// may be gone.
+		empty, err := t.blobs.Manifest(blob.EmptyTree())
+		if err != nil {
+			return err
+		}
+		sub, typ, err := empty.Subtree(rel)
+		if err != nil {
+			return pathError(fmt.Sprintf("job %s share %d", req.Job, req.Share), req.Path, err)
+		}
+		return t.blobs.WriteTar(w, sub, typ)
 	}
 	q := filesRequest{Job: req.Job, Share: req.Share, Epoch: p.Epoch, Path: rel}
 	lease := fmt.Sprintf("download/%s/%d/%d", req.Job, req.Share, time.Now().UnixNano())
@@ -231,12 +250,12 @@ func (n *Node) filesOf(ctx context.Context, q filesRequest, lease string) (blob.
 		}
 		return st.Manifest, typ, nil
 	}
-	l, err := n.blobs.Lease(outputsLease(q.Job, q.Share, q.Epoch))
-	if err != nil || len(l.Manifests) != 1 || (!l.Expires.IsZero() && time.Now().After(l.Expires)) {
+	kept, err := n.keptOutputs(ctx, q.Job, q.Share, q.Epoch)
+	if err != nil {
 		return blob.Digest{}, "", api.Errorf(http.StatusNotFound,
 			"%s: the working directory of its attempt %d is no longer kept on this node (node --keep-outputs)", where, q.Epoch)
 	}
-	whole, err := n.blobs.Manifest(l.Manifests[0])
+	whole, err := n.blobs.Manifest(kept)
 	if err != nil {
 		return blob.Digest{}, "", err
 	}
@@ -246,6 +265,29 @@ func (n *Node) filesOf(ctx context.Context, q filesRequest, lease string) (blob.
 	}
 	m, err := n.blobs.PutManifest(sub, lease)
 	return m, typ, err
+}
+
+// keptOutputs is the manifest of what this node keeps of an ended
+// attempt's working directory: its outputs lease's, or, for an attempt
+// that left it empty (which takes no lease), the empty tree its end
+// named, while the market remembers the attempt.
+func (n *Node) keptOutputs(ctx context.Context, job string, share int, epoch uint64) (blob.Digest, error) {
+	l, err := n.blobs.Lease(outputsLease(job, share, epoch))
+	switch {
+	case err == nil && len(l.Manifests) == 1 && (l.Expires.IsZero() || time.Now().Before(l.Expires)):
+		return l.Manifests[0], nil
+	case err == nil:
+		return blob.Digest{}, errors.New("expired")
+	}
+	var a market.Attempt
+	var ok bool
+	if err := n.do(ctx, func() { a, ok = n.mk.Attempt(job, share, epoch) }); err != nil {
+		return blob.Digest{}, err
+	}
+	if !ok || a.Outputs != blob.EmptyTree().String() {
+		return blob.Digest{}, errors.New("not kept")
+	}
+	return blob.EmptyTree(), nil
 }
 
 // pathError maps a path the tree does not have to a 404, one it may not

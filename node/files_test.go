@@ -182,3 +182,52 @@ func TestAnEndedShareLeavesItsOutputsAndNotItsWorkingDirectory(t *testing.T) {
 		})
 	}
 }
+
+// A share that leaves its working directory empty keeps nothing and
+// takes no lease: its outputs are the empty tree, which every node
+// answers for. A copy of it gives an empty directory, through a node
+// that does not run it and from the runner itself, and a path in it is
+// not found.
+func TestAnEmptyWorkingDirectoryIsKeptWithoutALease(t *testing.T) {
+	alice := testOwner(1)
+	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
+	coord, runner, entry := sm.nodes[0], sm.nodes[1], sm.nodes[2]
+	sm.neverCoordinate(runner, entry)
+	sm.waitBook(entry, 1)
+	c := apiClient(t, entry, alice)
+	ctx := context.Background()
+	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "empty", Cards: 1, MaxPriceCNY: 20,
+		Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitState(t, coord, "empty", 60*time.Second, market.JobSucceeded, market.JobFailed)
+	p, _ := latestPlacement(rec, 0)
+	if rec.State != market.JobSucceeded || p.Outputs != blob.EmptyTree().String() {
+		t.Fatalf("job %s, outputs %q; want the empty tree %s", rec.State, p.Outputs, blob.EmptyTree())
+	}
+	if l, err := runner.blobs.Lease(outputsLease("empty", 0, p.Epoch)); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("the runner leased %+v (%v) for an empty working directory", l, err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	where, st, err := c.CopyOut(ctx, "empty", 0, ".", out)
+	if err != nil || where != out || !st.Dir || st.Files+st.Dirs+st.Symlinks != 0 {
+		t.Fatalf("copy of the empty working directory to %s: %s %+v %v", out, where, st, err)
+	}
+	if left, err := os.ReadDir(out); err != nil || len(left) != 0 {
+		t.Errorf("the copy holds %d entries (%v), want an empty directory", len(left), err)
+	}
+	var ae *client.APIError
+	if _, _, err := c.CopyOut(ctx, "empty", 0, "outputs", t.TempDir()); !errors.As(err, &ae) || ae.Status != http.StatusNotFound ||
+		!strings.Contains(ae.Message, `job empty share 0: no "outputs" in its working directory`) {
+		t.Errorf("cp empty:outputs: %v; want 404 naming the path", err)
+	}
+	// The runner answers for it too (a copy asked while the record still
+	// shows the share running), from what its market remembers.
+	if err := runner.blobs.SetLease(blob.Lease{ID: "test/files"}); err != nil {
+		t.Fatal(err)
+	}
+	m, typ, err := runner.filesOf(ctx, filesRequest{Job: "empty", Share: 0, Epoch: p.Epoch, Path: "."}, "test/files")
+	if err != nil || m != blob.EmptyTree() || typ != blob.TypeDir {
+		t.Errorf("the runner's files of the ended attempt: %s %s %v; want the empty tree", m.Short(), typ, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/internal/text"
 	"github.com/gpumesh/gpumesh/market"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
 func newJobsCommand(e env) *cobra.Command {
@@ -215,6 +216,10 @@ func writeJob(w io.Writer, j market.JobRecord, now time.Time) error {
 		line("SERVICE", fmt.Sprintf("port %d, ready on %s; reached at %s", sv.Port, probe, reach))
 	}
 	for _, p := range keptOutputs(j) {
+		if p.Outputs == blob.EmptyTree().String() {
+			line("OUTPUTS", fmt.Sprintf("share %d epoch %d: none, its working directory was left empty", p.Share, p.Epoch))
+			continue
+		}
 		line("OUTPUTS", fmt.Sprintf("share %d epoch %d, kept on %s: gpumesh cp %s:PATH DEST", p.Share, p.Epoch, shortID(p.Node), j.ID))
 	}
 	if err := tw.Flush(); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/market/markettest"
+	"github.com/gpumesh/gpumesh/node/blob"
 )
 
 const (
@@ -366,5 +367,14 @@ func TestJobShowsKeptOutputs(t *testing.T) {
 	}
 	if strings.Count(out, "OUTPUTS") != 1 {
 		t.Errorf("want one OUTPUTS line:\n%s", out)
+	}
+	// A share that left its working directory empty says so: there is
+	// nothing to copy.
+	j.ID = "jempty"
+	j.Placements[1].Outputs = blob.EmptyTree().String()
+	n.b.AddJob(j)
+	_, out, _ = n.run("job", "jempty")
+	if got, want := fields(out)["OUTPUTS"], "share 1 epoch 2: none, its working directory was left empty"; got != want {
+		t.Errorf("OUTPUTS = %q, want %q\n%s", got, want, out)
 	}
 }

@@ -84,6 +84,17 @@ const (
 	maxElementLen = 255  // bytes in one element of a path
 )
 
+// emptyTreeEncoding is the canonical encoding of the manifest of an empty
+// directory (TestEmptyTreeIsTheEmptyDirectorysManifest holds it to Encode).
+const emptyTreeEncoding = `{"version":1,"entries":[]}`
+
+// EmptyTree returns the digest of the manifest of an empty directory.
+// Every store holds it without storing it: Stat, Reader and Manifest
+// answer for it whether or not it was ever put, and PutUnder of an empty
+// directory writes nothing and makes no lease (a lease on nothing would
+// keep nothing, and cost a transaction).
+func EmptyTree() Digest { return Sum([]byte(emptyTreeEncoding)) }
+
 // Encode checks m and returns its canonical encoding.
 func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.validate(); err != nil {

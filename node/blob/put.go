@@ -69,12 +69,17 @@ func (s *Store) PutPath(ctx context.Context, dir, path, lease string) (PutStats,
 // PutUnder is Put into a lease it makes: l (replacing a lease of that ID),
 // with the tree's manifest added, written once the tree is stored, in the
 // one transaction (one fsync) that Put would spend adding the manifest to
-// a lease made before. A PutUnder that fails makes no lease.
+// a lease made before. A PutUnder that fails makes no lease, and neither
+// does one of an empty directory: its manifest is EmptyTree, which the
+// store holds without a lease, so it writes nothing at all.
 func (s *Store) PutUnder(ctx context.Context, dir string, l Lease) (PutStats, error) {
 	if err := checkLeaseID(l.ID); err != nil {
 		return PutStats{}, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
 	return s.putTree(ctx, dir, ".", func(d Digest) error {
+		if d == s.empty {
+			return nil
+		}
 		l.Manifests = append(slices.Clone(l.Manifests), d)
 		return s.SetLease(l)
 	})
@@ -95,8 +100,10 @@ func (s *Store) putTree(ctx context.Context, dir, path string, lease func(Digest
 		return st, fmt.Errorf("blob: put %s: %w", dir, err)
 	}
 	d := Sum(b)
-	if _, err := s.put(KindManifest, d, b, h); err != nil {
-		return st, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
+	if d != s.empty { // the empty tree is held without being stored
+		if _, err := s.put(KindManifest, d, b, h); err != nil {
+			return st, fmt.Errorf("blob: put %s: manifest: %w", dir, err)
+		}
 	}
 	if err := lease(d); err != nil {
 		return st, fmt.Errorf("blob: put %s: %w", dir, err)

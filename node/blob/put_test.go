@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -301,5 +302,68 @@ func TestPutUnderKeepsTheTreeInTheLeaseItMakes(t *testing.T) {
 	}
 	if after := s.Usage(); after.Leases != before.Leases || after.Bytes != before.Bytes {
 		t.Fatalf("a refused PutUnder changed the store: %+v, then %+v", before, after)
+	}
+}
+
+// The empty tree is the manifest an empty directory encodes to, so that
+// its digest is the one every release put for it.
+func TestEmptyTreeIsTheEmptyDirectorysManifest(t *testing.T) {
+	b, err := (&Manifest{Version: ManifestVersion, Entries: []Entry{}}).Encode()
+	if err != nil || string(b) != emptyTreeEncoding {
+		t.Fatalf("the empty manifest encodes to %q (%v), want %q", b, err, emptyTreeEncoding)
+	}
+	if Sum(b) != EmptyTree() {
+		t.Errorf("EmptyTree is %s, the empty manifest's digest %s", EmptyTree(), Sum(b))
+	}
+}
+
+// PutUnder of an empty directory stores nothing and takes no lease, and
+// a store that never held it answers for the empty tree all the same.
+func TestPutUnderAnEmptyDirectoryWritesNothing(t *testing.T) {
+	s, _ := openStore(t, NoLimit)
+	commits := 0
+	s.beforeLeaseCommit = func() { commits++ }
+	st, err := s.PutUnder(context.Background(), t.TempDir(), Lease{ID: "outputs/j/0/1", Expires: time.Now().Add(time.Hour)})
+	if err != nil || st.Manifest != EmptyTree() || st.Files+st.Dirs+st.Symlinks != 0 {
+		t.Fatalf("PutUnder of an empty directory: %+v %v", st, err)
+	}
+	if commits != 0 {
+		t.Errorf("%d lease commits for an empty directory, want 0", commits)
+	}
+	if _, err := s.Lease("outputs/j/0/1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the lease of an empty directory: %v, want ErrNotFound", err)
+	}
+	if u := s.Usage(); u.Manifests != 0 || u.Bytes != 0 {
+		t.Errorf("the store holds %+v after an empty directory", u)
+	}
+
+	fresh, _ := openStore(t, NoLimit)
+	if _, err := fresh.GC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !fresh.Has(KindManifest, EmptyTree()) {
+		t.Error("a fresh store does not hold the empty tree")
+	}
+	m, err := fresh.Manifest(EmptyTree())
+	if err != nil || m.Version != ManifestVersion || len(m.Entries) != 0 {
+		t.Fatalf("Manifest(EmptyTree): %+v %v", m, err)
+	}
+	if missing, err := fresh.Missing(EmptyTree()); err != nil || len(missing) != 0 {
+		t.Errorf("Missing(EmptyTree): %v %v", missing, err)
+	}
+	r, size, err := fresh.Reader(KindManifest, EmptyTree())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	if int64(len(b)) != size || Sum(b) != EmptyTree() {
+		t.Errorf("Reader(EmptyTree) gave %q (%d bytes announced)", b, size)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := fresh.Restore(context.Background(), EmptyTree(), dst); err != nil {
+		t.Errorf("restoring the empty tree: %v", err)
+	} else if left, err := os.ReadDir(dst); err != nil || len(left) != 0 {
+		t.Errorf("the empty tree restored to %d entries (%v)", len(left), err)
 	}
 }

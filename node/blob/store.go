@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,7 @@ type Config struct {
 // built from the directory when it opens: about 100 bytes an object, some
 // 10 MB for 100 GB of 1 MiB chunks.
 type Store struct {
+	empty Digest // EmptyTree, held without being stored
 	dir   string
 	log   *slog.Logger
 	now   func() time.Time
@@ -163,6 +165,7 @@ func Open(cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{
+		empty:    EmptyTree(),
 		dir:      cfg.Dir,
 		log:      cfg.Logger,
 		now:      cfg.Now,
@@ -288,6 +291,9 @@ func (s *Store) Stat(k Kind, d Digest) (int64, bool) {
 	if !k.valid() {
 		return 0, false
 	}
+	if k == KindManifest && d == s.empty {
+		return int64(len(emptyTreeEncoding)), true
+	}
 	o, ok := s.objects[k][d]
 	return o.size, ok
 }
@@ -301,6 +307,9 @@ func (s *Store) Stat(k Kind, d Digest) (int64, bool) {
 func (s *Store) Reader(k Kind, d Digest) (io.ReadCloser, int64, error) {
 	if _, ok := s.Stat(k, d); !ok {
 		return nil, 0, fmt.Errorf("%w: %s %s", ErrNotFound, k, d)
+	}
+	if k == KindManifest && d == s.empty {
+		return io.NopCloser(strings.NewReader(emptyTreeEncoding)), int64(len(emptyTreeEncoding)), nil
 	}
 	f, err := os.Open(s.path(k, d))
 	if errors.Is(err, fs.ErrNotExist) {
