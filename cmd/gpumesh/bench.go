@@ -82,7 +82,9 @@ mesh for 10 s, then has --submitters (default 32) clients submit --jobs
 owner token. It reports jobs accepted and placed per second, submit →
 acknowledged and submit → running (p50, p99), refusals by status after the
 client's retries, the CPU of all node processes per placed job (Linux
-/proc), and idle CPU and memory per node. With --baseline FILE, another
+/proc), and idle CPU and memory per node. Then it submits 20 more jobs one
+at a time, each once the one before ended, and reports their submit →
+running with nothing else queued. With --baseline FILE, another
 gpumesh binary (a build of the code before a change), it runs the scenario
 --runs times (default 3) with each binary, interleaved, and prints each
 figure's median for this binary, for the baseline, and their ratio; the

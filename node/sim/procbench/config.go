@@ -28,6 +28,9 @@ const (
 	// DefaultDrain bounds the wait, after the last acknowledgement, for
 	// every accepted job to run and end.
 	DefaultDrain = time.Minute
+	// DefaultSingles is how many jobs go in one at a time after the
+	// load.
+	DefaultSingles = 20
 	// MaxNodes bounds Nodes whatever the memory: each node takes two
 	// loopback ports and a few threads.
 	MaxNodes = 500
@@ -61,6 +64,10 @@ type Config struct {
 	// Drain bounds the wait for the jobs to run and end after the last
 	// acknowledgement. Default 1 min.
 	Drain time.Duration
+	// Singles is the number of jobs submitted one at a time after the
+	// load, each once the one before ended: what one job waits on a mesh
+	// with nothing else to do. Default DefaultSingles; negative: none.
+	Singles int
 	// ProfileDir, when set, receives each node's CPU profile and
 	// execution trace (node-N.cpu.pprof and node-N.trace, from its
 	// /debug/pprof/) of the first ProfileFor of the load. Default: none.
@@ -108,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.Singles == 0 {
+		c.Singles = DefaultSingles
 	}
 	if c.ProfileFor <= 0 {
 		c.ProfileFor = 10 * time.Second

@@ -257,6 +257,10 @@ func (r *run) load(ctx context.Context, c *cluster, formed time.Duration) error 
 	if placedHeard < len(accepted) || endedHeard < len(accepted) {
 		r.note("events heard: %d of %d accepted jobs placed, %d ended (the rest were read from their records, or had not run yet)", placedHeard, len(accepted), endedHeard)
 	}
+	if ctx.Err() == nil && cfg.Singles > 0 {
+		cfg.Progress(fmt.Sprintf("submitting %s one at a time", text.Count(cfg.Singles, "job")))
+		r.singleRows(r.singles(ctx, c, w))
+	}
 	// Idle again: what the jobs left behind costs every node from now on.
 	if ctx.Err() == nil {
 		_, err := r.watchIdle(ctx, c, "idle after the load, per node", "watching the mesh idle again")

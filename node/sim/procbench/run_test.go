@@ -61,7 +61,7 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 	}
 	var lines []string
 	res, err := Run(context.Background(), Config{Binary: binary, Nodes: 2, Cards: 2, Submitters: 3, Jobs: 8, Idle: 500 * time.Millisecond,
-		SkipCoordinatorWait: true, Progress: func(s string) { lines = append(lines, s) }})
+		Singles: 4, SkipCoordinatorWait: true, Progress: func(s string) { lines = append(lines, s) }})
 	if err != nil {
 		t.Fatalf("%v\nprogress: %q\nnotes: %q", err, lines, res.Notes)
 	}
@@ -77,6 +77,12 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 		"awards/rejected or not answered in time": func(r bench.Row) bool {
 			return r.Value >= 0 && r.Value <= float64(r.N)-8 && r.N == int(got["awards/per placed job"].Value*8+0.5)
 		},
+		// Alone, a job runs sooner than behind the others, and after
+		// the submitter sent it.
+		"one job at a time/submit → running at the coordinator p50": func(r bench.Row) bool {
+			return r.N == 4 && r.Value > 0 && r.Value <= got["one job at a time/submit → running p50"].Value && r.Target == "< 50 ms"
+		},
+		"one job at a time/submit → running p50": func(r bench.Row) bool { return r.N == 4 && r.Value > 0 },
 		"idle, per node/RSS mean":                func(r bench.Row) bool { return r.Value > 5 && r.N == 2 },
 		"idle, per node/CPU mean":                func(r bench.Row) bool { return r.Value >= 0 && r.N == 2 },
 		"idle after the load, per node/RSS mean": func(r bench.Row) bool { return r.Value > 5 && r.N == 2 },
