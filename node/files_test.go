@@ -46,15 +46,24 @@ func checkOutputs(t *testing.T, dir string) {
 	}
 }
 
+// threeRoles is a mesh of three nodes with the API on, each in one part:
+// a coordinator, a runner of one card that never coordinates, and a node
+// that only takes requests (entry), its book already holding the card.
+func threeRoles(t *testing.T) (sm *simMesh, coord, runner, entry *Node) {
+	t.Helper()
+	sm = newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
+	coord, runner, entry = sm.nodes[0], sm.nodes[1], sm.nodes[2]
+	sm.neverCoordinate(runner, entry)
+	sm.waitBook(entry, 1)
+	return sm, coord, runner, entry
+}
+
 // gpumesh cp through a node that neither runs nor coordinates the job:
 // from a running share's working directory as it is, and from what an
 // ended share left there, which its runner keeps and the record names.
 func TestCopyOutOfARunningAndAnEndedJob(t *testing.T) {
 	alice, bob := testOwner(1), testOwner(2)
-	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
-	coord, runner, entry := sm.nodes[0], sm.nodes[1], sm.nodes[2]
-	sm.neverCoordinate(runner, entry)
-	sm.waitBook(entry, 1)
+	_, coord, runner, entry := threeRoles(t)
 	c := apiClient(t, entry, alice)
 	ctx := context.Background()
 
@@ -190,10 +199,7 @@ func TestAnEndedShareLeavesItsOutputsAndNotItsWorkingDirectory(t *testing.T) {
 // not found.
 func TestAnEmptyWorkingDirectoryIsKeptWithoutALease(t *testing.T) {
 	alice := testOwner(1)
-	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
-	coord, runner, entry := sm.nodes[0], sm.nodes[1], sm.nodes[2]
-	sm.neverCoordinate(runner, entry)
-	sm.waitBook(entry, 1)
+	_, coord, runner, entry := threeRoles(t)
 	c := apiClient(t, entry, alice)
 	ctx := context.Background()
 	if _, err := c.Submit(ctx, market.JobSpec{AllowSimulated: true, ID: "empty", Cards: 1, MaxPriceCNY: 20,

@@ -72,10 +72,7 @@ func logsOf(t *testing.T, n *Node, key *owner.Key, job string) string {
 // same dataset sends nothing and moves nothing new between the nodes.
 func TestPayloadIsSentOnceAndRunsElsewhere(t *testing.T) {
 	alice := testOwner(1)
-	sm := newSimMeshWith(t, withAPI(nil), "", "a100-80g:1", "")
-	coord, runner, entry := sm.nodes[0], sm.nodes[1], sm.nodes[2]
-	sm.neverCoordinate(runner, entry)
-	sm.waitBook(entry, 1)
+	sm, coord, runner, entry := threeRoles(t)
 	dir, sum := payloadTree(t, 1, 5<<20+77)
 
 	st, err := upload(t, entry, alice, dir)
