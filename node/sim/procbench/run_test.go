@@ -77,10 +77,12 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 		"awards/rejected or not answered in time": func(r bench.Row) bool {
 			return r.Value >= 0 && r.Value <= float64(r.N)-8 && r.N == int(got["awards/per placed job"].Value*8+0.5)
 		},
-		// Alone, a job runs sooner than behind the others, and after
-		// the submitter sent it.
+		// Timed at the coordinator, a job alone runs no later than the
+		// submitter saw it run; 0 when the coordinator's own card took it
+		// in the turn that took the submission (its bid, award and accept
+		// are messages to itself, handled in one step).
 		"one job at a time/submit → running at the coordinator p50": func(r bench.Row) bool {
-			return r.N == 4 && r.Value > 0 && r.Value <= got["one job at a time/submit → running p50"].Value && r.Target == "< 50 ms"
+			return r.N == 4 && r.Value >= 0 && r.Value <= got["one job at a time/submit → running p50"].Value && r.Target == "< 50 ms"
 		},
 		"one job at a time/submit → running p50": func(r bench.Row) bool { return r.N == 4 && r.Value > 0 },
 		"idle, per node/RSS mean":                func(r bench.Row) bool { return r.Value > 5 && r.N == 2 },
