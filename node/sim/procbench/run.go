@@ -379,7 +379,7 @@ func (r *run) submit(ctx context.Context, c *cluster) ([]sample, map[int]int) {
 					return
 				}
 				sm := sample{id: id, node: node, sent: time.Now()}
-				_, err = cl.Submit(ctx, market.JobSpec{ID: id, Cards: 1, AllowSimulated: true, Command: []string{"true"}})
+				_, err = cl.Submit(ctx, benchJob(id))
 				switch {
 				case err == nil:
 					sm.acked, sm.status = time.Now(), 201
@@ -399,6 +399,29 @@ func (r *run) submit(ctx context.Context, c *cluster) ([]sample, map[int]int) {
 	}
 	wg.Wait()
 	return slices.DeleteFunc(samples, func(s sample) bool { return s.id == "" }), retried
+}
+
+// benchJob is the job every submission of the scenario sends: one
+// simulated card running `true`.
+func benchJob(id string) market.JobSpec {
+	return market.JobSpec{ID: id, Cards: 1, AllowSimulated: true, Command: []string{"true"}}
+}
+
+// runningTimes are the accepted samples' times from submission to
+// running: from the submitter's send (run), and at the coordinator, from
+// its submitted_at (atCoord). Samples refused or not seen running are
+// left out.
+func runningTimes(samples []sample) (run, atCoord []time.Duration) {
+	for _, s := range samples {
+		if s.status != 201 || s.running.IsZero() {
+			continue
+		}
+		run = append(run, s.running.Sub(s.sent))
+		if !s.submittedAt.IsZero() {
+			atCoord = append(atCoord, s.running.Sub(s.submittedAt))
+		}
+	}
+	return run, atCoord
 }
 
 func jobID() (string, error) {
@@ -473,7 +496,7 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 			first = s.sent
 		}
 	}
-	var ack, run, atCoord []time.Duration
+	var ack []time.Duration
 	var lastAck, lastRun time.Time
 	refused := map[string]int{}
 	awards, lost := 0, 0
@@ -491,17 +514,14 @@ func (r *run) loadRows(samples []sample, retried map[int]int, before, after usag
 			lastAck = s.acked
 		}
 		if !s.running.IsZero() {
-			run = append(run, s.running.Sub(s.sent))
 			if s.running.After(lastRun) {
 				lastRun = s.running
-			}
-			if !s.submittedAt.IsZero() {
-				atCoord = append(atCoord, s.running.Sub(s.submittedAt))
 			}
 			awards += s.awards
 			lost += s.awardsLost
 		}
 	}
+	run, atCoord := runningTimes(samples)
 	c := "load"
 	if len(ack) > 0 {
 		rate := float64(len(ack)) / lastAck.Sub(first).Seconds()

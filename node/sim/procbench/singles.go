@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpumesh/gpumesh/market"
 	"github.com/gpumesh/gpumesh/node/api/client"
 	"github.com/gpumesh/gpumesh/node/sim/bench"
 )
@@ -38,7 +37,7 @@ func (r *run) singles(ctx context.Context, c *cluster, w *watch) []sample {
 			break
 		}
 		sm := sample{id: id, node: node, sent: time.Now()}
-		_, err = cl.Submit(ctx, market.JobSpec{ID: id, Cards: 1, AllowSimulated: true, Command: []string{"true"}})
+		_, err = cl.Submit(ctx, benchJob(id))
 		cl.CloseIdleConnections()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -78,16 +77,7 @@ func (r *run) waitEnded(ctx context.Context, w *watch, job string) bool {
 
 // singleRows reports the jobs submitted one at a time.
 func (r *run) singleRows(samples []sample) {
-	var run, atCoord []time.Duration
-	for _, s := range samples {
-		if s.running.IsZero() {
-			continue
-		}
-		run = append(run, s.running.Sub(s.sent))
-		if !s.submittedAt.IsZero() {
-			atCoord = append(atCoord, s.running.Sub(s.submittedAt))
-		}
-	}
+	run, atCoord := runningTimes(samples)
 	const c = "one job at a time"
 	if len(run) > 0 {
 		r.row(bench.Row{Case: c, Clock: bench.ClockReal, Metric: "submit → running p50", Value: ms(quantile(run, 0.5)), Unit: "ms", N: len(run),
