@@ -3,7 +3,6 @@ package procbench
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -59,9 +58,7 @@ go_goroutines 12
 // rows say what a user sees afterwards, no card left reserved in any
 // book, and a new job that runs.
 func TestBurstOnASmallMesh(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	var lines []string
 	res, err := RunBurst(context.Background(), BurstConfig{
 		Config: Config{Binary: binary, Nodes: 3, Cards: 4, Idle: 2 * time.Second, SkipCoordinatorWait: true,

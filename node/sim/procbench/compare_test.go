@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -86,9 +85,7 @@ func TestComparedFoldsRunsIntoMediansAndRatios(t *testing.T) {
 // A comparison of real processes: one run of each binary (here the same
 // build twice), each measured whole, folded into medians and ratios.
 func TestCompareRunsEachBinary(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	var lines []string
 	res, err := Compare(context.Background(), CompareConfig{Baseline: binary, Runs: 1,
 		Config: Config{Binary: binary, Nodes: 2, Cards: 2, Submitters: 3, Jobs: 6, Idle: 500 * time.Millisecond, SkipCoordinatorWait: true,
@@ -122,9 +119,7 @@ func slicesHasPrefix(lines []string, prefix string) bool {
 // Ctrl-C during the first run: Compare is back within 2 s with what that
 // run measured, and runs no more.
 func TestCompareStopsWithinTwoSecondsWhenInterrupted(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	ctx, progress, interrupted := interruptOnceJobsGoIn(t)
 	var starts []string
 	var mu sync.Mutex

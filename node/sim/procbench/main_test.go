@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,4 +37,14 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// needProc skips a test that measures node processes through /proc where
+// there is none (the scenario reads CPU and memory only on Linux, where
+// CI runs).
+func needProc(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
 }

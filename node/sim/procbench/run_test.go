@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -56,9 +55,7 @@ func rows(res *bench.Results) map[string]bench.Row {
 // A small mesh of real processes: every job is accepted, placed and
 // reported, with the CPU it cost, and the processes are gone after.
 func TestRunMeasuresASmallMesh(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	var lines []string
 	res, err := Run(context.Background(), Config{Binary: binary, Nodes: 2, Cards: 2, Submitters: 3, Jobs: 8, Idle: 500 * time.Millisecond,
 		Singles: 4, SkipCoordinatorWait: true, Progress: func(s string) { lines = append(lines, s) }})
@@ -108,9 +105,7 @@ func TestRunMeasuresASmallMesh(t *testing.T) {
 // Ctrl-C while the jobs go in: Run is back within 2 s with what it
 // measured, and no node process is left.
 func TestRunStopsWithinTwoSecondsWhenInterrupted(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	ctx, progress, interrupted := interruptOnceJobsGoIn(t)
 	cfg := Config{Binary: binary, Nodes: 2, Cards: 1, Submitters: 2, Jobs: 100000, Idle: time.Millisecond, SkipCoordinatorWait: true,
 		Progress: progress}
@@ -163,9 +158,7 @@ func interruptOnceJobsGoIn(t *testing.T) (context.Context, func(string), func(*b
 // coordinators): Run is back within 2 s, and the processes it started are
 // gone.
 func TestRunInterruptedWhileStarting(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+	needProc(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
